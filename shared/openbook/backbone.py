@@ -1,0 +1,157 @@
+"""Load a Hugging Face language model and read the prompt's slot.
+
+For a batch of prompts the backbone returns, at the slot:
+
+- the slot representation: the hidden state of `layer` (default: the last
+  layer, as RetroPrompt keys its store) at the `[MASK]` position of a masked
+  LM, or at the last position of a causal LM (the state that predicts the
+  next token);
+- log P(label word | prompt) for every label.
+
+Multi-token label words. For a causal LM the score is exact:
+log P(w1..wL | x) = sum_t log p(w_t | x, w_<t), computed with one extra pass
+over the word's remaining tokens that reuses the prompt's KV cache. A masked
+LM has one slot, so a multi-token word is scored by the mean log-probability
+of its pieces at that slot (an approximation; prefer single-token words).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from openbook.models import DEFAULT_BACKBONE, resolve_backbone
+from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
+from openbook.prompting.encoder import BackboneKind
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    name: str = DEFAULT_BACKBONE
+    layer: int = -1  # index into hidden_states: 0 = embeddings, -1 = last layer
+    max_length: int = 256
+    device: str = "cpu"
+    kind: Literal["auto", "masked", "causal"] = "auto"
+
+
+@dataclass
+class SlotOutput:
+    hidden: torch.Tensor  # (B, H) slot representation
+    label_log_probs: torch.Tensor  # (B, C) log P(label word | prompt)
+
+
+class Backbone:
+    def __init__(self, model: nn.Module, tokenizer: Any, kind: BackboneKind, config: BackboneConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.kind = kind
+        self.config = config
+        self.device = torch.device(config.device)
+        params = inspect.signature(model.forward).parameters
+        self._keeps_last_logits = kind == "causal" and "logits_to_keep" in params
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def encoder(self, template: Template, verbalizer: Verbalizer, *, demonstrations: bool = False) -> PromptEncoder:
+        return PromptEncoder(
+            self.tokenizer,
+            template,
+            verbalizer,
+            self.kind,
+            self.config.max_length,
+            demonstrations=demonstrations,
+        )
+
+    def forward(
+        self,
+        batch: EncodedBatch,
+        label_token_ids: list[list[int]],
+        demo_vectors: torch.Tensor | None = None,  # (B, C, H), already in input-embedding space
+    ) -> SlotOutput:
+        batch = batch.to(self.device)
+        embeds = self.input_embeddings(batch.input_ids)  # (B, T, H)
+        if demo_vectors is not None:
+            if batch.demo_index is None:
+                raise ValueError("demonstration vectors given, but the batch was encoded without demo slots")
+            rows = torch.arange(embeds.shape[0], device=self.device)[:, None]
+            embeds = embeds.index_put((rows, batch.demo_index), demo_vectors.to(embeds.dtype))
+        multi_token = any(len(ids) > 1 for ids in label_token_ids)
+        kwargs: dict[str, Any] = {
+            "inputs_embeds": embeds,
+            "attention_mask": batch.attention_mask,
+            "output_hidden_states": True,
+        }
+        if self.kind == "causal":
+            kwargs.update(position_ids=batch.position_ids, use_cache=multi_token)
+            if self._keeps_last_logits:
+                kwargs["logits_to_keep"] = 1  # the slot is the last position: skip the LM head elsewhere
+        out = self.model(**kwargs)
+        rows = torch.arange(embeds.shape[0], device=self.device)
+        hidden = out.hidden_states[self.config.layer][rows, batch.slot_index]  # (B, H)
+        slot_logits = out.logits[:, -1] if self.kind == "causal" else out.logits[rows, batch.slot_index]
+        log_probs = F.log_softmax(slot_logits.float(), dim=-1)  # (B, V)
+        if self.kind == "causal" and multi_token:
+            scores = self._causal_word_scores(batch, log_probs, label_token_ids, out.past_key_values)
+        else:
+            scores = torch.stack(
+                [log_probs[:, torch.tensor(ids, device=self.device)].mean(-1) for ids in label_token_ids], dim=-1
+            )
+        return SlotOutput(hidden=hidden.float(), label_log_probs=scores)
+
+    def _causal_word_scores(
+        self, batch: EncodedBatch, log_probs: torch.Tensor, label_token_ids: list[list[int]], cache: Any
+    ) -> torch.Tensor:
+        """log P(w1..wL | prompt) per label, teacher-forcing each word's tail on the prompt's KV cache."""
+        assert batch.position_ids is not None
+        columns = []
+        for ids in label_token_ids:
+            score = log_probs[:, ids[0]]  # (B,)
+            if len(ids) > 1:
+                tail = torch.tensor(ids, device=self.device)
+                steps = len(ids) - 1
+                feed = tail[:-1].expand(len(score), steps)  # (B, L-1): w1..w_{L-1}
+                mask = torch.cat([batch.attention_mask, batch.attention_mask.new_ones(len(score), steps)], 1)
+                positions = batch.position_ids[:, -1:] + torch.arange(1, steps + 1, device=self.device)
+                out = self.model(
+                    input_ids=feed, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+                )
+                tail_log_probs = F.log_softmax(out.logits.float(), dim=-1)  # (B, L-1, V)
+                score = score + tail_log_probs[:, torch.arange(steps), tail[1:]].sum(-1)
+                cache.crop(-steps)  # drop this word's tokens before scoring the next
+            columns.append(score)
+        return torch.stack(columns, dim=-1)  # (B, C)
+
+
+def load_backbone(config: BackboneConfig | None = None) -> Backbone:
+    """Load by registered name (e.g. `smollm2-135m`, available offline), local path or hub id."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    config = config or BackboneConfig()
+    path = resolve_backbone(config.name)
+    model_config = AutoConfig.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    kind = config.kind if config.kind != "auto" else detect_kind(model_config, tokenizer)
+    auto_class = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
+    model = auto_class.from_pretrained(path, dtype=torch.float32)
+    model.to(config.device).eval()
+    return Backbone(model, tokenizer, kind, config)
+
+
+def detect_kind(model_config: Any, tokenizer: Any) -> BackboneKind:
+    architectures = model_config.architectures or []
+    if any(a.endswith(("MaskedLM", "ForPreTraining")) for a in architectures):
+        return "masked"
+    if any(a.endswith("CausalLM") for a in architectures) or getattr(model_config, "is_decoder", False):
+        return "causal"
+    return "masked" if tokenizer.mask_token is not None else "causal"

@@ -1,0 +1,211 @@
+"""Reading the standard k-shot text-classification splits (LM-BFF layout).
+
+Layout: ``<data_dir>/<task>/<shots>-<seed>/{train,dev}.{tsv,csv}`` plus one shared
+``<data_dir>/<task>/test.{tsv,csv}``.
+
+* ``.tsv`` files have a header; the ``label`` column is the label, an index column
+  (``index``/``idx``/``id``) is ignored, and the remaining one or two columns are the text
+  (or text pair, in column order).
+* ``.csv`` files have no header: ``label,text`` or ``label,text_a,text_b``.
+
+Labels stay the raw strings found in the file; mapping them to ids is the caller's job.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+TextInput = str | tuple[str, str]
+
+INDEX_COLUMNS = frozenset({"index", "idx", "id"})
+LABEL_COLUMN = "label"
+SPLIT_SUFFIXES = (".tsv", ".csv")  # order is the preference when both exist
+
+
+@dataclass(frozen=True)
+class Example:
+    text: TextInput
+    label: str
+    source: str  # "path:line", so later errors can point back at the data
+
+
+class DataError(ValueError):
+    """Raised for malformed data; the message names the file and the 1-based line number."""
+
+
+@dataclass(frozen=True)
+class KShotSplits:
+    train: list[Example]
+    dev: list[Example]
+    test: list[Example]
+
+
+def _error(path: Path, line: int, problem: str) -> DataError:
+    return DataError(f"{path}:{line}: {problem}")
+
+
+def _rows(
+    path: Path, delimiter: str = ",", quoting: int = csv.QUOTE_MINIMAL
+) -> Iterator[tuple[int, list[str]]]:
+    """Yield (first physical line of the row, fields), skipping blank lines.
+
+    utf-8-sig drops a byte-order mark that would otherwise corrupt the first header name;
+    errors="replace" because some public dumps contain stray Latin-1 bytes.
+    """
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as handle:
+        reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
+        previous_end = 0
+        for fields in reader:
+            start_line = previous_end + 1
+            # A quoted CSV field may span lines; the next row starts after this one ends.
+            previous_end = reader.line_num
+            if fields:
+                yield start_line, fields
+
+
+def _make_example(path: Path, line: int, texts: list[str], label: str) -> Example:
+    for text in texts:
+        if not text.strip():
+            raise _error(path, line, "empty text field")
+    if not label.strip():
+        raise _error(path, line, "empty label field")
+    text: TextInput = texts[0] if len(texts) == 1 else (texts[0], texts[1])
+    return Example(text=text, label=label, source=f"{path}:{line}")
+
+
+def _read_tsv(path: Path) -> list[Example]:
+    # Real GLUE TSVs contain unbalanced quote characters inside sentences, so quoting must be off.
+    rows = _rows(path, delimiter="\t", quoting=csv.QUOTE_NONE)
+    header_line, header = next(rows, (1, []))
+    if not header:
+        raise _error(path, 1, "empty file: expected a header row")
+    columns = [name.strip() for name in header]
+    if LABEL_COLUMN not in columns:
+        raise _error(path, header_line, f"header has no {LABEL_COLUMN!r} column (found {columns})")
+    label_position = columns.index(LABEL_COLUMN)
+    text_positions = [
+        position
+        for position, name in enumerate(columns)
+        if name != LABEL_COLUMN and name.lower() not in INDEX_COLUMNS
+    ]
+    if not 1 <= len(text_positions) <= 2:
+        text_names = [columns[position] for position in text_positions]
+        raise _error(
+            path, header_line, f"expected 1 or 2 text columns, found {len(text_positions)}: {text_names}"
+        )
+
+    examples = []
+    for line, fields in rows:
+        if len(fields) != len(columns):
+            raise _error(path, line, f"expected {len(columns)} tab-separated fields, found {len(fields)}")
+        texts = [fields[position] for position in text_positions]
+        examples.append(_make_example(path, line, texts, fields[label_position]))
+    if not examples:
+        raise _error(path, header_line + 1, "no examples after the header")
+    return examples
+
+
+def _read_csv(path: Path) -> list[Example]:
+    examples = []
+    expected_fields: int | None = None
+    for line, fields in _rows(path):
+        if expected_fields is None:
+            # The first row fixes single-text vs pair, so a file cannot mix the two.
+            if len(fields) not in (2, 3):
+                raise _error(
+                    path, line, f"expected label,text or label,text_a,text_b; found {len(fields)} fields"
+                )
+            expected_fields = len(fields)
+        elif len(fields) != expected_fields:
+            raise _error(
+                path, line, f"expected {expected_fields} fields like the first row, found {len(fields)}"
+            )
+        examples.append(_make_example(path, line, fields[1:], fields[0]))
+    if not examples:
+        raise _error(path, 1, "empty file: no examples")
+    return examples
+
+
+def read_split(path: str | Path) -> list[Example]:
+    """Read one ``.tsv`` or ``.csv`` split file into examples, in file order."""
+    path = Path(path)
+    if path.suffix == ".tsv":
+        return _read_tsv(path)
+    if path.suffix == ".csv":
+        return _read_csv(path)
+    raise _error(path, 1, f"unsupported file type {path.suffix!r}; expected one of {SPLIT_SUFFIXES}")
+
+
+def find_split(directory: Path, name: str) -> Path:
+    """Return ``directory/name.tsv`` or, failing that, ``directory/name.csv``."""
+    candidates = [Path(directory) / f"{name}{suffix}" for suffix in SPLIT_SUFFIXES]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    looked_for = ", ".join(str(candidate) for candidate in candidates)
+    raise FileNotFoundError(f"no {name!r} split found; looked for {looked_for}")
+
+
+def _task_dir(data_dir: str | Path, task: str) -> Path:
+    task_dir = Path(data_dir) / task
+    if not task_dir.is_dir():
+        raise FileNotFoundError(f"task directory not found: {task_dir}")
+    return task_dir
+
+
+def list_seeds(data_dir: str | Path, task: str, shots: int = 16) -> list[int]:
+    """Seeds available for ``task``, read from its ``<shots>-<seed>`` directory names, sorted."""
+    task_dir = _task_dir(data_dir, task)
+    prefix = f"{shots}-"
+    seeds = []
+    for entry in task_dir.iterdir():
+        suffix = entry.name.removeprefix(prefix)
+        if entry.is_dir() and entry.name.startswith(prefix) and suffix.isdigit():
+            seeds.append(int(suffix))
+    if not seeds:
+        # An empty list would let an evaluation loop silently run zero seeds.
+        raise FileNotFoundError(f"no {prefix}<seed> directories in {task_dir}")
+    return sorted(seeds)
+
+
+def _is_pair(example: Example) -> bool:
+    return isinstance(example.text, tuple)
+
+
+def load_kshot(data_dir: str | Path, task: str, seed: int, shots: int = 16) -> KShotSplits:
+    """Load train/dev of one seed plus the task's shared test split."""
+    task_dir = _task_dir(data_dir, task)
+    seed_dir = task_dir / f"{shots}-{seed}"
+    if not seed_dir.is_dir():
+        raise FileNotFoundError(f"seed directory not found: {seed_dir}")
+    splits = KShotSplits(
+        train=read_split(find_split(seed_dir, "train")),
+        dev=read_split(find_split(seed_dir, "dev")),
+        test=read_split(find_split(task_dir, "test")),
+    )
+    # A pair task scored with single-text test files (or vice versa) would fail much later and obscurely.
+    train_is_pair = _is_pair(splits.train[0])
+    for split in (splits.dev, splits.test):
+        if _is_pair(split[0]) != train_is_pair:
+            expected = "text pairs" if train_is_pair else "single texts"
+            raise DataError(f"{split[0].source}: expected {expected} like {splits.train[0].source}")
+    return splits
+
+
+def label_set(examples: Iterable[Example]) -> list[str]:
+    """Distinct labels, sorted numerically when all are integers ("2" < "10"), else as strings."""
+    labels = {example.label for example in examples}
+
+    def is_integer(label: str) -> bool:
+        try:
+            int(label)
+        except ValueError:
+            return False
+        return True
+
+    if labels and all(is_integer(label) for label in labels):
+        return sorted(labels, key=lambda label: int(label))
+    return sorted(labels)

@@ -1,0 +1,17 @@
+"""Cloze prompts: templates with a slot, verbalizers, presets and the token layout."""
+
+from openbook.prompting.encoder import EncodedBatch, PromptEncoder
+from openbook.prompting.presets import PRESETS, Preset, get_preset
+from openbook.prompting.templates import PromptError, Template, TextInput, Verbalizer
+
+__all__ = [
+    "PRESETS",
+    "EncodedBatch",
+    "Preset",
+    "PromptEncoder",
+    "PromptError",
+    "Template",
+    "TextInput",
+    "Verbalizer",
+    "get_preset",
+]

@@ -1,0 +1,240 @@
+"""Tests for openbook.data: tiny generated files, plus one opt-in check against the real k-shot splits."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from openbook.data import (
+    DataError,
+    Example,
+    KShotSplits,
+    find_split,
+    label_set,
+    list_seeds,
+    load_kshot,
+    read_split,
+)
+
+REAL_KSHOT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "k-shot"
+
+
+def write(path: Path, content: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8")
+    return path
+
+
+def assert_data_error(path: Path, line: int, fragment: str) -> None:
+    with pytest.raises(DataError) as raised:
+        read_split(path)
+    message = str(raised.value)
+    assert path.name in message
+    assert re.search(rf":{line}:", message), message
+    assert fragment in message
+
+
+def test_tsv_single_text_keeps_quotes_and_raw_labels(tmp_path: Path) -> None:
+    path = write(tmp_path / "train.tsv", 'sentence\tlabel\n"great" fun , isn\'t it .\t1\na dud .\t0\n')
+    examples = read_split(path)
+    assert examples == [
+        Example(text='"great" fun , isn\'t it .', label="1", source=f"{path}:2"),
+        Example(text="a dud .", label="0", source=f"{path}:3"),
+    ]
+
+
+def test_tsv_pair_ignores_index_column_and_keeps_column_order(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "dev.tsv",
+        'index\tquestion\tsentence\tlabel\n7\tWho won?\tThe "Reds" won.\tentailment\n',
+    )
+    [example] = read_split(path)
+    assert example.text == ("Who won?", 'The "Reds" won.')
+    assert example.label == "entailment"
+
+
+def test_tsv_label_column_need_not_be_last(tmp_path: Path) -> None:
+    path = write(tmp_path / "x.tsv", "label\tidx\ttext\nneg\t0\tbad\n")
+    assert read_split(path) == [Example(text="bad", label="neg", source=f"{path}:2")]
+
+
+def test_csv_single_text_with_quoted_commas(tmp_path: Path) -> None:
+    path = write(tmp_path / "test.csv", '3,"slow , but \'s fine , really"\n0,plain text\n')
+    examples = read_split(path)
+    assert [example.text for example in examples] == ["slow , but 's fine , really", "plain text"]
+    assert [example.label for example in examples] == ["3", "0"]
+    assert examples[1].source == f"{path}:2"
+
+
+def test_csv_pair(tmp_path: Path) -> None:
+    path = write(tmp_path / "train.csv", '1,first part,"second, part"\n')
+    assert read_split(path) == [Example(text=("first part", "second, part"), label="1", source=f"{path}:1")]
+
+
+def test_csv_line_numbers_follow_multiline_quoted_fields(tmp_path: Path) -> None:
+    path = write(tmp_path / "train.csv", '1,"spans\ntwo lines"\n0,next\n')
+    examples = read_split(path)
+    assert examples[0].text == "spans\ntwo lines"
+    assert examples[1].source == f"{path}:3"
+
+
+def test_latin1_bytes_are_replaced_not_fatal(tmp_path: Path) -> None:
+    path = tmp_path / "train.csv"
+    path.write_bytes(b"1,caf\xe9 au lait\n")
+    [example] = read_split(path)
+    assert example.text == "caf\ufffd au lait"
+
+
+def test_tsv_wrong_field_count(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.tsv", "sentence\tlabel\nfine\t1\ntoo\tmany\t0\n")
+    assert_data_error(path, 3, "expected 2")
+
+
+def test_csv_wrong_field_count(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.csv", "1,one text\n0,a,pair\n")
+    assert_data_error(path, 2, "found 3")
+
+
+def test_csv_first_row_with_only_a_label(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.csv", "1\n")
+    assert_data_error(path, 1, "found 1 fields")
+
+
+@pytest.mark.parametrize(
+    ("file_name", "content", "line"),
+    [
+        ("blank.tsv", "sentence\tlabel\nok\t1\n   \t0\n", 3),
+        ("blank.csv", '1,ok\n0,""\n', 2),
+        ("blank_pair.tsv", "index\tsentence1\tsentence2\tlabel\n0\tpremise\t \tentailment\n", 2),
+    ],
+)
+def test_empty_text_field(tmp_path: Path, file_name: str, content: str, line: int) -> None:
+    assert_data_error(write(tmp_path / file_name, content), line, "empty text")
+
+
+def test_empty_label_field(tmp_path: Path) -> None:
+    assert_data_error(write(tmp_path / "nolabel.csv", ",some text\n"), 1, "empty label")
+
+
+def test_tsv_missing_label_column(tmp_path: Path) -> None:
+    assert_data_error(write(tmp_path / "h.tsv", "sentence\ttarget\nok\t1\n"), 1, "'label'")
+
+
+def test_tsv_without_text_columns(tmp_path: Path) -> None:
+    assert_data_error(write(tmp_path / "h.tsv", "index\tlabel\n0\t1\n"), 1, "found 0")
+
+
+def test_tsv_with_three_text_columns(tmp_path: Path) -> None:
+    assert_data_error(write(tmp_path / "h.tsv", "a\tb\tc\tlabel\nx\ty\tz\t1\n"), 1, "found 3")
+
+
+@pytest.mark.parametrize(
+    ("file_name", "content", "line", "fragment"),
+    [
+        ("empty.tsv", "", 1, "empty file"),
+        ("header_only.tsv", "sentence\tlabel\n", 2, "no examples"),
+        ("empty.csv", "", 1, "empty file"),
+    ],
+)
+def test_empty_split_file(tmp_path: Path, file_name: str, content: str, line: int, fragment: str) -> None:
+    assert_data_error(write(tmp_path / file_name, content), line, fragment)
+
+
+def test_unsupported_extension(tmp_path: Path) -> None:
+    assert_data_error(write(tmp_path / "train.txt", "1 text\n"), 1, "unsupported")
+
+
+def test_find_split_prefers_tsv_then_falls_back_to_csv(tmp_path: Path) -> None:
+    write(tmp_path / "train.csv", "1,a\n")
+    assert find_split(tmp_path, "train") == tmp_path / "train.csv"
+    write(tmp_path / "train.tsv", "sentence\tlabel\na\t1\n")
+    assert find_split(tmp_path, "train") == tmp_path / "train.tsv"
+
+
+def test_find_split_missing_lists_candidates(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError) as raised:
+        find_split(tmp_path, "dev")
+    message = str(raised.value)
+    assert str(tmp_path / "dev.tsv") in message
+    assert str(tmp_path / "dev.csv") in message
+
+
+def make_layout(root: Path, task: str, seeds: list[int], shots: int = 16) -> None:
+    for seed in seeds:
+        write(root / task / f"{shots}-{seed}" / "train.csv", f"0,train a {seed}\n1,train b {seed}\n")
+        write(root / task / f"{shots}-{seed}" / "dev.csv", f"1,dev {seed}\n")
+    write(root / task / "test.csv", "0,test a\n1,test b\n1,test c\n")
+
+
+def test_list_seeds_sorted_numerically_and_ignores_other_entries(tmp_path: Path) -> None:
+    make_layout(tmp_path, "trec", [100, 13, 21])
+    make_layout(tmp_path, "trec", [5], shots=4)
+    (tmp_path / "trec" / "16-notes").mkdir()
+    write(tmp_path / "trec" / "16-99", "a file, not a seed directory")
+    assert list_seeds(tmp_path, "trec") == [13, 21, 100]
+    assert list_seeds(tmp_path, "trec", shots=4) == [5]
+
+
+def test_list_seeds_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nosuchtask"):
+        list_seeds(tmp_path, "nosuchtask")
+    (tmp_path / "emptytask").mkdir()
+    with pytest.raises(FileNotFoundError, match="16-<seed>"):
+        list_seeds(tmp_path, "emptytask")
+
+
+def test_load_kshot_reads_seed_splits_and_shared_test(tmp_path: Path) -> None:
+    make_layout(tmp_path, "mpqa", [13, 42])
+    splits = load_kshot(tmp_path, "mpqa", 42)
+    assert isinstance(splits, KShotSplits)
+    assert [example.text for example in splits.train] == ["train a 42", "train b 42"]
+    assert [example.text for example in splits.dev] == ["dev 42"]
+    assert len(splits.test) == 3
+    assert splits.test[0].source == f"{tmp_path / 'mpqa' / 'test.csv'}:1"
+
+
+def test_load_kshot_missing_task_or_seed_names_the_path(tmp_path: Path) -> None:
+    make_layout(tmp_path, "mpqa", [13])
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "nope"))):
+        load_kshot(tmp_path, "nope", 13)
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "mpqa" / "16-21"))):
+        load_kshot(tmp_path, "mpqa", 21)
+
+
+def test_load_kshot_rejects_pair_train_with_single_text_test(tmp_path: Path) -> None:
+    make_layout(tmp_path, "mixed", [13])
+    write(tmp_path / "mixed" / "16-13" / "train.csv", "0,premise,hypothesis\n")
+    write(tmp_path / "mixed" / "16-13" / "dev.csv", "1,premise,hypothesis\n")
+    with pytest.raises(DataError, match=r"test\.csv:1"):
+        load_kshot(tmp_path, "mixed", 13)
+
+
+def examples_with_labels(*labels: str) -> list[Example]:
+    return [Example(text="t", label=label, source=f"f:{i}") for i, label in enumerate(labels, 1)]
+
+
+def test_label_set_orders_integers_numerically() -> None:
+    assert label_set(examples_with_labels("10", "2", "0", "2", "1")) == ["0", "1", "2", "10"]
+
+
+def test_label_set_orders_strings_lexicographically() -> None:
+    labels = examples_with_labels("not_entailment", "entailment", "10", "not_entailment")
+    assert label_set(labels) == ["10", "entailment", "not_entailment"]
+    assert label_set([]) == []
+
+
+def test_real_kshot_row_counts_match_files() -> None:
+    if not REAL_KSHOT_DIR.is_dir():
+        pytest.skip(f"real k-shot data not present at {REAL_KSHOT_DIR}")
+    expected_test_rows = {"SST-2": 872, "RTE": 277, "QNLI": 5463, "sst-5": 2210, "trec": 500, "mpqa": 2000}
+    for task, test_rows in expected_test_rows.items():
+        splits = load_kshot(REAL_KSHOT_DIR, task, 13)
+        test_path = find_split(REAL_KSHOT_DIR / task, "test")
+        physical_lines = test_path.read_bytes().count(b"\n")  # what `wc -l` reports
+        header_lines = 1 if test_path.suffix == ".tsv" else 0
+        assert len(splits.test) == test_rows == physical_lines - header_lines, task
+        classes = label_set(splits.test)
+        assert label_set(splits.train) == classes, task
+        assert len(splits.train) == 16 * len(classes), task
+        assert isinstance(splits.test[0].text, tuple) == (task in {"RTE", "QNLI"}), task

@@ -1,0 +1,165 @@
+import pytest
+from openbook.prompting import PromptEncoder, PromptError, Template, Verbalizer, get_preset
+from openbook.prompting.presets import PRESETS
+
+
+def test_template_parses_fields_and_slot():
+    single = Template("{text} It was {mask} .")
+    assert not single.is_pair and not single.slot_at_end
+    pair = Template("{text_a} ? {mask} , {text_b}")
+    assert pair.is_pair
+    assert Template("{text} It was {mask}  ").slot_at_end
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("{text} It was", "exactly one {mask}"),
+        ("{text} {mask} {mask}", "exactly one {mask}"),
+        ("It was {mask}", "{text}"),
+        ("{text_a} {mask}", "{text_a} and {text_b}"),
+        ("{text} {mask} {label}", "unknown placeholder"),
+    ],
+)
+def test_bad_templates_say_what_is_wrong(source, message):
+    with pytest.raises(PromptError, match=message.replace("{", r"\{").replace("}", r"\}")):
+        Template(source)
+
+
+def test_causal_backbone_needs_slot_at_end(causal_backbone):
+    with pytest.raises(PromptError, match="must be the last thing"):
+        causal_backbone.encoder(Template("{text} It was {mask} ."), Verbalizer.parse("0=bad,1=good"))
+
+
+def test_masked_backbone_accepts_text_after_slot(masked_backbone):
+    encoder = masked_backbone.encoder(Template("{mask} : {text}"), Verbalizer.parse("0=bad,1=good"))
+    batch = encoder.encode(["what is the answer"])
+    assert batch.input_ids[0, batch.slot_index[0]] == masked_backbone.tokenizer.mask_token_id
+    assert batch.slot_index[0] == 1  # right after [CLS]
+
+
+def test_verbalizer_parse_and_errors():
+    verbalizer = Verbalizer.parse("0=terrible, 1=great")
+    assert verbalizer.labels == ("0", "1") and verbalizer.words == ("terrible", "great")
+    assert verbalizer.index("1") == 1
+    with pytest.raises(PromptError, match="unknown label"):
+        verbalizer.index("2")
+    with pytest.raises(PromptError, match="label=word"):
+        Verbalizer.parse("0:bad,1:good")
+    with pytest.raises(PromptError, match="at least 2 labels"):
+        Verbalizer.parse("0=bad")
+    with pytest.raises(PromptError, match="same word"):
+        Verbalizer.parse("0=bad,1=bad")
+
+
+def test_label_word_that_tokenizes_to_nothing_is_refused(causal_backbone):
+    with pytest.raises(PromptError, match="tokenizes to nothing"):
+        PromptEncoder(
+            _EmptyWordTokenizer(causal_backbone.tokenizer),
+            Template("{text} It was {mask}"),
+            Verbalizer.parse("0=bad,1=\u200b"),
+            "causal",
+            48,
+        )
+
+
+class _EmptyWordTokenizer:
+    """Wraps a tokenizer so that a zero-width space tokenizes to nothing (as many vocabularies do)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __call__(self, text, **kwargs):
+        if isinstance(text, str) and text.strip("\u200b ") == "":
+            return {"input_ids": []}
+        return self._inner(text, **kwargs)
+
+
+def test_causal_slot_is_last_position_with_left_padding(causal_backbone):
+    encoder = causal_backbone.encoder(Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good"))
+    batch = encoder.encode(["good", "the movie was great and fun , a good film"])
+    width = batch.input_ids.shape[1]
+    assert batch.slot_index.tolist() == [width - 1, width - 1]
+    assert batch.attention_mask[0, 0] == 0 and batch.attention_mask[0, -1] == 1  # left padded
+    assert batch.position_ids is not None
+    assert batch.position_ids[0, -1] == batch.attention_mask[0].sum() - 1
+    tokens = causal_backbone.tokenizer.convert_ids_to_tokens(batch.input_ids[1, -3:].tolist())
+    assert "".join(tokens).replace("Ġ", " ").endswith("It was")
+
+
+def test_label_words_take_the_space_before_the_slot(causal_backbone):
+    tokenizer = causal_backbone.tokenizer
+    encoder = causal_backbone.encoder(Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good"))
+    assert encoder.label_token_ids[1] == tokenizer(" good", add_special_tokens=False)["input_ids"]
+    glued = causal_backbone.encoder(Template("{text} It was:{mask}"), Verbalizer.parse("0=bad,1=good"))
+    assert glued.label_token_ids[1] == tokenizer("good", add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("kind", ["masked", "causal"])
+def test_truncation_shortens_only_the_text(kind, request):
+    backbone = request.getfixturevalue(f"{kind}_backbone")
+    template = Template("{text} It was {mask}")
+    encoder = backbone.encoder(template, Verbalizer.parse("0=bad,1=good"))
+    long_text = " ".join(["the movie was great and fun"] * 40)
+    batch = encoder.encode([long_text, "a bad film"])
+    assert batch.truncated.tolist() == [True, False]
+    assert int(batch.attention_mask[0].sum()) == backbone.config.max_length
+    row = batch.input_ids[0][batch.attention_mask[0].bool()].tolist()
+    suffix = backbone.tokenizer(" It was", add_special_tokens=False)["input_ids"]
+    tail = row[-len(suffix) :] if kind == "causal" else row[-len(suffix) - 2 : -2]  # masked: ... [MASK] [SEP]
+    assert tail == suffix
+    assert row[batch.slot_index[0] - (batch.input_ids.shape[1] - len(row) if kind == "causal" else 0)] == (
+        row[-1] if kind == "causal" else backbone.tokenizer.mask_token_id
+    )
+
+
+def test_pair_truncation_cuts_the_longest_text_first(masked_backbone):
+    encoder = masked_backbone.encoder(Template("{text_a} ? {mask} , {text_b}"), Verbalizer.parse("a=yes,b=no"))
+    short = "yes it is true"
+    batch = encoder.encode([(" ".join(["the movie was great"] * 30), short)])
+    assert batch.truncated.tolist() == [True]
+    row = batch.input_ids[0].tolist()
+    short_ids = masked_backbone.tokenizer(short, add_special_tokens=False)["input_ids"]
+    assert row[-len(short_ids) - 1 : -1] == short_ids  # text_b intact, before [SEP]
+
+
+def test_template_too_long_for_max_length_is_refused(causal_backbone):
+    words = " ".join(["the movie was great"] * 20)
+    with pytest.raises(PromptError, match="no room for the input"):
+        causal_backbone.encoder(Template(words + " {text} It was {mask}"), Verbalizer.parse("0=bad,1=good"))
+
+
+@pytest.mark.parametrize("bad", ["", "   ", 5, ("a", "b")])
+def test_empty_or_wrong_type_text_is_refused(causal_backbone, bad):
+    encoder = causal_backbone.encoder(Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good"))
+    with pytest.raises(PromptError, match="input 1"):
+        encoder.encode(["fine", bad])
+
+
+def test_demo_block_positions(backbone):
+    verbalizer = Verbalizer.parse("0=bad,1=good,2=okay")
+    encoder = backbone.encoder(Template("{text} It was {mask}"), verbalizer, demonstrations=True)
+    batch = encoder.encode(["a bad film", "the movie was great and fun"])
+    assert batch.demo_index is not None and batch.demo_index.shape == (2, 3)
+    for row in range(2):
+        for label, ids in enumerate(encoder.label_token_ids):
+            start = int(batch.demo_index[row, label]) + 1  # the label word follows its placeholder
+            assert batch.input_ids[row, start : start + len(ids)].tolist() == ids
+    if backbone.kind == "causal":
+        assert (batch.demo_index < batch.slot_index[:, None]).all()  # demos precede the causal slot
+    else:
+        assert (batch.demo_index > batch.slot_index[:, None]).all()
+
+
+def test_every_preset_builds_for_both_kinds(masked_backbone, causal_backbone):
+    for preset in PRESETS.values():
+        for backbone in (masked_backbone, causal_backbone):
+            encoder = backbone.encoder(preset.template(backbone.kind), preset.verbalizer)
+            text = ("a question", "an answer") if encoder.template.is_pair else "a text"
+            assert encoder.encode([text]).input_ids.shape[0] == 1
+    assert get_preset("sst-2").name == "SST-2"
+    with pytest.raises(PromptError, match="--template"):
+        get_preset("unknown-task")
