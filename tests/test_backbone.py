@@ -30,7 +30,8 @@ def test_padding_does_not_change_a_row(backbone):
     with torch.no_grad():
         alone = backbone.forward(encoder.encode(["a bad film"]), encoder.label_token_ids)
         padded = backbone.forward(
-            encoder.encode(["a bad film", "the movie was great and fun , a good film"]), encoder.label_token_ids
+            encoder.encode(["a bad film", "the movie was great and fun , a good film"]),
+            encoder.label_token_ids,
         )
     torch.testing.assert_close(alone.hidden[0], padded.hidden[0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(alone.label_log_probs[0], padded.label_log_probs[0], atol=1e-4, rtol=1e-4)
@@ -87,7 +88,8 @@ def test_demo_vectors_reach_the_model_at_the_placeholders(backbone):
     handle = None
     if layer0 is not None:
         handle = layer0.register_forward_pre_hook(
-            lambda _m, args, kwargs: seen.append(args[0] if args else kwargs["hidden_states"]), with_kwargs=True
+            lambda _m, args, kwargs: seen.append(args[0] if args else kwargs["hidden_states"]),
+            with_kwargs=True,
         )
     try:
         with torch.no_grad():

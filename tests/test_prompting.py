@@ -117,7 +117,9 @@ def test_truncation_shortens_only_the_text(kind, request):
 
 
 def test_pair_truncation_cuts_the_longest_text_first(masked_backbone):
-    encoder = masked_backbone.encoder(Template("{text_a} ? {mask} , {text_b}"), Verbalizer.parse("a=yes,b=no"))
+    encoder = masked_backbone.encoder(
+        Template("{text_a} ? {mask} , {text_b}"), Verbalizer.parse("a=yes,b=no")
+    )
     short = "yes it is true"
     batch = encoder.encode([(" ".join(["the movie was great"] * 30), short)])
     assert batch.truncated.tolist() == [True]

@@ -63,7 +63,9 @@ class Backbone:
     def input_embeddings(self) -> nn.Embedding:
         return self.model.get_input_embeddings()
 
-    def encoder(self, template: Template, verbalizer: Verbalizer, *, demonstrations: bool = False) -> PromptEncoder:
+    def encoder(
+        self, template: Template, verbalizer: Verbalizer, *, demonstrations: bool = False
+    ) -> PromptEncoder:
         return PromptEncoder(
             self.tokenizer,
             template,
@@ -105,7 +107,8 @@ class Backbone:
             scores = self._causal_word_scores(batch, log_probs, label_token_ids, out.past_key_values)
         else:
             scores = torch.stack(
-                [log_probs[:, torch.tensor(ids, device=self.device)].mean(-1) for ids in label_token_ids], dim=-1
+                [log_probs[:, torch.tensor(ids, device=self.device)].mean(-1) for ids in label_token_ids],
+                dim=-1,
             )
         return SlotOutput(hidden=hidden.float(), label_log_probs=scores)
 
@@ -124,7 +127,11 @@ class Backbone:
                 mask = torch.cat([batch.attention_mask, batch.attention_mask.new_ones(len(score), steps)], 1)
                 positions = batch.position_ids[:, -1:] + torch.arange(1, steps + 1, device=self.device)
                 out = self.model(
-                    input_ids=feed, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+                    input_ids=feed,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
                 )
                 tail_log_probs = F.log_softmax(out.logits.float(), dim=-1)  # (B, L-1, V)
                 score = score + tail_log_probs[:, torch.arange(steps), tail[1:]].sum(-1)

@@ -97,7 +97,9 @@ class PromptEncoder:
         self.prefix, suffix = special_tokens(tokenizer)
         self.suffix = suffix if kind == "masked" else []  # nothing may follow a causal slot
         self.pad_id = next(
-            i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id, 0) if i is not None
+            i
+            for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id, 0)
+            if i is not None
         )
         self._pieces, slot_space = self._plan(template)
         self.label_token_ids = [self._word_ids(word, slot_space) for word in verbalizer.words]
@@ -156,7 +158,9 @@ class PromptEncoder:
         per_row = len(text_pieces)
         rows, slots, demos, truncated = [], [], [], []
         for r in range(len(texts)):
-            text_ids, cut = _truncate_longest_first(flat_ids[r * per_row : (r + 1) * per_row], self.text_budget)
+            text_ids, cut = _truncate_longest_first(
+                flat_ids[r * per_row : (r + 1) * per_row], self.text_budget
+            )
             row, slot, demo_start = self._layout(text_ids)
             rows.append(row)
             slots.append(slot)
