@@ -1,0 +1,128 @@
+"""`openbook bench store`: what the store and kNN cost next to the backbone.
+
+Prints measured ratios; nothing here passes or fails. Reported:
+
+1. kNN search + interpolation time per batch, as a share of the backbone's
+   forward time for the same batch, at each store size (synthetic unit
+   vectors of the backbone's width);
+2. the time to add one example to a store of the largest size;
+3. store-building throughput (prompt encoding + forward + normalise + add)
+   against a raw batched forward of the same texts at the same batch size,
+   both with the full LM (logits at every position, the plain HF call) and
+   with the transformer body alone (no LM head: the stricter reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from openbook.knn import interpolate, knn_distribution
+from openbook.store import KnowledgeStore
+
+_WORDS = (
+    "the a film movie story plot cast acting was is it this that great terrible good bad dull funny "
+    "moving slow quick long short and but not very quite rather with without its one of an best worst"
+).split()
+
+
+def synthetic_sentences(count: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(_WORDS, size=int(rng.integers(12, 28)))) for _ in range(count)]
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def run_store_bench(args: argparse.Namespace) -> None:
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.classifier import Classifier
+    from openbook.prompting import get_preset
+
+    torch.manual_seed(0)
+    backbone = load_backbone(
+        BackboneConfig(name=args.backbone, max_length=args.max_length, device=args.device)
+    )
+    preset = get_preset("SST-2")
+    classifier = Classifier(
+        backbone, preset.template(backbone.kind), preset.verbalizer, batch_size=args.batch_size
+    )
+    batch_size = args.batch_size
+    texts = synthetic_sentences(batch_size)
+    encoder = classifier.encoder
+
+    def forward() -> None:
+        with torch.inference_mode():
+            backbone.forward(encoder.encode(texts), encoder.label_token_ids)
+
+    forward_s = median_seconds(forward, repeats=5)
+    print(f"backbone {args.backbone}: forward of one batch ({batch_size} texts) {forward_s * 1e3:.1f} ms")
+    rng = np.random.default_rng(0)
+    dim = backbone.hidden_size
+    sizes = [int(s) for s in args.sizes.split(",")]
+    p_lm = torch.full((batch_size, 2), 0.5)
+    store = None
+    for size in sizes:
+        store = KnowledgeStore(dim, approx_threshold=max(sizes) * 2)  # exact search, the default regime
+        vectors = rng.standard_normal((size, dim), dtype=np.float32)
+        store.add(np.arange(size), vectors, rng.integers(0, 2, size))
+        queries = rng.standard_normal((batch_size, dim), dtype=np.float32)
+
+        def knn_step(store: KnowledgeStore = store, queries: np.ndarray = queries) -> None:
+            hits = store.search(queries, 16)
+            p_knn = knn_distribution(
+                torch.from_numpy(hits.similarities), torch.from_numpy(hits.labels), 2, 0.1
+            )
+            interpolate(p_knn, p_lm, 0.5)
+
+        knn_s = median_seconds(knn_step, repeats=20)
+        print(
+            f"store of {size:>7,}: kNN search + interpolation {knn_s * 1e3:.2f} ms per batch "
+            f"= {100 * knn_s / forward_s:.2f}% of the forward"
+        )
+    assert store is not None
+    one = rng.standard_normal((1, dim), dtype=np.float32)
+    next_id = iter(range(10**9, 10**9 + 10_000))
+    add_s = median_seconds(lambda: store.add(np.array([next(next_id)]), one, np.array([1])), repeats=200)
+    print(f"add one example to a store of {len(store):,}: {add_s * 1e3:.3f} ms (median of 200)")
+
+    corpus = synthetic_sentences(batch_size * 4, seed=1)
+
+    def build_store() -> None:
+        built = KnowledgeStore(dim)
+        embeddings = classifier.embed(corpus)
+        built.add(np.arange(len(corpus)), embeddings.vectors, np.zeros(len(corpus), dtype=np.int64))
+
+    def raw(model: torch.nn.Module) -> Callable[[], None]:
+        tokenizer = backbone.tokenizer
+
+        def run() -> None:
+            with torch.inference_mode():
+                for start in range(0, len(corpus), batch_size):
+                    batch = tokenizer(corpus[start : start + batch_size], padding=True, return_tensors="pt")
+                    model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+
+        return run
+
+    build_s = median_seconds(build_store, repeats=3)
+    raw_lm_s = median_seconds(raw(backbone.model), repeats=3)
+    raw_body_s = median_seconds(raw(backbone.model.base_model), repeats=3)
+    print(f"store building: {len(corpus) / build_s:.1f} texts/s at batch {batch_size}")
+    for name, seconds in (("full LM", raw_lm_s), ("body only", raw_body_s)):
+        print(
+            f"  vs raw forward, {name:<9}: {len(corpus) / seconds:.1f} texts/s"
+            f" -> ratio {seconds / build_s:.2f}"
+        )

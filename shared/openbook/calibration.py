@@ -1,0 +1,48 @@
+"""Label calibration: remove the LM's prior preference for some label words.
+
+A small LM may prefer " great" over " terrible" whatever the input. Both
+estimates below give a per-label log-prior b, and P_LM(y | x) becomes
+softmax(score(x) - b):
+
+- content-free (Zhao et al., 2021, "Calibrate Before Use"): the mean
+  prediction on inputs that carry no content ("N/A", "[MASK]");
+- domain: the mean prediction over unlabelled in-domain texts (e.g. the
+  training texts, their labels unused).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from openbook.classifier import Classifier
+
+CalibrationMode = Literal["none", "content-free", "domain"]
+CALIBRATION_MODES: tuple[CalibrationMode, ...] = ("none", "content-free", "domain")
+CONTENT_FREE_INPUTS = ("N/A", "[MASK]")
+
+
+def mean_prediction_bias(lm_log_probs: np.ndarray) -> np.ndarray:
+    """log of the mean P_LM over a set of inputs: (N, C) label scores -> (C,) log-prior."""
+    probabilities = torch.softmax(torch.from_numpy(lm_log_probs).double(), dim=-1)
+    return torch.log(probabilities.mean(0)).float().numpy()
+
+
+def content_free_lm_log_probs(classifier: Classifier) -> np.ndarray:
+    texts = [(t, t) if classifier.template.is_pair else t for t in CONTENT_FREE_INPUTS]
+    return classifier.embed(texts).lm_log_probs
+
+
+def label_bias(
+    mode: CalibrationMode, classifier: Classifier, domain_lm_log_probs: np.ndarray | None = None
+) -> np.ndarray | None:
+    if mode == "none":
+        return None
+    if mode == "content-free":
+        return mean_prediction_bias(content_free_lm_log_probs(classifier))
+    if domain_lm_log_probs is None:
+        raise ValueError("domain calibration needs the label scores of some unlabelled in-domain texts")
+    return mean_prediction_bias(domain_lm_log_probs)

@@ -1,0 +1,198 @@
+"""The classifier users see: a prompted backbone plus an open-book store.
+
+    prediction = argmax_y  lam * P_kNN(y | x) + (1 - lam) * P_LM(y | x)
+
+`P_LM` is the softmax over the label words' scores at the slot, after
+subtracting a per-label log-prior (`label_bias`, see `calibration.py`);
+`P_kNN` comes from the store's neighbours of the slot vector. Every
+prediction carries both, and the neighbours it used, as its explanation.
+
+Store keys and kNN queries are the slot vectors of the plain prompt. With
+demonstrations on, a second pass injects them and only P_LM is read from it,
+so the store never depends on what was retrieved into it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from openbook.backbone import Backbone
+from openbook.demonstrations import DemoConfig, retrieve_demonstrations, to_input_space
+from openbook.knn import KnnConfig, interpolate, knn_distribution
+from openbook.prompting import PromptError, Template, TextInput, Verbalizer
+from openbook.store import KnowledgeStore, SearchResult
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    id: int
+    label: str
+    similarity: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    label: str
+    probabilities: dict[str, float]
+    p_lm: dict[str, float]
+    p_knn: dict[str, float] | None  # None when the store had nothing to offer
+    neighbours: tuple[Neighbour, ...]
+    truncated: bool  # the input was cut to fit the backbone's max_length
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    vectors: np.ndarray  # (N, H) unit-norm slot representations (store keys / kNN queries)
+    lm_log_probs: np.ndarray  # (N, C) log P(label word | prompt), uncalibrated
+    truncated: np.ndarray  # (N,) bool
+
+
+@dataclass(frozen=True)
+class Scores:
+    p_lm: np.ndarray  # (N, C)
+    p_knn: np.ndarray  # (N, C); all-zero rows where no neighbour was found
+    probabilities: np.ndarray  # (N, C)
+    hits: SearchResult | None
+
+
+@dataclass
+class Classifier:
+    backbone: Backbone
+    template: Template
+    verbalizer: Verbalizer
+    store: KnowledgeStore = field(default=None)  # type: ignore[assignment]  # built in __post_init__
+    knn: KnnConfig = field(default_factory=KnnConfig)
+    demos: DemoConfig | None = None  # None: no neural demonstrations
+    label_bias: np.ndarray | None = None  # (C,) log-prior subtracted from the label scores
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        self.encoder = self.backbone.encoder(self.template, self.verbalizer)
+        self.demo_encoder = (
+            self.backbone.encoder(self.template, self.verbalizer, demonstrations=True) if self.demos else None
+        )
+        if self.store is None:
+            self.store = KnowledgeStore(self.backbone.hidden_size)
+        elif self.store.dim != self.backbone.hidden_size:
+            raise ValueError(
+                f"store dim {self.store.dim} != backbone hidden size {self.backbone.hidden_size}"
+            )
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self.verbalizer.labels
+
+    def label_indices(self, labels: Sequence[str]) -> np.ndarray:
+        return np.array([self.verbalizer.index(label) for label in labels], dtype=np.int64)
+
+    def embed(
+        self,
+        texts: Sequence[TextInput],
+        *,
+        exclude_ids: np.ndarray | None = None,
+        progress: bool | str = False,
+    ) -> Embeddings:
+        """Slot vectors and label scores for `texts`, in batches, without gradients."""
+        for position, text in enumerate(texts):
+            self.template.check_input(text, position)
+        vectors, scores, truncated = [], [], []
+        starts = range(0, len(texts), self.batch_size)
+        bar = tqdm(starts, desc=progress if isinstance(progress, str) else "embed", disable=not progress)
+        with torch.inference_mode():
+            for start in bar:
+                chunk = list(texts[start : start + self.batch_size])
+                batch = self.encoder.encode(chunk)
+                out = self.backbone.forward(batch, self.encoder.label_token_ids)
+                hidden = torch.nn.functional.normalize(out.hidden, dim=-1).cpu().numpy()
+                log_probs = out.label_log_probs
+                cut = batch.truncated
+                if self.demo_encoder is not None and len(self.store) > 0:
+                    skip = None if exclude_ids is None else exclude_ids[start : start + self.batch_size]
+                    log_probs, demo_cut = self._with_demonstrations(chunk, hidden, skip)
+                    cut = cut | demo_cut
+                vectors.append(hidden)
+                scores.append(log_probs.cpu().numpy())
+                truncated.append(cut.numpy())
+        return Embeddings(np.concatenate(vectors), np.concatenate(scores), np.concatenate(truncated))
+
+    def _with_demonstrations(
+        self, texts: list[TextInput], queries: np.ndarray, exclude_ids: np.ndarray | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.demo_encoder is not None and self.demos is not None
+        demos = retrieve_demonstrations(
+            self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids
+        )
+        batch = self.demo_encoder.encode(texts)
+        injected = to_input_space(demos.vectors, self.backbone.input_embeddings.weight)  # (B, C, H)
+        out = self.backbone.forward(batch, self.demo_encoder.label_token_ids, demo_vectors=injected)
+        return out.label_log_probs, batch.truncated
+
+    def score(
+        self, embeddings: Embeddings, *, knn: KnnConfig | None = None, exclude_ids: np.ndarray | None = None
+    ) -> Scores:
+        """P_LM, P_kNN and their interpolation; `exclude_ids` gives leave-one-out retrieval."""
+        knn = knn or self.knn
+        log_probs = torch.from_numpy(embeddings.lm_log_probs)
+        if self.label_bias is not None:
+            log_probs = log_probs - torch.from_numpy(self.label_bias)
+        p_lm = torch.softmax(log_probs, dim=-1)  # (N, C)
+        if len(self.store) == 0:
+            return Scores(p_lm.numpy(), np.zeros_like(p_lm.numpy()), p_lm.numpy(), None)
+        hits = self.store.search(embeddings.vectors, knn.k, exclude_ids=exclude_ids)
+        p_knn = knn_distribution(
+            torch.from_numpy(hits.similarities),
+            torch.from_numpy(hits.labels),
+            len(self.labels),
+            knn.temperature,
+        )
+        p = interpolate(p_knn, p_lm, knn.lam)
+        return Scores(p_lm.numpy(), p_knn.numpy(), p.numpy(), hits)
+
+    def predict(self, texts: Sequence[TextInput], *, progress: bool = False) -> list[Prediction]:
+        embeddings = self.embed(texts, progress=progress)
+        scores = self.score(embeddings)
+        return [self._explain(i, embeddings, scores) for i in range(len(texts))]
+
+    def _explain(self, i: int, embeddings: Embeddings, scores: Scores) -> Prediction:
+        names = self.labels
+        as_dict = lambda row: {name: float(p) for name, p in zip(names, row, strict=True)}  # noqa: E731
+        neighbours: tuple[Neighbour, ...] = ()
+        if scores.hits is not None:
+            found = scores.hits.ids[i] >= 0
+            neighbours = tuple(
+                Neighbour(int(n), names[int(lab)], float(s))
+                for n, lab, s in zip(
+                    scores.hits.ids[i][found],
+                    scores.hits.labels[i][found],
+                    scores.hits.similarities[i][found],
+                    strict=True,
+                )
+            )
+        return Prediction(
+            label=names[int(np.argmax(scores.probabilities[i]))],
+            probabilities=as_dict(scores.probabilities[i]),
+            p_lm=as_dict(scores.p_lm[i]),
+            p_knn=as_dict(scores.p_knn[i]) if neighbours else None,
+            neighbours=neighbours,
+            truncated=bool(embeddings.truncated[i]),
+        )
+
+    def add_examples(
+        self, texts: Sequence[TextInput], labels: Sequence[str], ids: Sequence[int] | np.ndarray | None = None
+    ) -> np.ndarray:
+        """Embed labelled examples into the store (an existing id is replaced). Returns their ids."""
+        if len(texts) != len(labels) or (ids is not None and len(ids) != len(texts)):
+            raise PromptError("texts, labels and ids must have the same length")
+        label_ids = self.label_indices(labels)  # unknown labels fail before any work is done
+        if ids is None:
+            first = int(self.store.ids().max()) + 1 if len(self.store) else 0
+            ids = np.arange(first, first + len(texts), dtype=np.int64)
+        ids = np.asarray(ids, dtype=np.int64)
+        embeddings = self.embed(texts)
+        self.store.add(ids, embeddings.vectors, label_ids)
+        return ids

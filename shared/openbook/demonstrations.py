@@ -1,0 +1,73 @@
+"""Neural demonstrations (RetroPrompt): retrieved neighbours as virtual tokens.
+
+For each class c the store's top-m neighbours of that class are retrieved and
+their slot vectors averaged with softmax(similarity / T) weights. The result
+is placed in the input next to the embedding of c's label word (the
+placeholder positions laid out by `PromptEncoder`), so the LM reads one
+`[demo vector, label word]` pair per class.
+
+Mapping into the input space. Store vectors are unit-norm slot states from the
+model's top layer, while the input layer expects token embeddings, whose norm
+is a property of the embedding table. The paper injects the representations
+as they are; we keep their direction and rescale them to the mean norm of the
+token embeddings, so a demonstration enters at the scale of an ordinary token
+instead of one set by the store's normalisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from openbook.store import KnowledgeStore
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    m: int = 4  # neighbours per class
+    temperature: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.m < 1:
+            raise ValueError(f"m must be at least 1, got {self.m}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be positive, got {self.temperature}")
+
+
+@dataclass(frozen=True)
+class Demonstrations:
+    vectors: np.ndarray  # (B, C, H) weighted mean of each class's neighbours (unit-norm slot space)
+    ids: np.ndarray  # (B, C, m) neighbour ids, -1 where the class has fewer than m examples
+    weights: np.ndarray  # (B, C, m) softmax weights, 0 where there is no neighbour
+    similarities: np.ndarray  # (B, C, m)
+
+
+def retrieve_demonstrations(
+    store: KnowledgeStore,
+    queries: np.ndarray,  # (B, H)
+    num_labels: int,
+    config: DemoConfig,
+    *,
+    exclude_ids: np.ndarray | None = None,
+) -> Demonstrations:
+    hits = store.search_per_label(queries, config.m, num_labels, exclude_ids=exclude_ids)  # (B, C, m)
+    present = hits.ids >= 0
+    logits = np.where(present, hits.similarities / config.temperature, -np.inf)
+    logits = logits - np.max(np.where(present, logits, -np.inf), axis=-1, keepdims=True, initial=-1e30)
+    weights = np.where(present, np.exp(logits), 0.0)
+    weights /= np.maximum(weights.sum(-1, keepdims=True), 1e-12)  # (B, C, m)
+    neighbour_vectors = np.zeros((*hits.ids.shape, store.dim), dtype=np.float32)  # (B, C, m, H)
+    if present.any():
+        neighbour_vectors[present] = store.vectors_of(hits.ids[present])
+    vectors = np.einsum("bcm,bcmh->bch", weights.astype(np.float32), neighbour_vectors)  # (B, C, H)
+    return Demonstrations(vectors, hits.ids, weights.astype(np.float32), hits.similarities)
+
+
+def to_input_space(vectors: np.ndarray, embedding_weight: torch.Tensor) -> torch.Tensor:
+    """Rescale demonstration vectors (B, C, H) to the mean norm of the token embeddings."""
+    target_norm = embedding_weight.detach().float().norm(dim=-1).mean()
+    demo = torch.from_numpy(vectors).to(embedding_weight.device)
+    norms = demo.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    return demo / norms * target_norm  # (B, C, H); an empty class stays the zero vector

@@ -1,0 +1,262 @@
+"""The k-shot evaluation protocol for the inference-time methods.
+
+For each seed: the store is built from `train`; every hyper-parameter (k, T,
+lambda) is chosen on `dev` only; accuracy and macro-F1 are reported on `test`.
+Dev has 16 examples per class, so accuracy ties are common: they are broken
+by the dev negative log-likelihood of the gold label, a smooth criterion.
+
+The backbone is frozen here, so each split is embedded once and every method
+and grid point reuses those slot vectors and label scores. The test split is
+shared by all seeds: it is embedded once per task, and its cost is split
+evenly over the seeds in the reported wall time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from openbook.calibration import CalibrationMode, label_bias
+from openbook.classifier import Classifier, Embeddings
+from openbook.data import Example, load_kshot
+from openbook.knn import interpolate, knn_distribution
+from openbook.prompting import PromptError
+from openbook.store import KnowledgeStore, SearchResult
+
+K_GRID = (1, 2, 4, 8, 16, 32)
+TEMPERATURE_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
+LAMBDA_GRID = tuple(round(0.1 * i, 1) for i in range(11))
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    task: str
+    method: str
+    seed: int
+    accuracy: float
+    macro_f1: float
+    params: dict
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Split:
+    embeddings: Embeddings
+    labels: np.ndarray  # (N,) label indices
+    hits: SearchResult | None = None  # neighbours in the train store (dev and test only)
+
+
+@dataclass(frozen=True)
+class MethodInputs:
+    num_labels: int
+    p_lm_dev: np.ndarray  # (N_dev, C) calibrated
+    p_lm_test: np.ndarray
+    dev: Split
+    test: Split
+    store_size: int
+
+
+MethodResult = tuple[np.ndarray, dict]  # test probabilities (N, C), chosen params
+INFERENCE_METHODS: dict[str, Callable[[MethodInputs], MethodResult]] = {}
+
+
+def inference_method(name: str) -> Callable:
+    def register(fn: Callable[[MethodInputs], MethodResult]) -> Callable[[MethodInputs], MethodResult]:
+        INFERENCE_METHODS[name] = fn
+        return fn
+
+    return register
+
+
+def _mixture(p_lm: np.ndarray, hits: SearchResult, num_labels: int, k: int, temperature: float, lam: float):
+    p_knn = knn_distribution(
+        torch.from_numpy(hits.similarities[:, :k]),
+        torch.from_numpy(hits.labels[:, :k]),
+        num_labels,
+        temperature,
+    )
+    return interpolate(p_knn, torch.from_numpy(p_lm), lam).numpy()
+
+
+def _select(inputs: MethodInputs, grid: Sequence[tuple[int, float, float]]) -> MethodResult:
+    """Best (k, T, lambda) on dev by accuracy, then by gold log-likelihood; applied to test."""
+    assert inputs.dev.hits is not None and inputs.test.hits is not None
+    best_key, best = None, None
+    for k, temperature, lam in grid:
+        if k > inputs.store_size:
+            continue
+        p_dev = _mixture(inputs.p_lm_dev, inputs.dev.hits, inputs.num_labels, k, temperature, lam)
+        gold = p_dev[np.arange(len(p_dev)), inputs.dev.labels]
+        key = (accuracy(p_dev.argmax(-1), inputs.dev.labels), float(np.log(np.maximum(gold, 1e-12)).mean()))
+        if best_key is None or key > best_key:
+            best_key, best = key, (k, temperature, lam)
+    assert best is not None and best_key is not None
+    k, temperature, lam = best
+    p_test = _mixture(inputs.p_lm_test, inputs.test.hits, inputs.num_labels, k, temperature, lam)
+    return p_test, {"k": k, "temperature": temperature, "lam": lam, "dev_accuracy": best_key[0]}
+
+
+@inference_method("zero-shot")
+def zero_shot(inputs: MethodInputs) -> MethodResult:
+    """The prompt alone: argmax of the (calibrated) label-word distribution."""
+    return inputs.p_lm_test, {"dev_accuracy": accuracy(inputs.p_lm_dev.argmax(-1), inputs.dev.labels)}
+
+
+@inference_method("knn")
+def knn_only(inputs: MethodInputs) -> MethodResult:
+    """The store alone: P_kNN over the slot vectors of the training examples."""
+    return _select(inputs, [(k, t, 1.0) for k, t in itertools.product(K_GRID, TEMPERATURE_GRID)])
+
+
+@inference_method("knn-interp")
+def knn_interp(inputs: MethodInputs) -> MethodResult:
+    """RetroPrompt's kNN interpolation: lam * P_kNN + (1 - lam) * P_LM, with lam chosen on dev."""
+    return _select(inputs, list(itertools.product(K_GRID, TEMPERATURE_GRID, LAMBDA_GRID)))
+
+
+def accuracy(predicted: np.ndarray, gold: np.ndarray) -> float:
+    return float((predicted == gold).mean())
+
+
+def macro_f1(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
+    scores = []
+    for label in range(num_labels):
+        tp = np.sum((predicted == label) & (gold == label))
+        fp = np.sum((predicted == label) & (gold != label))
+        fn = np.sum((predicted != label) & (gold == label))
+        scores.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(scores))
+
+
+def _label_indices(classifier: Classifier, examples: list[Example]) -> np.ndarray:
+    indices = []
+    for example in examples:
+        try:
+            indices.append(classifier.verbalizer.index(example.label))
+        except PromptError as error:
+            raise PromptError(f"{example.source}: {error}") from None
+    return np.array(indices, dtype=np.int64)
+
+
+def evaluate_task(
+    classifier: Classifier,
+    data_dir: str | Path,
+    task: str,
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    calibration: CalibrationMode = "domain",
+    shots: int = 16,
+    progress: bool = True,
+) -> list[EvalRecord]:
+    unknown = [m for m in methods if m not in INFERENCE_METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; available: {sorted(INFERENCE_METHODS)}")
+    splits = {seed: load_kshot(data_dir, task, seed, shots) for seed in seeds}  # all data checked up front
+    labels = {
+        seed: [_label_indices(classifier, getattr(s, part)) for part in ("train", "dev")]
+        for seed, s in splits.items()
+    }
+    test_examples = splits[seeds[0]].test
+    test_labels = _label_indices(classifier, test_examples)
+    if len(set(test_labels.tolist()) | {i for ls in labels.values() for a in ls for i in a.tolist()}) < 2:
+        raise PromptError(f"{task}: the data has fewer than 2 classes")
+
+    started = time.perf_counter()
+    test_embeddings = classifier.embed(
+        [e.text for e in test_examples], progress=f"{task} test" if progress else False
+    )
+    test_seconds_per_seed = (time.perf_counter() - started) / len(seeds)
+    records = []
+    for seed in tqdm(seeds, desc=f"{task} seeds", disable=not progress):
+        started = time.perf_counter()
+        train_labels, dev_labels = labels[seed]
+        train = classifier.embed([e.text for e in splits[seed].train])
+        dev = classifier.embed([e.text for e in splits[seed].dev])
+        store = KnowledgeStore(train.vectors.shape[1])
+        store.add(np.arange(len(train_labels)), train.vectors, train_labels)
+        bias = label_bias(calibration, classifier, domain_lm_log_probs=train.lm_log_probs)
+        k_max = min(max(K_GRID), len(store))
+        inputs = MethodInputs(
+            num_labels=len(classifier.labels),
+            p_lm_dev=_calibrated(dev, bias),
+            p_lm_test=_calibrated(test_embeddings, bias),
+            dev=Split(dev, dev_labels, store.search(dev.vectors, k_max)),
+            test=Split(test_embeddings, test_labels, store.search(test_embeddings.vectors, k_max)),
+            store_size=len(store),
+        )
+        shared_seconds = time.perf_counter() - started + test_seconds_per_seed
+        for method in methods:
+            method_started = time.perf_counter()
+            p_test, params = INFERENCE_METHODS[method](inputs)
+            predicted = p_test.argmax(-1)
+            params = {
+                **params,
+                "calibration": calibration,
+                "truncated_test": int(test_embeddings.truncated.sum()),
+            }
+            records.append(
+                EvalRecord(
+                    task=task,
+                    method=method,
+                    seed=seed,
+                    accuracy=accuracy(predicted, test_labels),
+                    macro_f1=macro_f1(predicted, test_labels, len(classifier.labels)),
+                    params=params,
+                    seconds=round(shared_seconds + time.perf_counter() - method_started, 3),
+                )
+            )
+    return records
+
+
+def _calibrated(embeddings: Embeddings, bias: np.ndarray | None) -> np.ndarray:
+    scores = torch.from_numpy(embeddings.lm_log_probs)
+    if bias is not None:
+        scores = scores - torch.from_numpy(bias)
+    return torch.softmax(scores, dim=-1).numpy()
+
+
+def results_table(records: Sequence[EvalRecord]) -> str:
+    """Markdown: mean (std) over seeds of accuracy and macro-F1 (in %), per task and method."""
+    lines = [
+        "| task | method | accuracy | macro-F1 | seeds | seconds / run |",
+        "|------|--------|----------|----------|-------|---------------|",
+    ]
+    groups: dict[tuple[str, str], list[EvalRecord]] = {}
+    for record in records:
+        groups.setdefault((record.task, record.method), []).append(record)
+    for (task, method), group in groups.items():
+        acc = 100 * np.array([r.accuracy for r in group])
+        f1 = 100 * np.array([r.macro_f1 for r in group])
+        seconds = np.mean([r.seconds for r in group])
+        lines.append(
+            f"| {task} | {method} | {acc.mean():.1f} ({acc.std():.1f}) | {f1.mean():.1f} ({f1.std():.1f}) "
+            f"| {len(group)} | {seconds:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_results(records: Sequence[EvalRecord], out_dir: str | Path, header: str = "") -> None:
+    """results.json (one record per method x seed) and results.md, each replaced atomically."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out / "results.json", json.dumps([asdict(r) for r in records], indent=2) + "\n")
+    _atomic_write(out / "results.md", header + results_table(records))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)

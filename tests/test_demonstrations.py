@@ -1,0 +1,51 @@
+import numpy as np
+import torch
+from openbook.demonstrations import DemoConfig, retrieve_demonstrations, to_input_space
+from openbook.store import KnowledgeStore
+
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def test_demo_vector_is_softmax_weighted_mean_of_top_m_per_class():
+    rng = np.random.default_rng(0)
+    dim, per_class, classes = 8, 5, 3
+    vectors = _unit(rng.standard_normal((per_class * classes, dim))).astype(np.float32)
+    labels = np.repeat(np.arange(classes), per_class)
+    store = KnowledgeStore(dim)
+    store.add(np.arange(len(vectors)), vectors, labels)
+    queries = _unit(rng.standard_normal((2, dim))).astype(np.float32)
+    config = DemoConfig(m=2, temperature=0.2)
+    demos = retrieve_demonstrations(store, queries, classes, config)
+    assert demos.vectors.shape == (2, classes, dim)
+    for b in range(2):
+        for c in range(classes):
+            members = np.flatnonzero(labels == c)
+            sims = vectors[members] @ queries[b]
+            top = members[np.argsort(-sims)[:2]]
+            weights = np.exp(np.sort(sims)[::-1][:2] / 0.2)
+            weights /= weights.sum()
+            np.testing.assert_allclose(demos.vectors[b, c], weights @ vectors[top], atol=1e-5)
+            assert sorted(demos.ids[b, c].tolist()) == sorted(top.tolist())
+
+
+def test_leave_one_out_and_missing_class():
+    dim = 4
+    vectors = np.eye(dim, dtype=np.float32)[:3]
+    store = KnowledgeStore(dim)
+    store.add([0, 1, 2], vectors, [0, 0, 1])
+    demos = retrieve_demonstrations(store, vectors[:1], 3, DemoConfig(m=2), exclude_ids=np.array([0]))
+    assert 0 not in demos.ids[0].ravel().tolist()
+    np.testing.assert_allclose(demos.vectors[0, 0], vectors[1], atol=1e-6)  # only id 1 is left in class 0
+    assert (demos.ids[0, 2] == -1).all() and np.allclose(demos.vectors[0, 2], 0)  # class 2 has no examples
+
+
+def test_input_space_mapping_keeps_direction_and_takes_embedding_norm():
+    embedding = torch.randn(50, 6) * 3
+    vectors = np.array([[[1.0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]], dtype=np.float32)
+    mapped = to_input_space(vectors, embedding)
+    target = embedding.norm(dim=-1).mean()
+    torch.testing.assert_close(mapped[0, 0].norm(), target)
+    assert mapped[0, 0, 0] > 0 and torch.count_nonzero(mapped[0, 0]) == 1
+    assert torch.count_nonzero(mapped[0, 1]) == 0

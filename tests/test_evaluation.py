@@ -1,0 +1,92 @@
+import json
+
+import numpy as np
+import pytest
+from openbook.cli import main
+from openbook.evaluation import EvalRecord, accuracy, macro_f1, results_table
+
+POSITIVE = ["the movie was great and fun", "a good film with a great cast", "great fun", "a good film"]
+NEGATIVE = ["it was terrible and boring", "a bad film , it was awful", "boring and bad", "a terrible film"]
+
+
+def _write_csv(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f'{label},"{text}"\n' for label, text in rows))
+
+
+def make_toy_dataset(root, seeds=(1, 2), task="toy"):
+    rows = [("1", t) for t in POSITIVE] + [("0", t) for t in NEGATIVE]
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(rows))
+        _write_csv(root / task / f"16-{seed}" / "train.csv", [rows[i] for i in order])
+        _write_csv(root / task / f"16-{seed}" / "dev.csv", [rows[i] for i in order[::-1]])
+    _write_csv(root / task / "test.csv", [*rows, ("1", "fun and good"), ("0", "awful and boring")])
+    return root
+
+
+def _eval_args(data, out, causal_dir, labels="0=bad,1=good", methods="zero-shot,knn,knn-interp"):
+    return [
+        "eval", "--data", str(data), "--task", "toy",
+        "--template", "{text} It was {mask}", "--labels", labels,
+        "--methods", methods, "--seeds", "1,2", "--out", str(out), "--backbone", str(causal_dir),
+        "--max-length", "48",
+    ]  # fmt: skip
+
+
+def test_eval_cli_on_a_dataset_it_has_never_seen(tmp_path, causal_dir, capsys):
+    data = make_toy_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    assert main(_eval_args(data, out, causal_dir)) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert {(r["method"], r["seed"]) for r in records} == {
+        (m, s) for m in ("zero-shot", "knn", "knn-interp") for s in (1, 2)
+    }
+    for record in records:
+        assert set(record) == {"task", "method", "seed", "accuracy", "macro_f1", "params", "seconds"}
+        assert 0.0 <= record["accuracy"] <= 1.0 and record["seconds"] > 0
+    interp = [r for r in records if r["method"] == "knn-interp"]
+    assert all({"k", "temperature", "lam", "dev_accuracy"} <= set(r["params"]) for r in interp)
+    table = (out / "results.md").read_text()
+    assert "| toy | knn-interp |" in table and "Command: `openbook eval" in table
+    assert "| toy | zero-shot |" in capsys.readouterr().out
+
+
+def test_unknown_label_in_data_fails_naming_the_line_and_writes_nothing(tmp_path, causal_dir, capsys):
+    data = make_toy_dataset(tmp_path / "data")
+    with open(data / "toy" / "16-2" / "dev.csv", "a") as handle:
+        handle.write('7,"a stray label"\n')
+    out = tmp_path / "out"
+    assert main(_eval_args(data, out, causal_dir)) == 2
+    error = capsys.readouterr().err
+    assert "dev.csv:9" in error and "unknown label '7'" in error
+    assert not out.exists()
+
+
+def test_malformed_row_fails_naming_file_and_line(tmp_path, causal_dir, capsys):
+    data = make_toy_dataset(tmp_path / "data")
+    (data / "toy" / "test.csv").write_text('1,"fine"\n0,"fine too"\n1\n')
+    assert main(_eval_args(data, tmp_path / "out", causal_dir)) == 2
+    assert "test.csv:3" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_method_and_bad_template_are_user_errors(tmp_path, causal_dir, capsys):
+    data = make_toy_dataset(tmp_path / "data")
+    assert main(_eval_args(data, tmp_path / "o", causal_dir, methods="zero-shot,telepathy")) == 2
+    assert "telepathy" in capsys.readouterr().err
+    args = _eval_args(data, tmp_path / "o", causal_dir)
+    args[args.index("--template") + 1] = "{text} It was {mask} ."
+    assert main(args) == 2
+    assert "must be the last thing" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_metrics_and_table():
+    gold = np.array([0, 0, 1, 1, 2])
+    predicted = np.array([0, 1, 1, 1, 0])
+    assert accuracy(predicted, gold) == pytest.approx(0.6)
+    # per class F1: 0 -> 2*1/(2+1+1)=0.5, 1 -> 2*2/(4+1+0)=0.8, 2 -> 0
+    assert macro_f1(predicted, gold, 3) == pytest.approx((0.5 + 0.8 + 0.0) / 3)
+    records = [EvalRecord("t", "m", s, a, a, {}, 1.0) for s, a in ((1, 0.5), (2, 0.7))]
+    assert "| t | m | 60.0 (10.0) | 60.0 (10.0) | 2 | 1.0 |" in results_table(records)
