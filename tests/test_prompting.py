@@ -159,7 +159,7 @@ def test_demo_block_positions(backbone):
 def test_every_preset_builds_for_both_kinds(masked_backbone, causal_backbone):
     for preset in PRESETS.values():
         for backbone in (masked_backbone, causal_backbone):
-            encoder = backbone.encoder(preset.template(backbone.kind), preset.verbalizer)
+            encoder = backbone.encoder(*preset.prompt(backbone.kind))
             text = ("a question", "an answer") if encoder.template.is_pair else "a text"
             assert encoder.encode([text]).input_ids.shape[0] == 1
     assert get_preset("sst-2").name == "SST-2"

@@ -57,9 +57,7 @@ def run_store_bench(args: argparse.Namespace) -> None:
         BackboneConfig(name=args.backbone, max_length=args.max_length, device=args.device)
     )
     preset = get_preset("SST-2")
-    classifier = Classifier(
-        backbone, preset.template(backbone.kind), preset.verbalizer, batch_size=args.batch_size
-    )
+    classifier = Classifier(backbone, *preset.prompt(backbone.kind), batch_size=args.batch_size)
     batch_size = args.batch_size
     texts = synthetic_sentences(batch_size)
     encoder = classifier.encoder

@@ -186,13 +186,21 @@ class Classifier:
         self, texts: Sequence[TextInput], labels: Sequence[str], ids: Sequence[int] | np.ndarray | None = None
     ) -> np.ndarray:
         """Embed labelled examples into the store (an existing id is replaced). Returns their ids."""
-        if len(texts) != len(labels) or (ids is not None and len(ids) != len(texts)):
-            raise PromptError("texts, labels and ids must have the same length")
-        label_ids = self.label_indices(labels)  # unknown labels fail before any work is done
+        if len(texts) != len(labels):
+            raise PromptError("texts and labels must have the same length")
+        self.label_indices(labels)  # unknown labels fail before the forward passes
+        return self.add_embeddings(self.embed(texts), labels, ids)
+
+    def add_embeddings(
+        self, embeddings: Embeddings, labels: Sequence[str], ids: Sequence[int] | np.ndarray | None = None
+    ) -> np.ndarray:
+        """Put already-embedded examples into the store. Returns their ids (new ones follow the largest)."""
+        if len(labels) != len(embeddings.vectors) or (ids is not None and len(ids) != len(labels)):
+            raise PromptError("embeddings, labels and ids must have the same length")
+        label_ids = self.label_indices(labels)
         if ids is None:
             first = int(self.store.ids().max()) + 1 if len(self.store) else 0
-            ids = np.arange(first, first + len(texts), dtype=np.int64)
+            ids = np.arange(first, first + len(labels), dtype=np.int64)
         ids = np.asarray(ids, dtype=np.int64)
-        embeddings = self.embed(texts)
         self.store.add(ids, embeddings.vectors, label_ids)
         return ids

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from openbook.calibration import CALIBRATION_MODES
+from openbook.calibration import CALIBRATION_MODES, label_bias
 from openbook.data import DataError, read_split
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     classify.add_argument("--k", type=int, default=8)
     classify.add_argument("--temperature", type=float, default=0.1)
     classify.add_argument("--lam", type=float, default=0.5)
+    classify.add_argument(
+        "--calibration",
+        choices=CALIBRATION_MODES,
+        help="default: domain (over the --examples texts) when examples are given, else content-free",
+    )
     _add_prompt_arguments(classify)
 
     bench = commands.add_parser("bench", help="performance benchmarks (ratios, not pass/fail)")
@@ -73,7 +78,7 @@ def prompt_for(
         raise PromptError("give --task with a preset, or both --template and --labels")
     preset = get_preset(task)
     return (Template(template) if template else preset.template(kind)), (
-        Verbalizer.parse(labels) if labels else preset.verbalizer
+        Verbalizer.parse(labels) if labels else preset.verbalizer(kind)
     )
 
 
@@ -99,7 +104,7 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
     )
     header = (
         f"# {args.task}: {args.shots}-shot, seeds {args.seeds}, backbone {args.backbone}\n\n"
-        f"Template `{classifier.template.source}`, labels `{classifier.verbalizer}`. "
+        f"Template {json.dumps(classifier.template.source)}, labels `{classifier.verbalizer}`. "
         "Accuracy and macro-F1 on test in %, mean (std) over seeds; "
         "every hyper-parameter chosen on dev.\n\n"
         f"Command: `openbook {shlex.join(argv)}`\n\n"
@@ -113,9 +118,17 @@ def run_classify(args: argparse.Namespace) -> None:
 
     classifier = _classifier(args, args.task)
     classifier.knn = KnnConfig(k=args.k, temperature=args.temperature, lam=args.lam)
+    domain_scores = None
     if args.examples:
         examples = read_split(args.examples)
-        classifier.add_examples([e.text for e in examples], [e.label for e in examples])
+        from openbook.evaluation import example_labels
+
+        example_labels(classifier, examples)  # an unknown label fails, naming its line, before any forward
+        embeddings = classifier.embed([e.text for e in examples])
+        classifier.add_embeddings(embeddings, [e.label for e in examples])
+        domain_scores = embeddings.lm_log_probs
+    mode = args.calibration or ("domain" if args.examples else "content-free")
+    classifier.label_bias = label_bias(mode, classifier, domain_scores)
     for text, prediction in zip(args.texts, classifier.predict(args.texts), strict=True):
         print(json.dumps({"text": text, **_as_json(prediction)}))
 

@@ -137,7 +137,8 @@ def macro_f1(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
     return float(np.mean(scores))
 
 
-def _label_indices(classifier: Classifier, examples: list[Example]) -> np.ndarray:
+def example_labels(classifier: Classifier, examples: list[Example]) -> np.ndarray:
+    """Label indices of data examples; an unknown label is an error naming its file and line."""
     indices = []
     for example in examples:
         try:
@@ -163,11 +164,11 @@ def evaluate_task(
         raise ValueError(f"unknown method(s) {unknown}; available: {sorted(INFERENCE_METHODS)}")
     splits = {seed: load_kshot(data_dir, task, seed, shots) for seed in seeds}  # all data checked up front
     labels = {
-        seed: [_label_indices(classifier, getattr(s, part)) for part in ("train", "dev")]
+        seed: [example_labels(classifier, getattr(s, part)) for part in ("train", "dev")]
         for seed, s in splits.items()
     }
     test_examples = splits[seeds[0]].test
-    test_labels = _label_indices(classifier, test_examples)
+    test_labels = example_labels(classifier, test_examples)
     if len(set(test_labels.tolist()) | {i for ls in labels.values() for a in ls for i in a.tolist()}) < 2:
         raise PromptError(f"{task}: the data has fewer than 2 classes")
 

@@ -4,6 +4,14 @@ Masked templates and label words follow LM-BFF (Gao et al., 2021, Table 1).
 Causal backbones predict the next token, so their templates end at the slot;
 where LM-BFF puts the slot first or mid-sentence, the causal variant asks the
 same question at the end.
+
+A preset's label words belong to its template, so a preset may carry separate
+causal labels. The SST-2 causal prompt was chosen on the dev sets only (5 seeds
+x 32 sentences, domain calibration, smollm2-135m): `Review: {text}\nSentiment:
+{mask}` with negative/positive scored 79.4% dev accuracy against 63.7% for the
+LM-BFF prompt `{text} It was {mask}` with terrible/great; for mpqa,
+`Text: {text}\nSentiment: {mask}` scored 80.6% against 67.5%. The candidates
+and their dev scores are listed in docs/prompt-selection.md.
 """
 
 from __future__ import annotations
@@ -19,13 +27,18 @@ class Preset:
     masked_template: str
     causal_template: str
     labels: str
+    causal_labels: str | None = None  # label words for the causal template, when they differ
 
     def template(self, kind: str) -> Template:
         return Template(self.masked_template if kind == "masked" else self.causal_template)
 
-    @property
-    def verbalizer(self) -> Verbalizer:
-        return Verbalizer.parse(self.labels)
+    def verbalizer(self, kind: str) -> Verbalizer:
+        return Verbalizer.parse(
+            self.causal_labels if kind == "causal" and self.causal_labels else self.labels
+        )
+
+    def prompt(self, kind: str) -> tuple[Template, Verbalizer]:
+        return self.template(kind), self.verbalizer(kind)
 
 
 _SENTIMENT_2 = "0=terrible,1=great"
@@ -33,14 +46,26 @@ _SENTIMENT_2 = "0=terrible,1=great"
 PRESETS: dict[str, Preset] = {
     p.name.lower(): p
     for p in [
-        Preset("SST-2", "{text} It was {mask} .", "{text} It was {mask}", _SENTIMENT_2),
+        Preset(
+            "SST-2",
+            "{text} It was {mask} .",
+            "Review: {text}\nSentiment: {mask}",
+            _SENTIMENT_2,
+            causal_labels="0=negative,1=positive",
+        ),
         Preset(
             "sst-5",
             "{text} It was {mask} .",
             "{text} It was {mask}",
             "0=terrible,1=bad,2=okay,3=good,4=great",
         ),
-        Preset("mpqa", "{text} It was {mask} .", "{text} It was {mask}", _SENTIMENT_2),
+        Preset(
+            "mpqa",
+            "{text} It was {mask} .",
+            "Text: {text}\nSentiment: {mask}",
+            _SENTIMENT_2,
+            causal_labels="0=negative,1=positive",
+        ),
         Preset(
             "trec",
             "{mask} : {text}",

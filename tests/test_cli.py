@@ -1,0 +1,35 @@
+import json
+
+from openbook.cli import main
+
+
+def _classify_args(causal_dir, examples, *texts):
+    return [
+        "classify", "--template", "{text} It was {mask}", "--labels", "0=bad,1=good",
+        "--backbone", str(causal_dir), "--examples", str(examples), "--k", "2", *texts,
+    ]  # fmt: skip
+
+
+def test_classify_prints_explained_predictions(tmp_path, causal_dir, capsys):
+    examples = tmp_path / "examples.tsv"
+    examples.write_text("sentence\tlabel\na good film\t1\na bad film\t0\ngreat fun\t1\n")
+    assert main(_classify_args(causal_dir, examples, "a good film", "boring")) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["text"] for line in lines] == ["a good film", "boring"]
+    first = lines[0]
+    assert first["label"] in {"0", "1"} and len(first["neighbours"]) == 2
+    assert first["neighbours"][0]["id"] == 0 and first["neighbours"][0]["label"] == "1"
+    assert abs(sum(first["probabilities"].values()) - 1) < 1e-5
+
+
+def test_classify_with_an_unknown_example_label_is_a_clear_error(tmp_path, causal_dir, capsys):
+    examples = tmp_path / "examples.tsv"
+    examples.write_text("sentence\tlabel\na good film\t1\na bad film\tmeh\n")
+    assert main(_classify_args(causal_dir, examples, "a good film")) == 2
+    error = capsys.readouterr().err
+    assert "examples.tsv:3" in error and "unknown label 'meh'" in error
+
+
+def test_missing_prompt_is_a_clear_error(causal_dir, capsys):
+    assert main(["classify", "--backbone", str(causal_dir), "some text"]) == 2
+    assert "--task" in capsys.readouterr().err
