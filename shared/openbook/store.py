@@ -19,6 +19,12 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
+# faiss-cpu 1.15 answers batches below `distance_compute_blas_threshold` queries (128000 in this
+# build) with its per-query kernel. Measured on 2 cores, dim 576, k=16, one flat index of 100k:
+# 32 queries take 236 ms that way and 36 ms through BLAS; 8 queries 62 ms vs 32 ms; 256 queries
+# 178 ms either way; 1 query 17 ms either way. The classic threshold of 20 is never slower here.
+faiss.cvar.distance_compute_blas_threshold = 20
+
 FORMAT_VERSION = 1
 MANIFEST_NAME = "store.json"
 ARRAY_FILES = ("ids.npy", "labels.npy", "index_of.npy")

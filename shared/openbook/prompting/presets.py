@@ -10,7 +10,8 @@ causal labels. The SST-2 causal prompt was chosen on the dev sets only (5 seeds
 x 32 sentences, domain calibration, smollm2-135m): `Review: {text}\nSentiment:
 {mask}` with negative/positive scored 79.4% dev accuracy against 63.7% for the
 LM-BFF prompt `{text} It was {mask}` with terrible/great; for mpqa,
-`Text: {text}\nSentiment: {mask}` scored 80.6% against 67.5%. The candidates
+`Text: {text}\nSentiment: {mask}` scored 80.6% against 67.5%; for sst-5,
+`Review: {text}\nSentiment: {mask}` scored 37.7% against 32.8%. The candidates
 and their dev scores are listed in docs/prompt-selection.md.
 """
 
@@ -56,7 +57,7 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "sst-5",
             "{text} It was {mask} .",
-            "{text} It was {mask}",
+            "Review: {text}\nSentiment: {mask}",
             "0=terrible,1=bad,2=okay,3=good,4=great",
         ),
         Preset(
