@@ -7,12 +7,8 @@ recall@10 of that approximation is measured and kept, so nobody has to guess wha
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import faiss
@@ -25,9 +21,6 @@ import numpy.typing as npt
 # 178 ms either way; 1 query 17 ms either way. The classic threshold of 20 is never slower here.
 faiss.cvar.distance_compute_blas_threshold = 20
 
-FORMAT_VERSION = 1
-MANIFEST_NAME = "store.json"
-ARRAY_FILES = ("ids.npy", "labels.npy", "index_of.npy")
 # A faiss flat index keeps its vectors in one growing buffer: removing a row moves everything after it,
 # and growing the buffer copies all of it. Sealing shards at this size bounds both copies to ~37 MB at
 # dim 576 instead of the whole store (measured: 26 ms -> 4 ms per single-id remove at 100k items).
@@ -100,14 +93,6 @@ def _select_top(
     order = np.argsort(-similarities, axis=1, kind="stable")[:, :k]
     similarities = np.take_along_axis(similarities, order, axis=1)
     return similarities, np.take_along_axis(ids, order, axis=1)
-
-
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 class KnowledgeStore:
@@ -400,97 +385,28 @@ class KnowledgeStore:
 
     def save(self, path: str | os.PathLike[str], *, metadata: dict[str, Any] | None = None) -> None:
         """Write a snapshot directory atomically; ``metadata``, if given, replaces ``self.metadata``."""
-        target = Path(path)
-        new_metadata = dict(self.metadata if metadata is None else metadata)
-        index_files = [f"index_{position:04d}.faiss" for position in range(len(self._indexes))]
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "dim": self._dim,
-            "kind": self._kind,
-            "count": len(self),
-            "version": self.version,
-            "approx_threshold": self.approx_threshold,
-            "nprobe": self.nprobe,
-            "seed": self.seed,
-            "shard_size": self.shard_size,
-            "approx_recall": self.approx_recall,
-            "ivf_built_at": self._ivf_built_at,
-            "index_files": index_files,
-            "metadata": new_metadata,
-        }
-        try:
-            manifest_text = json.dumps(manifest, indent=2, allow_nan=False)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"metadata must be JSON-serialisable: {error}") from error
-        if target.exists() and not (target / MANIFEST_NAME).is_file():
-            raise FileExistsError(f"{target} exists and is not a knowledge store snapshot; not replacing it")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Same parent as the target, so the final rename stays on one filesystem and is atomic.
-        staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
-        staging.mkdir()
-        try:
-            for index, name in zip(self._indexes, index_files, strict=True):
-                faiss.write_index(index, str(staging / name))
-            for name, array in zip(ARRAY_FILES, (self._ids, self._labels, self._index_of), strict=True):
-                np.save(staging / name, array)
-            (staging / MANIFEST_NAME).write_text(manifest_text, encoding="utf-8")
-            # Everything must be on disk before the rename publishes it, or a crash could expose a
-            # snapshot whose files are still empty.
-            for file in staging.iterdir():
-                _fsync(file)
-            _fsync(staging)
-            if target.exists():
-                aside = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
-                os.rename(target, aside)
-                os.rename(staging, target)
-                shutil.rmtree(aside)
-            else:
-                os.rename(staging, target)
-            _fsync(target.parent)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)  # only still there if something failed
-        self.metadata = new_metadata
+        from openbook.store_snapshot import write_snapshot  # imported here: that module imports this one
+
+        write_snapshot(self, path, metadata=metadata)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> KnowledgeStore:
         """Restore a store written by :meth:`save`; it returns the same search results as the original."""
-        source = Path(path)
-        if not (source / MANIFEST_NAME).is_file():
-            raise FileNotFoundError(f"no knowledge store snapshot at {source} (missing {MANIFEST_NAME})")
-        try:
-            manifest = json.loads((source / MANIFEST_NAME).read_text(encoding="utf-8"))
-            if manifest["format_version"] != FORMAT_VERSION:
-                raise ValueError(f"unsupported format_version {manifest['format_version']}")
-            store = cls(
-                manifest["dim"],
-                approx_threshold=manifest["approx_threshold"],
-                nprobe=manifest["nprobe"],
-                seed=manifest["seed"],
-                shard_size=manifest["shard_size"],
-            )
-            arrays = [np.load(source / name, allow_pickle=False) for name in ARRAY_FILES]
-            store._ids, store._labels, store._index_of = (array.astype(np.int64) for array in arrays)
-            store._indexes = [faiss.read_index(str(source / name)) for name in manifest["index_files"]]
-            store._kind, store.version = manifest["kind"], int(manifest["version"])
-            store.approx_recall, store.metadata = manifest["approx_recall"], dict(manifest["metadata"])
-            store._ivf_built_at = int(manifest["ivf_built_at"])
-            store._check_consistency(int(manifest["count"]))
-        except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"corrupt knowledge store snapshot at {source}: {error}") from error
-        return store
+        from openbook.store_snapshot import read_snapshot
 
-    def _check_consistency(self, count: int) -> None:
-        if self._kind not in ("flat", "ivf"):
-            raise ValueError(f"unknown index kind {self._kind!r}")
-        if not len(self._ids) == len(self._labels) == len(self._index_of) == count:
-            raise ValueError("ids, labels and index assignment do not match the recorded count")
-        if (np.diff(self._ids) <= 0).any():
-            raise ValueError("ids are not sorted and unique")
-        per_index = np.bincount(self._index_of, minlength=len(self._indexes)).tolist()
-        actual = [index.ntotal for index in self._indexes]
-        if per_index != actual:
-            raise ValueError(f"index sizes {actual} do not match the id arrays")
-        if any(index.d != self._dim for index in self._indexes):
-            raise ValueError(f"an index has a dimension other than {self._dim}")
-        if self._kind == "ivf":
-            faiss.extract_index_ivf(self._indexes[0]).nprobe = self.nprobe
+        return read_snapshot(path, store_class=cls)
+
+    def _export_state(self) -> tuple[list[faiss.Index], tuple[np.ndarray, np.ndarray, np.ndarray], int]:
+        """For snapshots: the faiss indexes, (ids, labels, index_of) and ivf_built_at; not copies."""
+        return self._indexes, (self._ids, self._labels, self._index_of), self._ivf_built_at
+
+    def _restore_state(
+        self,
+        kind: str,
+        indexes: list[faiss.Index],
+        arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
+        ivf_built_at: int,
+    ) -> None:
+        """For snapshots: install what :meth:`_export_state` returned, together with the index kind."""
+        self._kind, self._indexes, self._ivf_built_at = kind, indexes, ivf_built_at
+        self._ids, self._labels, self._index_of = arrays

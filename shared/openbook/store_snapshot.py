@@ -1,0 +1,138 @@
+"""Snapshot persistence for :class:`~openbook.store.KnowledgeStore`: one directory per snapshot.
+
+A snapshot holds a JSON manifest, the sorted id, label and index-assignment arrays as ``.npy`` files and
+one faiss file per index. It is written into a staging directory next to the target and published with a
+rename, so readers see either the old snapshot or the new one, never a half-written one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from openbook.store import KnowledgeStore
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "store.json"
+ARRAY_FILES = ("ids.npy", "labels.npy", "index_of.npy")
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write_snapshot(
+    store: KnowledgeStore, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None
+) -> None:
+    """Write a snapshot directory atomically; ``metadata``, if given, replaces ``store.metadata``."""
+    target = Path(path)
+    new_metadata = dict(store.metadata if metadata is None else metadata)
+    indexes, arrays, ivf_built_at = store._export_state()
+    index_files = [f"index_{position:04d}.faiss" for position in range(len(indexes))]
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "dim": store.dim,
+        "kind": store.kind,
+        "count": len(store),
+        "version": store.version,
+        "approx_threshold": store.approx_threshold,
+        "nprobe": store.nprobe,
+        "seed": store.seed,
+        "shard_size": store.shard_size,
+        "approx_recall": store.approx_recall,
+        "ivf_built_at": ivf_built_at,
+        "index_files": index_files,
+        "metadata": new_metadata,
+    }
+    try:
+        manifest_text = json.dumps(manifest, indent=2, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"metadata must be JSON-serialisable: {error}") from error
+    if target.exists() and not (target / MANIFEST_NAME).is_file():
+        raise FileExistsError(f"{target} exists and is not a knowledge store snapshot; not replacing it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Same parent as the target, so the final rename stays on one filesystem and is atomic.
+    staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
+    staging.mkdir()
+    try:
+        for index, name in zip(indexes, index_files, strict=True):
+            faiss.write_index(index, str(staging / name))
+        for name, array in zip(ARRAY_FILES, arrays, strict=True):
+            np.save(staging / name, array)
+        (staging / MANIFEST_NAME).write_text(manifest_text, encoding="utf-8")
+        # Everything must be on disk before the rename publishes it, or a crash could expose a
+        # snapshot whose files are still empty.
+        for file in staging.iterdir():
+            _fsync(file)
+        _fsync(staging)
+        if target.exists():
+            aside = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
+            os.rename(target, aside)
+            os.rename(staging, target)
+            shutil.rmtree(aside)
+        else:
+            os.rename(staging, target)
+        _fsync(target.parent)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # only still there if something failed
+    store.metadata = new_metadata
+
+
+def read_snapshot(
+    path: str | os.PathLike[str], *, store_class: type[KnowledgeStore] = KnowledgeStore
+) -> KnowledgeStore:
+    """Restore a store written by :func:`write_snapshot`; it gives the same search results as the original."""
+    source = Path(path)
+    if not (source / MANIFEST_NAME).is_file():
+        raise FileNotFoundError(f"no knowledge store snapshot at {source} (missing {MANIFEST_NAME})")
+    try:
+        manifest = json.loads((source / MANIFEST_NAME).read_text(encoding="utf-8"))
+        if manifest["format_version"] != FORMAT_VERSION:
+            raise ValueError(f"unsupported format_version {manifest['format_version']}")
+        store = store_class(
+            manifest["dim"],
+            approx_threshold=manifest["approx_threshold"],
+            nprobe=manifest["nprobe"],
+            seed=manifest["seed"],
+            shard_size=manifest["shard_size"],
+        )
+        loaded = [np.load(source / name, allow_pickle=False) for name in ARRAY_FILES]
+        ids, labels, index_of = (array.astype(np.int64) for array in loaded)
+        indexes = [faiss.read_index(str(source / name)) for name in manifest["index_files"]]
+        kind, store.version = manifest["kind"], int(manifest["version"])
+        store.approx_recall, store.metadata = manifest["approx_recall"], dict(manifest["metadata"])
+        store._restore_state(kind, indexes, (ids, labels, index_of), int(manifest["ivf_built_at"]))
+        _check_consistency(store, int(manifest["count"]))
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"corrupt knowledge store snapshot at {source}: {error}") from error
+    return store
+
+
+def _check_consistency(store: KnowledgeStore, count: int) -> None:
+    """Reject a restored store whose parts disagree; set the IVF nprobe once the store passes."""
+    indexes, (ids, labels, index_of), _ = store._export_state()
+    if store.kind not in ("flat", "ivf"):
+        raise ValueError(f"unknown index kind {store.kind!r}")
+    if not len(ids) == len(labels) == len(index_of) == count:
+        raise ValueError("ids, labels and index assignment do not match the recorded count")
+    if (np.diff(ids) <= 0).any():
+        raise ValueError("ids are not sorted and unique")
+    per_index = np.bincount(index_of, minlength=len(indexes)).tolist()
+    actual = [index.ntotal for index in indexes]
+    if per_index != actual:
+        raise ValueError(f"index sizes {actual} do not match the id arrays")
+    if any(index.d != store.dim for index in indexes):
+        raise ValueError(f"an index has a dimension other than {store.dim}")
+    if store.kind == "ivf":
+        faiss.extract_index_ivf(indexes[0]).nprobe = store.nprobe
