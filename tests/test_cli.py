@@ -33,3 +33,14 @@ def test_classify_with_an_unknown_example_label_is_a_clear_error(tmp_path, causa
 def test_missing_prompt_is_a_clear_error(causal_dir, capsys):
     assert main(["classify", "--backbone", str(causal_dir), "some text"]) == 2
     assert "--task" in capsys.readouterr().err
+
+
+def test_bench_store_prints_the_ratios(causal_dir, capsys):
+    assert (
+        main(["bench", "store", "--backbone", str(causal_dir), "--sizes", "200,1000", "--batch-size", "4"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "store of   1,000: kNN search + interpolation" in out and "% of the forward" in out
+    assert "add one example to a store of 1,000" in out
+    assert out.count("-> ratio") == 2

@@ -95,8 +95,9 @@ def run_store_bench(args: argparse.Namespace) -> None:
     assert store is not None
     one = rng.standard_normal((1, dim), dtype=np.float32)
     next_id = iter(range(10**9, 10**9 + 10_000))
+    size = len(store)
     add_s = median_seconds(lambda: store.add(np.array([next(next_id)]), one, np.array([1])), repeats=200)
-    print(f"add one example to a store of {len(store):,}: {add_s * 1e3:.3f} ms (median of 200)")
+    print(f"add one example to a store of {size:,}: {add_s * 1e3:.3f} ms (median of 200)")
 
     corpus = synthetic_sentences(batch_size * 4, seed=1)
 
