@@ -88,23 +88,22 @@ def masked_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _save_masked(tmp_path_factory.mktemp("tiny-bert"))
 
 
-@pytest.fixture(scope="session", params=["masked", "causal"])
-def backbone(request: pytest.FixtureRequest):
+def _load(directory: Path):
     from openbook.backbone import BackboneConfig, load_backbone
 
-    directory = request.getfixturevalue(f"{request.param}_dir")
     return load_backbone(BackboneConfig(name=str(directory), max_length=48))
 
 
 @pytest.fixture(scope="session")
 def causal_backbone(causal_dir: Path):
-    from openbook.backbone import BackboneConfig, load_backbone
-
-    return load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))
+    return _load(causal_dir)
 
 
 @pytest.fixture(scope="session")
 def masked_backbone(masked_dir: Path):
-    from openbook.backbone import BackboneConfig, load_backbone
+    return _load(masked_dir)
 
-    return load_backbone(BackboneConfig(name=str(masked_dir), max_length=48))
+
+@pytest.fixture(scope="session", params=["masked", "causal"])
+def backbone(request: pytest.FixtureRequest):
+    return request.getfixturevalue(f"{request.param}_backbone")

@@ -8,11 +8,15 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from openbook.calibration import CALIBRATION_MODES, label_bias
 from openbook.data import DataError, read_split
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
+
+if TYPE_CHECKING:
+    from openbook.classifier import Classifier, Prediction
 
 USER_ERRORS = (PromptError, DataError, FileNotFoundError, ValueError)
 
@@ -82,7 +86,7 @@ def prompt_for(
     )
 
 
-def _classifier(args: argparse.Namespace, task: str | None):  # type: ignore[no-untyped-def]
+def _classifier(args: argparse.Namespace, task: str | None) -> Classifier:
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.classifier import Classifier
 
@@ -133,7 +137,7 @@ def run_classify(args: argparse.Namespace) -> None:
         print(json.dumps({"text": text, **_as_json(prediction)}))
 
 
-def _as_json(prediction) -> dict:  # type: ignore[no-untyped-def]
+def _as_json(prediction: Prediction) -> dict:
     from dataclasses import asdict
 
     return asdict(prediction)
