@@ -86,3 +86,8 @@ def test_demonstrations_change_p_lm_but_not_the_store_keys(backbone):
         a, b = plain.embed(query), demo.embed(query)
     np.testing.assert_allclose(a.vectors, b.vectors, atol=1e-5)  # kNN keys/queries: plain prompt
     assert not np.allclose(a.lm_log_probs, b.lm_log_probs)
+
+
+def test_an_empty_batch_is_a_clear_error(classifier):
+    with pytest.raises(PromptError, match="no texts"):
+        classifier.predict([])

@@ -31,6 +31,14 @@ def mean_prediction_bias(lm_log_probs: np.ndarray) -> np.ndarray:
     return torch.log(probabilities.mean(0)).float().numpy()
 
 
+def calibrated_p_lm(lm_log_probs: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """P_LM = softmax(score - b): (N, C) label scores and an optional (C,) log-prior -> (N, C)."""
+    scores = torch.from_numpy(lm_log_probs)
+    if bias is not None:
+        scores = scores - torch.from_numpy(bias)
+    return torch.softmax(scores, dim=-1).numpy()
+
+
 def content_free_lm_log_probs(classifier: Classifier) -> np.ndarray:
     texts = [(t, t) if classifier.template.is_pair else t for t in CONTENT_FREE_INPUTS]
     return classifier.embed(texts).lm_log_probs

@@ -22,8 +22,9 @@ import torch
 from tqdm.auto import tqdm
 
 from openbook.backbone import Backbone
+from openbook.calibration import calibrated_p_lm
 from openbook.demonstrations import DemoConfig, retrieve_demonstrations, to_input_space
-from openbook.knn import KnnConfig, interpolate, knn_distribution
+from openbook.knn import KnnConfig, knn_mixture
 from openbook.prompting import PromptError, Template, TextInput, Verbalizer
 from openbook.store import KnowledgeStore, SearchResult
 
@@ -98,6 +99,8 @@ class Classifier:
         progress: bool | str = False,
     ) -> Embeddings:
         """Slot vectors and label scores for `texts`, in batches, without gradients."""
+        if not texts:
+            raise PromptError("no texts given")
         for position, text in enumerate(texts):
             self.template.check_input(text, position)
         vectors, scores, truncated = [], [], []
@@ -137,21 +140,12 @@ class Classifier:
     ) -> Scores:
         """P_LM, P_kNN and their interpolation; `exclude_ids` gives leave-one-out retrieval."""
         knn = knn or self.knn
-        log_probs = torch.from_numpy(embeddings.lm_log_probs)
-        if self.label_bias is not None:
-            log_probs = log_probs - torch.from_numpy(self.label_bias)
-        p_lm = torch.softmax(log_probs, dim=-1)  # (N, C)
+        p_lm = calibrated_p_lm(embeddings.lm_log_probs, self.label_bias)  # (N, C)
         if len(self.store) == 0:
-            return Scores(p_lm.numpy(), np.zeros_like(p_lm.numpy()), p_lm.numpy(), None)
+            return Scores(p_lm, np.zeros_like(p_lm), p_lm, None)
         hits = self.store.search(embeddings.vectors, knn.k, exclude_ids=exclude_ids)
-        p_knn = knn_distribution(
-            torch.from_numpy(hits.similarities),
-            torch.from_numpy(hits.labels),
-            len(self.labels),
-            knn.temperature,
-        )
-        p = interpolate(p_knn, p_lm, knn.lam)
-        return Scores(p_lm.numpy(), p_knn.numpy(), p.numpy(), hits)
+        p_knn, p = knn_mixture(p_lm, hits.similarities, hits.labels, knn)
+        return Scores(p_lm, p_knn, p, hits)
 
     def predict(self, texts: Sequence[TextInput], *, progress: bool = False) -> list[Prediction]:
         embeddings = self.embed(texts, progress=progress)

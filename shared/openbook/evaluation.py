@@ -22,13 +22,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
-from openbook.calibration import CalibrationMode, label_bias
-from openbook.classifier import Classifier, Embeddings
+from openbook.calibration import CalibrationMode, calibrated_p_lm, label_bias
+from openbook.classifier import Classifier
 from openbook.data import Example, load_kshot
-from openbook.knn import interpolate, knn_distribution
+from openbook.knn import KnnConfig, knn_mixture
 from openbook.prompting import PromptError
 from openbook.store import KnowledgeStore, SearchResult
 
@@ -50,7 +49,6 @@ class EvalRecord:
 
 @dataclass(frozen=True)
 class Split:
-    embeddings: Embeddings
     labels: np.ndarray  # (N,) label indices
     hits: SearchResult | None = None  # neighbours in the train store (dev and test only)
 
@@ -77,16 +75,6 @@ def inference_method(name: str) -> Callable:
     return register
 
 
-def _mixture(p_lm: np.ndarray, hits: SearchResult, num_labels: int, k: int, temperature: float, lam: float):
-    p_knn = knn_distribution(
-        torch.from_numpy(hits.similarities[:, :k]),
-        torch.from_numpy(hits.labels[:, :k]),
-        num_labels,
-        temperature,
-    )
-    return interpolate(p_knn, torch.from_numpy(p_lm), lam).numpy()
-
-
 def _select(inputs: MethodInputs, grid: Sequence[tuple[int, float, float]]) -> MethodResult:
     """Best (k, T, lambda) on dev by accuracy, then by gold log-likelihood; applied to test."""
     assert inputs.dev.hits is not None and inputs.test.hits is not None
@@ -94,14 +82,14 @@ def _select(inputs: MethodInputs, grid: Sequence[tuple[int, float, float]]) -> M
     for k, temperature, lam in grid:
         if k > inputs.store_size:
             continue
-        p_dev = _mixture(inputs.p_lm_dev, inputs.dev.hits, inputs.num_labels, k, temperature, lam)
+        p_dev = _mixture(inputs.p_lm_dev, inputs.dev, k, temperature, lam)
         gold = p_dev[np.arange(len(p_dev)), inputs.dev.labels]
         key = (accuracy(p_dev.argmax(-1), inputs.dev.labels), float(np.log(np.maximum(gold, 1e-12)).mean()))
         if best_key is None or key > best_key:
             best_key, best = key, (k, temperature, lam)
     assert best is not None and best_key is not None
     k, temperature, lam = best
-    p_test = _mixture(inputs.p_lm_test, inputs.test.hits, inputs.num_labels, k, temperature, lam)
+    p_test = _mixture(inputs.p_lm_test, inputs.test, k, temperature, lam)
     return p_test, {"k": k, "temperature": temperature, "lam": lam, "dev_accuracy": best_key[0]}
 
 
@@ -121,6 +109,11 @@ def knn_only(inputs: MethodInputs) -> MethodResult:
 def knn_interp(inputs: MethodInputs) -> MethodResult:
     """RetroPrompt's kNN interpolation: lam * P_kNN + (1 - lam) * P_LM, with lam chosen on dev."""
     return _select(inputs, list(itertools.product(K_GRID, TEMPERATURE_GRID, LAMBDA_GRID)))
+
+
+def _mixture(p_lm: np.ndarray, split: Split, k: int, temperature: float, lam: float) -> np.ndarray:
+    assert split.hits is not None
+    return knn_mixture(p_lm, split.hits.similarities, split.hits.labels, KnnConfig(k, temperature, lam))[1]
 
 
 def accuracy(predicted: np.ndarray, gold: np.ndarray) -> float:
@@ -169,7 +162,7 @@ def evaluate_task(
     }
     test_examples = splits[seeds[0]].test
     test_labels = example_labels(classifier, test_examples)
-    if len(set(test_labels.tolist()) | {i for ls in labels.values() for a in ls for i in a.tolist()}) < 2:
+    if len(np.unique(np.concatenate([test_labels, *(a for pair in labels.values() for a in pair)]))) < 2:
         raise PromptError(f"{task}: the data has fewer than 2 classes")
 
     started = time.perf_counter()
@@ -189,10 +182,10 @@ def evaluate_task(
         k_max = min(max(K_GRID), len(store))
         inputs = MethodInputs(
             num_labels=len(classifier.labels),
-            p_lm_dev=_calibrated(dev, bias),
-            p_lm_test=_calibrated(test_embeddings, bias),
-            dev=Split(dev, dev_labels, store.search(dev.vectors, k_max)),
-            test=Split(test_embeddings, test_labels, store.search(test_embeddings.vectors, k_max)),
+            p_lm_dev=calibrated_p_lm(dev.lm_log_probs, bias),
+            p_lm_test=calibrated_p_lm(test_embeddings.lm_log_probs, bias),
+            dev=Split(dev_labels, store.search(dev.vectors, k_max)),
+            test=Split(test_labels, store.search(test_embeddings.vectors, k_max)),
             store_size=len(store),
         )
         shared_seconds = time.perf_counter() - started + test_seconds_per_seed
@@ -217,13 +210,6 @@ def evaluate_task(
                 )
             )
     return records
-
-
-def _calibrated(embeddings: Embeddings, bias: np.ndarray | None) -> np.ndarray:
-    scores = torch.from_numpy(embeddings.lm_log_probs)
-    if bias is not None:
-        scores = scores - torch.from_numpy(bias)
-    return torch.softmax(scores, dim=-1).numpy()
 
 
 def results_table(records: Sequence[EvalRecord]) -> str:

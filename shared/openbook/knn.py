@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -41,6 +42,22 @@ def knn_distribution(
     weights = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # a row of only -inf gives NaN: no neighbours
     p_knn = torch.zeros(labels.shape[0], num_labels, dtype=weights.dtype, device=weights.device)
     return p_knn.scatter_add_(1, labels.clamp(min=0), weights)  # (B, C)
+
+
+def knn_mixture(
+    p_lm: np.ndarray,  # (B, C)
+    similarities: np.ndarray,  # (B, >=k) neighbours, most similar first
+    labels: np.ndarray,  # (B, >=k)
+    config: KnnConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(P_kNN, P) from the first `config.k` neighbours: the one path prediction and evaluation share."""
+    p_knn = knn_distribution(
+        torch.from_numpy(similarities[:, : config.k]),
+        torch.from_numpy(labels[:, : config.k]),
+        p_lm.shape[1],
+        config.temperature,
+    )
+    return p_knn.numpy(), interpolate(p_knn, torch.from_numpy(p_lm), config.lam).numpy()
 
 
 def interpolate(p_knn: torch.Tensor, p_lm: torch.Tensor, lam: float) -> torch.Tensor:
