@@ -3,7 +3,8 @@ import json
 import numpy as np
 import pytest
 from openbook.cli import main
-from openbook.evaluation import EvalRecord, accuracy, macro_f1, results_table
+from openbook.evaluation import EvalRecord, accuracy, macro_f1
+from openbook.reports import results_table
 
 POSITIVE = ["the movie was great and fun", "a good film with a great cast", "great fun", "a good film"]
 NEGATIVE = ["it was terrible and boring", "a bad film , it was awful", "boring and bad", "a terrible film"]

@@ -1,4 +1,4 @@
-"""`openbook bench store`: what the store and kNN cost next to the backbone.
+"""`openbook bench store|train`: what the store, kNN and training add to the backbone's own cost.
 
 Prints measured ratios; nothing here passes or fails. Reported:
 
@@ -11,6 +11,12 @@ Prints measured ratios; nothing here passes or fails. Reported:
    batch size, both with the full LM (logits at every position, the plain HF
    call) and with the transformer body alone (no LM head: the stricter
    reference).
+
+`openbook bench train` times one training step of each trainable method
+(loss, backward, gradient clipping, AdamW step) against the backbone's raw
+forward + backward on the same prompted token ids at the same batch size
+(the plain HF call with logits at every position, cross-entropy at the slot),
+with and without an AdamW step of its own.
 """
 
 from __future__ import annotations
@@ -129,4 +135,70 @@ def run_store_bench(args: argparse.Namespace) -> None:
         print(
             f"  vs raw forward, {name:<9}: {len(corpus) / seconds:.1f} texts/s"
             f" -> ratio {seconds / build_s:.2f}"
+        )
+
+
+def run_train_bench(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    import torch.nn.functional as F
+
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.classifier import Classifier
+    from openbook.methods import TrainBatch, build_method
+    from openbook.prompting import get_preset
+
+    torch.manual_seed(0)
+    backbone = load_backbone(
+        BackboneConfig(name=args.backbone, max_length=args.max_length, device=args.device)
+    )
+    batch_size = args.train_batch_size
+    texts = synthetic_sentences(batch_size)
+    base = Classifier(backbone, *get_preset("SST-2").prompt(backbone.kind))
+    gold = torch.arange(batch_size, device=backbone.device) % 2
+    batch = base.encoder.encode(texts).to(backbone.device)
+    label_ids = torch.tensor([ids[0] for ids in base.encoder.label_token_ids], device=backbone.device)
+    model = backbone.model
+    parameters = [p for p in model.parameters() if p.requires_grad]
+
+    def raw_step(optimizer: torch.optim.Optimizer | None) -> Callable[[], None]:
+        def run() -> None:
+            logits = model(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids,
+            ).logits  # (B, T, V): every position, as a plain call computes it
+            rows = torch.arange(batch_size, device=backbone.device)
+            loss = F.cross_entropy(logits[rows, batch.slot_index][:, label_ids], gold)
+            loss.backward()
+            if optimizer is not None:
+                optimizer.step()
+            model.zero_grad(set_to_none=True)
+
+        return run
+
+    model.train()
+    raw_s = median_seconds(raw_step(None), repeats=args.repeats)
+    raw_adam_s = median_seconds(raw_step(torch.optim.AdamW(parameters, lr=1e-9)), repeats=args.repeats)
+    print(f"backbone {args.backbone}, batch {batch_size}: raw forward+backward {raw_s * 1e3:.0f} ms")
+    print(f"  raw forward+backward+AdamW step {raw_adam_s * 1e3:.0f} ms")
+    corpus = synthetic_sentences(32, seed=1)
+    for spec in ("prompt-ft", "retroprompt"):
+        method = build_method(spec)
+        classifier = method.prepare(dataclasses.replace(base, store=None))
+        classifier.add_examples(corpus, [str(i % 2) for i in range(len(corpus))], ids=np.arange(len(corpus)))
+        optimizer = torch.optim.AdamW(method.trainable_parameters(classifier), lr=1e-9)
+
+        def step(method=method, classifier=classifier, optimizer=optimizer) -> None:
+            model.train()
+            loss = method.loss(classifier, TrainBatch(texts, gold, np.arange(batch_size, dtype=np.int64)))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+            optimizer.step()
+
+        step_s = median_seconds(step, repeats=args.repeats)
+        print(
+            f"{spec:<12} training step {step_s * 1e3:.0f} ms: throughput "
+            f"{raw_s / step_s:.2f}x raw forward+backward, {raw_adam_s / step_s:.2f}x with its AdamW step"
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -84,6 +85,13 @@ class Classifier:
                 f"store dim {self.store.dim} != backbone hidden size {self.backbone.hidden_size}"
             )
 
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, *, device: str = "cpu") -> Classifier:
+        """The classifier saved by `openbook train` (checksums verified; see `checkpoints.py`)."""
+        from openbook.checkpoints import load_classifier
+
+        return load_classifier(path, device=device)[0]
+
     @property
     def labels(self) -> tuple[str, ...]:
         return self.verbalizer.labels
@@ -97,36 +105,61 @@ class Classifier:
         *,
         exclude_ids: np.ndarray | None = None,
         progress: bool | str = False,
+        vectors_only: bool = False,
     ) -> Embeddings:
-        """Slot vectors and label scores for `texts`, in batches, without gradients."""
+        """Slot vectors and label scores for `texts`, in batches, without gradients.
+
+        Texts are batched in order of length, so a batch pads to similar lengths; results come back
+        in the order given. `vectors_only` skips the demonstration pass (store keys never need it).
+        """
         if not texts:
             raise PromptError("no texts given")
         for position, text in enumerate(texts):
             self.template.check_input(text, position)
+        order = np.argsort([_length(text) for text in texts], kind="stable")
         vectors, scores, truncated = [], [], []
         starts = range(0, len(texts), self.batch_size)
         bar = tqdm(starts, desc=progress if isinstance(progress, str) else "embed", disable=not progress)
         with torch.inference_mode():
             for start in bar:
-                chunk = list(texts[start : start + self.batch_size])
+                rows = order[start : start + self.batch_size]
+                chunk = [texts[i] for i in rows]
                 batch = self.encoder.encode(chunk)
                 out = self.backbone.forward(batch, self.encoder.label_token_ids)
                 hidden = torch.nn.functional.normalize(out.hidden, dim=-1).cpu().numpy()
                 log_probs = out.label_log_probs
                 cut = batch.truncated
-                if self.demo_encoder is not None and len(self.store) > 0:
-                    skip = None if exclude_ids is None else exclude_ids[start : start + self.batch_size]
-                    log_probs, demo_cut = self._with_demonstrations(chunk, hidden, skip)
+                if self.demo_encoder is not None and len(self.store) > 0 and not vectors_only:
+                    skip = None if exclude_ids is None else exclude_ids[rows]
+                    log_probs, demo_cut = self.label_scores(chunk, hidden, skip)
                     cut = cut | demo_cut
                 vectors.append(hidden)
                 scores.append(log_probs.cpu().numpy())
                 truncated.append(cut.numpy())
-        return Embeddings(np.concatenate(vectors), np.concatenate(scores), np.concatenate(truncated))
+        inverse = np.argsort(order)
+        return Embeddings(
+            np.concatenate(vectors)[inverse],
+            np.concatenate(scores)[inverse],
+            np.concatenate(truncated)[inverse],
+        )
 
-    def _with_demonstrations(
-        self, texts: list[TextInput], queries: np.ndarray, exclude_ids: np.ndarray | None
+    def label_scores(
+        self,
+        texts: Sequence[TextInput],
+        queries: np.ndarray | None = None,
+        exclude_ids: np.ndarray | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        assert self.demo_encoder is not None and self.demos is not None
+        """(B, C) label-word log-probs, differentiable, and (B,) truncation flags.
+
+        With demonstrations on and a non-empty store, they are retrieved for `queries` (unit slot
+        vectors; `exclude_ids[b]` is never retrieved for row b) and injected; otherwise the plain
+        prompt is scored. Training calls this under autograd, `embed` without.
+        """
+        if self.demo_encoder is None or self.demos is None or len(self.store) == 0:
+            batch = self.encoder.encode(texts)
+            return self.backbone.forward(batch, self.encoder.label_token_ids).label_log_probs, batch.truncated
+        if queries is None:
+            raise ValueError("demonstrations need query vectors to retrieve them")
         demos = retrieve_demonstrations(
             self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids
         )
@@ -198,3 +231,7 @@ class Classifier:
         ids = np.asarray(ids, dtype=np.int64)
         self.store.add(ids, embeddings.vectors, label_ids)
         return ids
+
+
+def _length(text: TextInput) -> int:
+    return len(text) if isinstance(text, str) else sum(len(part) for part in text)

@@ -1,8 +1,9 @@
-"""The `openbook` command: eval, bench, classify, prepare."""
+"""The `openbook` command: eval, train, methods, classify, bench, prepare."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -10,15 +11,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from openbook.calibration import CALIBRATION_MODES, label_bias
+from openbook.calibration import CALIBRATION_MODES, calibrated_p_lm, label_bias
 from openbook.data import DataError, read_split
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
 
 if TYPE_CHECKING:
     from openbook.classifier import Classifier, Prediction
+    from openbook.training import TrainConfig
 
-USER_ERRORS = (PromptError, DataError, FileNotFoundError, ValueError)
+USER_ERRORS = (PromptError, DataError, FileNotFoundError, ValueError)  # MethodError, CheckpointError too
 
 
 def _add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +33,33 @@ def _add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
 
 
+def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    from openbook.training import TrainConfig
+
+    default = TrainConfig()
+    group = parser.add_argument_group("training (trainable methods)")
+    group.add_argument("--steps", type=int, default=default.steps, help="most optimiser steps per run")
+    group.add_argument("--train-batch-size", type=int, default=default.batch_size)
+    group.add_argument("--lr", type=float, default=default.lr)
+    group.add_argument("--eval-every", type=int, default=default.eval_every, help="steps between dev checks")
+    group.add_argument("--patience", type=int, default=default.patience, help="dev checks without gain")
+    group.add_argument("--reembed-every", type=int, help="steps between store re-embeddings (default: epoch)")
+
+
+def _train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
+    from openbook.training import TrainConfig
+
+    return TrainConfig(
+        steps=args.steps,
+        batch_size=args.train_batch_size,
+        lr=args.lr,
+        eval_every=args.eval_every,
+        patience=args.patience,
+        reembed_every=args.reembed_every,
+        seed=seed,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="openbook", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -39,13 +68,36 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--data", required=True, help="directory in the k-shot layout (<task>/16-<seed>/...)"
     )
-    evaluate.add_argument("--task", required=True)
-    evaluate.add_argument("--methods", default="zero-shot,knn,knn-interp")
+    evaluate.add_argument("--task", required=True, help="a task, or several separated by commas")
+    evaluate.add_argument(
+        "--methods",
+        default="zero-shot,knn,knn-interp",
+        help="inference methods and trainable methods (see `openbook methods`), e.g. prompt-ft,retroprompt",
+    )
     evaluate.add_argument("--seeds", default="13,21,42,87,100")
     evaluate.add_argument("--shots", type=int, default=16)
     evaluate.add_argument("--calibration", choices=CALIBRATION_MODES, default="domain")
-    evaluate.add_argument("--out", required=True)
+    evaluate.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
     _add_prompt_arguments(evaluate)
+    _add_training_arguments(evaluate)
+
+    training = commands.add_parser("train", help="train a method on a k-shot split and save a checkpoint")
+    training.add_argument("--data", required=True, help="directory in the k-shot layout")
+    training.add_argument("--task", required=True)
+    training.add_argument("--method", required=True, help="e.g. prompt-ft, retroprompt, retroprompt/beta=0.5")
+    training.add_argument(
+        "--seed", type=int, required=True, help="data split 16-<seed>, also the training seed"
+    )
+    training.add_argument("--shots", type=int, default=16)
+    training.add_argument("--out", required=True, help="checkpoint directory to create")
+    training.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")
+    training.add_argument("--init", help="continue from this checkpoint (same method, same labels)")
+    for flag in ("demos", "knn-loss", "knn-infer"):
+        training.add_argument(f"--no-{flag}", action="append_const", const=f"no-{flag}", dest="options")
+    _add_prompt_arguments(training)
+    _add_training_arguments(training)
+
+    commands.add_parser("methods", help="list the inference and trainable methods")
 
     classify = commands.add_parser(
         "classify", help="classify texts, with a store built from labelled examples"
@@ -53,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     classify.add_argument("texts", nargs="+")
     classify.add_argument("--task", help="preset name for the template and labels")
     classify.add_argument("--examples", help="labelled examples for the store (.tsv/.csv, as in eval)")
+    classify.add_argument("--checkpoint", help="a trained classifier from `openbook train`")
     classify.add_argument("--k", type=int, default=8)
     classify.add_argument("--temperature", type=float, default=0.1)
     classify.add_argument("--lam", type=float, default=0.5)
@@ -64,8 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prompt_arguments(classify)
 
     bench = commands.add_parser("bench", help="performance benchmarks (ratios, not pass/fail)")
-    bench.add_argument("what", choices=["store"])
-    bench.add_argument("--sizes", default="10000,100000")
+    bench.add_argument("what", choices=["store", "train"])
+    bench.add_argument("--sizes", default="10000,100000", help="store sizes (bench store)")
+    bench.add_argument(
+        "--train-batch-size", type=int, default=8, help="batch of a training step (bench train)"
+    )
+    bench.add_argument("--repeats", type=int, default=5, help="timed repeats, median reported (bench train)")
     _add_prompt_arguments(bench)
 
     prepare = commands.add_parser("prepare", help="convert and cache a packaged backbone (offline)")
@@ -98,28 +155,199 @@ def _classifier(args: argparse.Namespace, task: str | None) -> Classifier:
 
 
 def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    from openbook.evaluation import evaluate_task, write_results
+    from openbook.data import load_kshot
+    from openbook.evaluation import INFERENCE_METHODS, evaluate_task
+    from openbook.methods import MethodError, build_method
+    from openbook.reports import read_results, write_results
+    from openbook.training_eval import evaluate_trained
 
+    tasks = [t.strip() for t in args.task.split(",") if t.strip()]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     seeds = [int(s) for s in args.seeds.split(",")]
-    classifier = _classifier(args, args.task)
-    records = evaluate_task(
-        classifier, args.data, args.task, methods, seeds, calibration=args.calibration, shots=args.shots
-    )
-    header = (
-        f"# {args.task}: {args.shots}-shot, seeds {args.seeds}, backbone {args.backbone}\n\n"
-        f"Template {json.dumps(classifier.template.source)}, labels `{classifier.verbalizer}`. "
-        "Accuracy and macro-F1 on test in %, mean (std) over seeds; "
-        "every hyper-parameter chosen on dev.\n\n"
+    frozen = [m for m in methods if m in INFERENCE_METHODS]
+    trainable = [m for m in methods if m not in INFERENCE_METHODS]
+    for spec in trainable:
+        try:
+            build_method(spec)  # an unknown method or option fails before any model is loaded
+        except MethodError as error:
+            if "unknown method" not in str(error):
+                raise
+            raise MethodError(f"{error}; inference methods: {', '.join(INFERENCE_METHODS)}") from None
+    for task in tasks:  # unreadable data fails before any model is loaded or anything written
+        for seed in seeds:
+            load_kshot(args.data, task, seed, args.shots)
+    settings = _checked_settings(args)
+    records = read_results(args.out)
+    done = {(r.task, r.method, r.seed) for r in records}
+    classifier = None
+    for task in tasks:
+        pending_seeds = [s for s in seeds if any((task, m, s) not in done for m in frozen)]
+        pending_runs = [(m, s) for m in trainable for s in seeds if (task, m, s) not in done]
+        if not pending_seeds and not pending_runs:
+            continue
+        classifier = _classifier(args, task)
+
+        def save(record, classifier=classifier):
+            records.append(record)
+            write_results(records, args.out, _eval_header(args, argv, classifier))
+            (Path(args.out) / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+
+        if pending_seeds:
+            for record in evaluate_task(
+                classifier,
+                args.data,
+                task,
+                frozen,
+                pending_seeds,
+                calibration=args.calibration,
+                shots=args.shots,
+            ):
+                if (task, record.method, record.seed) not in done:
+                    save(record)
+        if pending_runs:
+            evaluate_trained(
+                classifier,
+                args.data,
+                task,
+                trainable,
+                sorted({s for _, s in pending_runs}, key=seeds.index),
+                _train_config(args, seeds[0]),
+                done=done,
+                on_record=save,
+                shots=args.shots,
+            )
+    if classifier is None:
+        print(f"every requested run is already in {args.out}; nothing to do", file=sys.stderr)
+    print((Path(args.out) / "results.md").read_text())
+
+
+def _eval_header(args: argparse.Namespace, argv: Sequence[str], classifier: Classifier) -> str:
+    return (
+        f"# {args.shots}-shot evaluation, seeds {args.seeds}, backbone {args.backbone}\n\n"
+        "Accuracy and macro-F1 on test in %, mean (std) over seeds; every hyper-parameter chosen on dev. "
+        "`seconds / run` is the wall time of one method x seed run, training included.\n\n"
         f"Command: `openbook {shlex.join(argv)}`\n\n"
     )
-    write_results(records, args.out, header)
-    print((Path(args.out) / "results.md").read_text())
+
+
+def _checked_settings(args: argparse.Namespace) -> dict:
+    """A results directory holds runs made with one set of settings; resuming with others is an error."""
+    keys = (
+        "data backbone template labels layer max_length batch_size device shots calibration "
+        "steps train_batch_size lr eval_every patience reembed_every"
+    ).split()
+    settings = {key: getattr(args, key) for key in keys}
+    path = Path(args.out) / "settings.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        changed = {
+            k: (saved.get(k), v)
+            for k, v in settings.items()
+            if saved.get(k) != v and k not in ("device", "batch_size")
+        }
+        if changed:
+            details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            raise ValueError(
+                f"{args.out} holds results made with other settings ({details}); use another --out"
+            )
+    return settings
+
+
+def run_train(args: argparse.Namespace) -> None:
+    from openbook.checkpoints import examples_sha256, load_classifier, save_classifier
+    from openbook.data import load_kshot
+    from openbook.evaluation import INTERPOLATION_GRID, Split, example_labels, select_on_dev
+    from openbook.methods import build_method, weights_sha256
+    from openbook.training import train
+
+    spec = "/".join([args.method, *(args.options or [])])
+    method = build_method(spec)
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise ValueError(f"{out} exists; pass --overwrite to replace it")
+    splits = load_kshot(args.data, args.task, args.seed, args.shots)
+    if args.init:
+        base, init_method = load_classifier(args.init, device=args.device)
+        if init_method.name != method.name:
+            raise ValueError(f"--init checkpoint was trained with {init_method.name}, not {method.name}")
+        data_labels = sorted({e.label for e in splits.train + splits.dev})
+        if data_labels != sorted(base.labels):
+            raise ValueError(
+                f"the checkpoint's labels {sorted(base.labels)} differ from the data's labels {data_labels}"
+            )
+    else:
+        base = _classifier(args, args.task)
+    base_sha = (
+        weights_sha256(base.backbone.model)
+        if not args.init
+        else _manifest(args.init)["backbone"]["weights_sha256"]
+    )
+    classifier = method.prepare(dataclasses.replace(base, store=None, label_bias=None))
+    train_labels = example_labels(classifier, splits.train)
+    dev_labels = example_labels(classifier, splits.dev)
+    dev_texts = [e.text for e in splits.dev]
+    config = _train_config(args, args.seed)
+    result = train(
+        classifier, method, [e.text for e in splits.train], train_labels, dev_texts, dev_labels, config
+    )
+    dev_metrics: dict = {
+        "accuracy": result.best.accuracy,
+        "best_step": result.best.step,
+        "steps_run": result.steps_run,
+    }
+    if method.inference == "knn-interp":
+        dev = classifier.embed(dev_texts)
+        hits = classifier.store.search(dev.vectors, min(32, len(classifier.store)))
+        p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)
+        classifier.knn, dev_accuracy = select_on_dev(
+            p_lm_dev, Split(dev_labels, hits), INTERPOLATION_GRID, len(classifier.store)
+        )
+        dev_metrics["accuracy_with_knn"] = dev_accuracy
+    else:
+        classifier.knn = dataclasses.replace(classifier.knn, lam=0.0)
+    path = save_classifier(
+        out,
+        classifier,
+        method,
+        base_weights_sha256=base_sha,
+        train_config=config,
+        training_data_sha256=examples_sha256(splits.train),
+        dev_metrics=dev_metrics,
+        overwrite=args.overwrite,
+    )
+    print(
+        json.dumps(
+            {"checkpoint": str(path), "method": method.spec, "dev": dev_metrics, "seconds": result.seconds}
+        )
+    )
+
+
+def _manifest(path: str) -> dict:
+    from openbook.artifacts import verify_checkpoint
+
+    return verify_checkpoint(path)
+
+
+def run_methods() -> None:
+    from openbook.evaluation import INFERENCE_METHODS
+    from openbook.methods import METHODS
+
+    for name, fn in INFERENCE_METHODS.items():
+        print(f"{name:<14} (inference) {(fn.__doc__ or '').strip().splitlines()[0]}")
+    for name, cls in METHODS.items():
+        print(f"{name:<14} (trains)    {cls.summary}")
 
 
 def run_classify(args: argparse.Namespace) -> None:
     from openbook.knn import KnnConfig
 
+    if args.checkpoint:
+        from openbook.classifier import Classifier
+
+        checkpointed = Classifier.from_checkpoint(args.checkpoint, device=args.device)
+        for text, prediction in zip(args.texts, checkpointed.predict(args.texts), strict=True):
+            print(json.dumps({"text": text, **_as_json(prediction)}))
+        return
     classifier = _classifier(args, args.task)
     classifier.knn = KnnConfig(k=args.k, temperature=args.temperature, lam=args.lam)
     domain_scores = None
@@ -149,12 +377,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "eval":
             run_eval(args, argv)
+        elif args.command == "train":
+            run_train(args)
+        elif args.command == "methods":
+            run_methods()
         elif args.command == "classify":
             run_classify(args)
         elif args.command == "bench":
-            from openbook.bench import run_store_bench
+            from openbook.bench import run_store_bench, run_train_bench
 
-            run_store_bench(args)
+            (run_store_bench if args.what == "store" else run_train_bench)(args)
         elif args.command == "prepare":
             from openbook.models import resolve_backbone
 

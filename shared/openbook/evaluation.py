@@ -14,18 +14,16 @@ evenly over the seeds in the reported wall time.
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from openbook.calibration import CalibrationMode, calibrated_p_lm, label_bias
-from openbook.classifier import Classifier
+from openbook.classifier import Classifier, Embeddings
 from openbook.data import Example, load_kshot
 from openbook.knn import KnnConfig, knn_mixture
 from openbook.prompting import PromptError
@@ -34,6 +32,7 @@ from openbook.store import KnowledgeStore, SearchResult
 K_GRID = (1, 2, 4, 8, 16, 32)
 TEMPERATURE_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
 LAMBDA_GRID = tuple(round(0.1 * i, 1) for i in range(11))
+INTERPOLATION_GRID = tuple(itertools.product(K_GRID, TEMPERATURE_GRID, LAMBDA_GRID))
 
 
 @dataclass(frozen=True)
@@ -75,22 +74,34 @@ def inference_method(name: str) -> Callable:
     return register
 
 
-def _select(inputs: MethodInputs, grid: Sequence[tuple[int, float, float]]) -> MethodResult:
-    """Best (k, T, lambda) on dev by accuracy, then by gold log-likelihood; applied to test."""
-    assert inputs.dev.hits is not None and inputs.test.hits is not None
+def select_on_dev(
+    p_lm_dev: np.ndarray, dev: Split, grid: Sequence[tuple[int, float, float]], store_size: int
+) -> tuple[KnnConfig, float]:
+    """Best (k, T, lambda) on dev by accuracy, then gold log-likelihood; with its dev accuracy."""
+    assert dev.hits is not None
     best_key, best = None, None
     for k, temperature, lam in grid:
-        if k > inputs.store_size:
+        if k > store_size:
             continue
-        p_dev = _mixture(inputs.p_lm_dev, inputs.dev, k, temperature, lam)
-        gold = p_dev[np.arange(len(p_dev)), inputs.dev.labels]
-        key = (accuracy(p_dev.argmax(-1), inputs.dev.labels), float(np.log(np.maximum(gold, 1e-12)).mean()))
+        p_dev = _mixture(p_lm_dev, dev, k, temperature, lam)
+        gold = p_dev[np.arange(len(p_dev)), dev.labels]
+        key = (accuracy(p_dev.argmax(-1), dev.labels), float(np.log(np.maximum(gold, 1e-12)).mean()))
         if best_key is None or key > best_key:
-            best_key, best = key, (k, temperature, lam)
+            best_key, best = key, KnnConfig(k, temperature, lam)
     assert best is not None and best_key is not None
-    k, temperature, lam = best
-    p_test = _mixture(inputs.p_lm_test, inputs.test, k, temperature, lam)
-    return p_test, {"k": k, "temperature": temperature, "lam": lam, "dev_accuracy": best_key[0]}
+    return best, best_key[0]
+
+
+def _select(inputs: MethodInputs, grid: Sequence[tuple[int, float, float]]) -> MethodResult:
+    chosen, dev_accuracy = select_on_dev(inputs.p_lm_dev, inputs.dev, grid, inputs.store_size)
+    p_test = _mixture(inputs.p_lm_test, inputs.test, chosen.k, chosen.temperature, chosen.lam)
+    params = {
+        "k": chosen.k,
+        "temperature": chosen.temperature,
+        "lam": chosen.lam,
+        "dev_accuracy": dev_accuracy,
+    }
+    return p_test, params
 
 
 @inference_method("zero-shot")
@@ -108,12 +119,32 @@ def knn_only(inputs: MethodInputs) -> MethodResult:
 @inference_method("knn-interp")
 def knn_interp(inputs: MethodInputs) -> MethodResult:
     """RetroPrompt's kNN interpolation: lam * P_kNN + (1 - lam) * P_LM, with lam chosen on dev."""
-    return _select(inputs, list(itertools.product(K_GRID, TEMPERATURE_GRID, LAMBDA_GRID)))
+    return _select(inputs, INTERPOLATION_GRID)
 
 
 def _mixture(p_lm: np.ndarray, split: Split, k: int, temperature: float, lam: float) -> np.ndarray:
     assert split.hits is not None
     return knn_mixture(p_lm, split.hits.similarities, split.hits.labels, KnnConfig(k, temperature, lam))[1]
+
+
+def method_inputs(
+    store: KnowledgeStore,
+    bias: np.ndarray | None,
+    dev: Embeddings,
+    dev_labels: np.ndarray,
+    test: Embeddings,
+    test_labels: np.ndarray,
+) -> MethodInputs:
+    """Calibrated P_LM and the store's neighbours for dev and test: all an inference method reads."""
+    k_max = min(max(K_GRID), len(store))
+    return MethodInputs(
+        num_labels=dev.lm_log_probs.shape[1],
+        p_lm_dev=calibrated_p_lm(dev.lm_log_probs, bias),
+        p_lm_test=calibrated_p_lm(test.lm_log_probs, bias),
+        dev=Split(dev_labels, store.search(dev.vectors, k_max)),
+        test=Split(test_labels, store.search(test.vectors, k_max)),
+        store_size=len(store),
+    )
 
 
 def accuracy(predicted: np.ndarray, gold: np.ndarray) -> float:
@@ -179,15 +210,7 @@ def evaluate_task(
         store = KnowledgeStore(train.vectors.shape[1])
         store.add(np.arange(len(train_labels)), train.vectors, train_labels)
         bias = label_bias(calibration, classifier, domain_lm_log_probs=train.lm_log_probs)
-        k_max = min(max(K_GRID), len(store))
-        inputs = MethodInputs(
-            num_labels=len(classifier.labels),
-            p_lm_dev=calibrated_p_lm(dev.lm_log_probs, bias),
-            p_lm_test=calibrated_p_lm(test_embeddings.lm_log_probs, bias),
-            dev=Split(dev_labels, store.search(dev.vectors, k_max)),
-            test=Split(test_labels, store.search(test_embeddings.vectors, k_max)),
-            store_size=len(store),
-        )
+        inputs = method_inputs(store, bias, dev, dev_labels, test_embeddings, test_labels)
         shared_seconds = time.perf_counter() - started + test_seconds_per_seed
         for method in methods:
             method_started = time.perf_counter()
@@ -210,40 +233,3 @@ def evaluate_task(
                 )
             )
     return records
-
-
-def results_table(records: Sequence[EvalRecord]) -> str:
-    """Markdown: mean (std) over seeds of accuracy and macro-F1 (in %), per task and method."""
-    lines = [
-        "| task | method | accuracy | macro-F1 | seeds | seconds / run |",
-        "|------|--------|----------|----------|-------|---------------|",
-    ]
-    groups: dict[tuple[str, str], list[EvalRecord]] = {}
-    for record in records:
-        groups.setdefault((record.task, record.method), []).append(record)
-    for (task, method), group in groups.items():
-        acc = 100 * np.array([r.accuracy for r in group])
-        f1 = 100 * np.array([r.macro_f1 for r in group])
-        seconds = np.mean([r.seconds for r in group])
-        lines.append(
-            f"| {task} | {method} | {acc.mean():.1f} ({acc.std():.1f}) | {f1.mean():.1f} ({f1.std():.1f}) "
-            f"| {len(group)} | {seconds:.1f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def write_results(records: Sequence[EvalRecord], out_dir: str | Path, header: str = "") -> None:
-    """results.json (one record per method x seed) and results.md, each replaced atomically."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "results.json", json.dumps([asdict(r) for r in records], indent=2) + "\n")
-    _atomic_write(out / "results.md", header + results_table(records))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)

@@ -9,27 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
 
+from openbook.atomic import staged_directory
 from openbook.store import KnowledgeStore
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "store.json"
 ARRAY_FILES = ("ids.npy", "labels.npy", "index_of.npy")
-
-
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def write_snapshot(
@@ -61,31 +52,12 @@ def write_snapshot(
         raise ValueError(f"metadata must be JSON-serialisable: {error}") from error
     if target.exists() and not (target / MANIFEST_NAME).is_file():
         raise FileExistsError(f"{target} exists and is not a knowledge store snapshot; not replacing it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Same parent as the target, so the final rename stays on one filesystem and is atomic.
-    staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
-    staging.mkdir()
-    try:
+    with staged_directory(target) as staging:
         for index, name in zip(indexes, index_files, strict=True):
             faiss.write_index(index, str(staging / name))
         for name, array in zip(ARRAY_FILES, arrays, strict=True):
             np.save(staging / name, array)
         (staging / MANIFEST_NAME).write_text(manifest_text, encoding="utf-8")
-        # Everything must be on disk before the rename publishes it, or a crash could expose a
-        # snapshot whose files are still empty.
-        for file in staging.iterdir():
-            _fsync(file)
-        _fsync(staging)
-        if target.exists():
-            aside = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
-            os.rename(target, aside)
-            os.rename(staging, target)
-            shutil.rmtree(aside)
-        else:
-            os.rename(staging, target)
-        _fsync(target.parent)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)  # only still there if something failed
     store.metadata = new_metadata
 
 

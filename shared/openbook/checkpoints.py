@@ -1,0 +1,126 @@
+"""A trained classifier on disk and back.
+
+`save_classifier` writes what the method trained, the re-embedded store and a
+manifest that says how to rebuild everything around them (method and config,
+backbone and the hash of its base weights, template, label words, the fixed
+label log-prior, the kNN and demonstration settings chosen on dev, a hash of
+the training data, dev metrics). `load_classifier` verifies every file's
+sha256 before reading it and refuses a backbone whose base weights differ, so
+a loaded classifier predicts exactly as the trained one did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import openbook
+from openbook.artifacts import CheckpointError, load_checkpoint, write_checkpoint
+from openbook.backbone import Backbone, BackboneConfig, load_backbone
+from openbook.classifier import Classifier
+from openbook.data import Example
+from openbook.demonstrations import DemoConfig
+from openbook.knn import KnnConfig
+from openbook.methods import METHODS, Method, MethodError, weights_sha256
+from openbook.prompting import Template, Verbalizer
+from openbook.training import TrainConfig
+
+
+def examples_sha256(examples: Sequence[Example]) -> str:
+    """Identifies a training set: sha256 of its (text, label) pairs in order."""
+    rows = [[e.text if isinstance(e.text, str) else list(e.text), e.label] for e in examples]
+    return hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest()
+
+
+def save_classifier(
+    path: str | Path,
+    classifier: Classifier,
+    method: Method,
+    *,
+    base_weights_sha256: str,
+    train_config: TrainConfig,
+    training_data_sha256: str,
+    dev_metrics: dict[str, Any],
+    overwrite: bool = False,
+) -> Path:
+    backbone = classifier.backbone
+    manifest = {
+        "openbook_version": openbook.__version__,
+        "method": method.name,
+        "spec": method.spec,
+        "method_config": dataclasses.asdict(method.config),
+        "inference": method.inference,
+        "train_config": dataclasses.asdict(train_config),
+        "backbone": {
+            "name": backbone.config.name,
+            "kind": backbone.kind,
+            "layer": backbone.config.layer,
+            "max_length": backbone.config.max_length,
+            "weights_sha256": base_weights_sha256,
+        },
+        "template": classifier.template.source,
+        "labels": list(classifier.verbalizer.labels),
+        "label_words": list(classifier.verbalizer.words),
+        "label_bias": None if classifier.label_bias is None else classifier.label_bias.tolist(),
+        "knn": dataclasses.asdict(classifier.knn),
+        "demos": None if classifier.demos is None else dataclasses.asdict(classifier.demos),
+        "training_data_sha256": training_data_sha256,
+        "dev_metrics": dev_metrics,
+    }
+    return write_checkpoint(
+        path,
+        tensors=method.trained_tensors(classifier),
+        store=classifier.store,
+        manifest=manifest,
+        overwrite=overwrite,
+    )
+
+
+def load_classifier(
+    path: str | Path, *, device: str = "cpu", backbone: Backbone | None = None
+) -> tuple[Classifier, Method]:
+    """The classifier a checkpoint holds, and its method. `backbone` must carry the base weights."""
+    checkpoint = load_checkpoint(path, device=device)
+    manifest = checkpoint.manifest
+    try:
+        method_class = METHODS[manifest["method"]]
+        method = method_class(method_class.config_class(**manifest["method_config"]))
+        spec = manifest["backbone"]
+        if backbone is None:
+            backbone = load_backbone(
+                BackboneConfig(
+                    name=spec["name"],
+                    layer=spec["layer"],
+                    max_length=spec["max_length"],
+                    device=device,
+                    kind=spec["kind"],
+                )
+            )
+        if weights_sha256(backbone.model) != spec["weights_sha256"]:
+            raise CheckpointError(
+                f"{path}: the backbone's weights are not the ones this checkpoint was trained from "
+                f"({spec['name']}, weights sha256 {spec['weights_sha256'][:12]}…)"
+            )
+        bias = manifest["label_bias"]
+        classifier = Classifier(
+            backbone,
+            Template(manifest["template"]),
+            Verbalizer(tuple(manifest["labels"]), tuple(manifest["label_words"])),
+            store=checkpoint.store,
+            knn=KnnConfig(**manifest["knn"]),
+            demos=None if manifest["demos"] is None else DemoConfig(**manifest["demos"]),
+            label_bias=None if bias is None else np.asarray(bias, dtype=np.float32),
+        )
+    except (KeyError, TypeError) as error:
+        raise CheckpointError(f"{path}: manifest is missing or has a malformed entry: {error}") from None
+    except MethodError as error:
+        raise CheckpointError(f"{path}: {error}") from None
+    method.load_trained(classifier, checkpoint.tensors)
+    classifier.backbone.model.eval()
+    return classifier, method

@@ -1,0 +1,26 @@
+"""Trainable prompt methods, one module each, registered by name (see `base.py`)."""
+
+from openbook.methods import prompt_ft, retroprompt
+from openbook.methods.base import (
+    METHODS,
+    Method,
+    MethodConfig,
+    MethodError,
+    TrainBatch,
+    build_method,
+    register_method,
+    weights_sha256,
+)
+
+__all__ = [
+    "METHODS",
+    "Method",
+    "MethodConfig",
+    "MethodError",
+    "TrainBatch",
+    "build_method",
+    "prompt_ft",
+    "register_method",
+    "retroprompt",
+    "weights_sha256",
+]

@@ -1,0 +1,213 @@
+"""What every trainable prompt method provides, and the registry that names them.
+
+A method is a small config dataclass plus a `Method` subclass that says which
+parameters train, what the loss is, and how inference reads the result. The
+training loop (`openbook.training`) and the checkpoints (`openbook.checkpoints`)
+only talk to this interface, so adding a method is adding one module.
+
+A method spec on the command line is the method's name followed by `/option`s:
+`retroprompt/no-demos` sets the boolean field `demos` to False, and
+`retroprompt/beta=0.5` sets a field to a value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from openbook.backbone import Backbone
+from openbook.classifier import Classifier
+from openbook.prompting import TextInput
+
+Inference = Literal["zero-shot", "knn-interp"]
+
+
+class MethodError(ValueError):
+    """A method name or option that does not exist, or does not fit the backbone."""
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    # Fields that change only how a trained model predicts: runs differing in them share one training.
+    INFERENCE_ONLY: ClassVar[tuple[str, ...]] = ()
+
+    def training_key(self) -> tuple[tuple[str, Any], ...]:
+        return tuple((k, v) for k, v in dataclasses.asdict(self).items() if k not in self.INFERENCE_ONLY)
+
+
+@dataclass
+class TrainBatch:
+    texts: list[TextInput]
+    gold: torch.Tensor  # (B,) label indices
+    ids: np.ndarray  # (B,) the examples' ids in the classifier's store
+
+
+class Method(ABC):
+    name: ClassVar[str]
+    summary: ClassVar[str]  # one line for `openbook methods`
+    config_class: ClassVar[type[MethodConfig]]
+    uses_store_in_training: ClassVar[bool] = False  # the store is re-embedded on a schedule if so
+
+    def __init__(self, config: MethodConfig | None = None) -> None:
+        self.config = config if config is not None else self.config_class()
+        if not isinstance(self.config, self.config_class):
+            raise MethodError(
+                f"{self.name} takes a {self.config_class.__name__}, got {type(self.config).__name__}"
+            )
+
+    @property
+    def spec(self) -> str:
+        """The method's name plus every option that differs from the default, e.g. `retroprompt/no-demos`."""
+        default = self.config_class()
+        options = []
+        for field in dataclasses.fields(self.config):
+            value = getattr(self.config, field.name)
+            if value != getattr(default, field.name):
+                option = field.name.replace("_", "-")
+                options.append(
+                    f"no-{option}" if value is False else option if value is True else f"{option}={value}"
+                )
+        return "/".join([self.name, *options])
+
+    def check_backbone(self, backbone: Backbone) -> None:
+        """Raise MethodError when an option cannot work on this backbone."""
+        return None  # every option fits by default
+
+    def prepare(self, classifier: Classifier) -> Classifier:
+        """The classifier this method trains and predicts with (e.g. with demonstrations switched on)."""
+        self.check_backbone(classifier.backbone)
+        return classifier
+
+    @property
+    @abstractmethod
+    def inference(self) -> Inference: ...
+
+    @abstractmethod
+    def trainable_parameters(self, classifier: Classifier) -> list[nn.Parameter]: ...
+
+    @abstractmethod
+    def trained_tensors(self, classifier: Classifier) -> dict[str, torch.Tensor]:
+        """Everything training changed, as named tensors: what a checkpoint stores."""
+
+    @abstractmethod
+    def load_trained(self, classifier: Classifier, tensors: dict[str, torch.Tensor]) -> None: ...
+
+    @abstractmethod
+    def loss(self, classifier: Classifier, batch: TrainBatch) -> torch.Tensor: ...
+
+
+def calibrated_logits(classifier: Classifier, log_probs: torch.Tensor) -> torch.Tensor:
+    """Label scores minus the classifier's fixed log-prior: the logits the cross-entropy sees."""
+    if classifier.label_bias is None:
+        return log_probs
+    return log_probs - torch.from_numpy(classifier.label_bias).to(log_probs.device)
+
+
+def prompt_cross_entropy(logits: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """(B,) cross-entropy over the label words only, as in LM-BFF."""
+    return F.cross_entropy(logits, gold, reduction="none")
+
+
+class FullFineTuning(Method):
+    """Every backbone weight trains; tied weights (input embedding = LM head) are stored once."""
+
+    def trainable_parameters(self, classifier: Classifier) -> list[nn.Parameter]:
+        return [p for p in classifier.backbone.model.parameters() if p.requires_grad]
+
+    def trained_tensors(self, classifier: Classifier) -> dict[str, torch.Tensor]:
+        tensors, seen = {}, set()
+        for name, tensor in classifier.backbone.model.state_dict().items():
+            if tensor.data_ptr() not in seen:  # a tied weight appears under two names
+                seen.add(tensor.data_ptr())
+                tensors[name] = tensor
+        return tensors
+
+    def load_trained(self, classifier: Classifier, tensors: dict[str, torch.Tensor]) -> None:
+        model = classifier.backbone.model
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
+        aliases = _tied_aliases(model)
+        if unexpected or any(name not in aliases for name in missing):
+            raise MethodError(
+                "checkpoint weights do not fit the backbone: "
+                f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
+
+
+def _tied_aliases(model: nn.Module) -> set[str]:
+    """Names in the state dict that share storage with an earlier name."""
+    seen: set[int] = set()
+    aliases = set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            aliases.add(name)
+        seen.add(tensor.data_ptr())
+    return aliases
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """sha256 over the names and bytes of every tensor in the state dict: identifies the base weights."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+METHODS: dict[str, type[Method]] = {}
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    METHODS[cls.name] = cls
+    return cls
+
+
+def build_method(spec: str) -> Method:
+    """`retroprompt/no-demos/beta=0.5` -> a configured Method; unknown names and options raise MethodError."""
+    name, *options = [part.strip() for part in spec.split("/")]
+    if name not in METHODS:
+        raise MethodError(f"unknown method {name!r}; registered: {', '.join(sorted(METHODS))}")
+    cls = METHODS[name]
+    fields = {f.name: f for f in dataclasses.fields(cls.config_class)}
+    values: dict[str, Any] = {}
+    for option in options:
+        key, sep, raw = option.partition("=")
+        negated = not sep and key.startswith("no-")
+        field_name = (key[3:] if negated else key).replace("-", "_")
+        field = fields.get(field_name)
+        if field is None:
+            known = ", ".join(n.replace("_", "-") for n in fields) or "none"
+            raise MethodError(f"method {name} has no option {key!r} (options: {known})")
+        default = getattr(cls.config_class(), field_name)
+        if not sep:
+            if not isinstance(default, bool):
+                raise MethodError(f"option {field_name!r} of {name} needs a value: {key}=...")
+            values[field_name] = not negated
+        else:
+            values[field_name] = _convert(raw, default, f"{name}/{option}")
+    try:
+        config = cls.config_class(**values)
+    except (TypeError, ValueError) as error:
+        raise MethodError(f"{spec}: {error}") from None
+    return cls(config)
+
+
+def _convert(raw: str, default: Any, where: str) -> Any:
+    converters: dict[type, Callable[[str], Any]] = {
+        bool: lambda s: {"true": True, "false": False}[s.lower()],
+        int: int,
+        float: float,
+        str: str,
+    }
+    try:
+        return converters[type(default)](raw)
+    except (KeyError, ValueError):
+        raise MethodError(f"{where}: {raw!r} is not a valid {type(default).__name__}") from None

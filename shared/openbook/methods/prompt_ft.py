@@ -1,0 +1,43 @@
+"""Prompt-based fine-tuning (LM-BFF; Gao et al., 2021): the baseline.
+
+Every backbone weight trains on the cross-entropy of the label words at the
+slot, i.e. the classification head is the LM head restricted to the
+verbalizer. Prediction is the prompt alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from openbook.classifier import Classifier
+from openbook.methods.base import (
+    FullFineTuning,
+    Inference,
+    MethodConfig,
+    TrainBatch,
+    calibrated_logits,
+    prompt_cross_entropy,
+    register_method,
+)
+
+
+@dataclass(frozen=True)
+class PromptFTConfig(MethodConfig):
+    pass
+
+
+@register_method
+class PromptFT(FullFineTuning):
+    name = "prompt-ft"
+    summary = "LM-BFF prompt-based fine-tuning: all weights, cross-entropy over the label words"
+    config_class = PromptFTConfig
+
+    @property
+    def inference(self) -> Inference:
+        return "zero-shot"
+
+    def loss(self, classifier: Classifier, batch: TrainBatch) -> torch.Tensor:
+        log_probs, _ = classifier.label_scores(batch.texts)
+        return prompt_cross_entropy(calibrated_logits(classifier, log_probs), batch.gold).mean()

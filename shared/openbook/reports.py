@@ -1,0 +1,100 @@
+"""Results of an evaluation on disk: results.json, results.md and a plot, each replaced atomically.
+
+`results.json` is a list of records, one per task x method x seed; reading it
+back is what makes `openbook eval` resumable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from openbook.evaluation import EvalRecord
+
+
+def results_table(records: Sequence[EvalRecord]) -> str:
+    """Markdown: mean (std) over seeds of accuracy and macro-F1 (in %), per task and method."""
+    lines = [
+        "| task | method | accuracy | macro-F1 | seeds | seconds / run |",
+        "|------|--------|----------|----------|-------|---------------|",
+    ]
+    groups: dict[tuple[str, str], list[EvalRecord]] = {}
+    for record in records:
+        groups.setdefault((record.task, record.method), []).append(record)
+    for (task, method), group in groups.items():
+        acc = 100 * np.array([r.accuracy for r in group])
+        f1 = 100 * np.array([r.macro_f1 for r in group])
+        seconds = np.mean([r.seconds for r in group])
+        lines.append(
+            f"| {task} | {method} | {acc.mean():.1f} ({acc.std():.1f}) | {f1.mean():.1f} ({f1.std():.1f}) "
+            f"| {len(group)} | {seconds:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_results(
+    records: Sequence[EvalRecord], out_dir: str | Path, header: str = "", *, plot: bool = True
+) -> None:
+    """results.json (one record per task x method x seed), results.md and results.png."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out / "results.json", json.dumps([asdict(r) for r in records], indent=2) + "\n")
+    _atomic_write(out / "results.md", header + results_table(records))
+    if plot and records:
+        plot_results(records, out / "results.png")
+
+
+def read_results(out_dir: str | Path) -> list[EvalRecord]:
+    """The records of an earlier run in `out_dir` (none if it has no results.json)."""
+    path = Path(out_dir) / "results.json"
+    if not path.exists():
+        return []
+    try:
+        return [EvalRecord(**row) for row in json.loads(path.read_text())]
+    except (json.JSONDecodeError, TypeError) as error:
+        raise ValueError(f"{path} is not a results file written by openbook eval: {error}") from None
+
+
+def plot_results(records: Sequence[EvalRecord], path: Path) -> None:
+    """Grouped bars: test accuracy per task (groups) and method (bars), mean with std error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(r.task for r in records))
+    methods = list(dict.fromkeys(r.method for r in records))
+    width = 0.8 / len(methods)
+    figure, axes = plt.subplots(figsize=(max(6.0, 1.2 * len(tasks) * max(1, len(methods)) ** 0.5 + 2), 4))
+    for m, method in enumerate(methods):
+        means, stds, xs = [], [], []
+        for t, task in enumerate(tasks):
+            acc = [100 * r.accuracy for r in records if r.task == task and r.method == method]
+            if acc:
+                xs.append(t + (m - (len(methods) - 1) / 2) * width)
+                means.append(float(np.mean(acc)))
+                stds.append(float(np.std(acc)))
+        axes.bar(xs, means, width, yerr=stds, capsize=2, label=method)
+    axes.set_xticks(range(len(tasks)), tasks)
+    axes.set_ylabel("test accuracy (%), mean ± std over seeds")
+    axes.legend(fontsize="small", ncols=2)
+    axes.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    temporary = path.with_name(f".{path.name}.tmp")
+    figure.savefig(temporary, format="png", dpi=120)
+    plt.close(figure)
+    os.replace(temporary, path)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)

@@ -1,0 +1,188 @@
+"""The training loop shared by every trainable prompt method.
+
+AdamW with linear warmup and decay, gradient clipping, seeded shuffling, a dev
+evaluation every `eval_every` steps that keeps the best weights (dev accuracy,
+ties broken by dev log-likelihood), and early stopping after `patience`
+evaluations without improvement.
+
+Before the first step the training examples are embedded into the store (ids
+0..N-1) and, with `calibration="domain"`, the label log-prior of the untrained
+prompt is measured on the training texts and then held fixed: training and
+inference both read softmax(score - b), so fine-tuning starts from the
+calibrated zero-shot classifier instead of the raw one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from openbook.calibration import CalibrationMode, calibrated_p_lm, mean_prediction_bias
+from openbook.classifier import Classifier
+from openbook.methods import Method, TrainBatch
+from openbook.prompting import PromptError, TextInput
+from openbook.store import KnowledgeStore
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 48
+    batch_size: int = 8
+    lr: float = 1e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    eval_every: int = 8
+    patience: int = 3  # evaluations without a better dev score before stopping
+    reembed_every: int | None = None  # steps between store re-embeddings; None: once per epoch
+    calibration: CalibrationMode = "domain"
+    seed: int = 13
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.eval_every < 1 or self.patience < 1:
+            raise ValueError("steps, batch_size, eval_every and patience must be at least 1")
+        if self.lr <= 0 or not 0 <= self.warmup_ratio < 1:
+            raise ValueError("lr must be positive and warmup_ratio in [0, 1)")
+        if self.reembed_every is not None and self.reembed_every < 1:
+            raise ValueError("reembed_every must be at least 1")
+        if self.calibration == "content-free":
+            raise ValueError("training calibrates on the training texts: use 'domain' or 'none'")
+
+
+@dataclass(frozen=True)
+class DevScore:
+    step: int
+    accuracy: float
+    log_likelihood: float  # mean log P(gold) on dev
+
+    def key(self) -> tuple[float, float]:
+        return (self.accuracy, self.log_likelihood)
+
+
+@dataclass
+class TrainResult:
+    best: DevScore
+    history: list[dict] = field(default_factory=list)  # one entry per dev evaluation
+    losses: list[float] = field(default_factory=list)  # one per step
+    steps_run: int = 0
+    seconds: float = 0.0
+
+
+def train(
+    classifier: Classifier,
+    method: Method,
+    train_texts: Sequence[TextInput],
+    train_labels: np.ndarray,
+    dev_texts: Sequence[TextInput],
+    dev_labels: np.ndarray,
+    config: TrainConfig,
+    *,
+    progress: bool = True,
+) -> TrainResult:
+    """Train `classifier` (already `method.prepare`d) in place; it ends with the best dev weights."""
+    _check_data(train_labels, dev_labels, len(classifier.labels))
+    started = time.perf_counter()
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    ids = np.arange(len(train_texts), dtype=np.int64)
+    classifier.store = KnowledgeStore(classifier.backbone.hidden_size)
+    classifier.label_bias = None
+    reembed(classifier, train_texts, train_labels)
+    if config.calibration == "domain":
+        classifier.label_bias = mean_prediction_bias(
+            classifier.embed(train_texts, exclude_ids=ids).lm_log_probs
+        )
+
+    parameters = method.trainable_parameters(classifier)
+    optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
+    warmup = int(config.warmup_ratio * config.steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: (
+            (step + 1) / max(1, warmup) if step < warmup else (config.steps - step) / (config.steps - warmup)
+        ),
+    )
+    gold_all = torch.as_tensor(train_labels, dtype=torch.long, device=classifier.backbone.device)
+    steps_per_epoch = -(-len(ids) // config.batch_size)
+    reembed_every = config.reembed_every or steps_per_epoch
+
+    result = TrainResult(best=evaluate_dev(classifier, dev_texts, dev_labels, step=0))
+    result.history.append(vars(result.best) | {"loss": None})
+    best_tensors = _snapshot(method.trained_tensors(classifier))
+    stale = 0
+    order = np.empty(0, dtype=np.int64)
+    bar = tqdm(range(1, config.steps + 1), desc=f"train {method.spec}", disable=not progress)
+    for step in bar:
+        if len(order) == 0:
+            order = rng.permutation(ids)
+        rows, order = order[: config.batch_size], order[config.batch_size :]
+        classifier.backbone.model.train()
+        loss = method.loss(classifier, TrainBatch([train_texts[i] for i in rows], gold_all[rows], rows))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm)
+        optimizer.step()
+        schedule.step()
+        classifier.backbone.model.eval()
+        result.losses.append(float(loss.detach()))
+        result.steps_run = step
+        if method.uses_store_in_training and step % reembed_every == 0:
+            reembed(classifier, train_texts, train_labels)
+        if step % config.eval_every == 0 or step == config.steps:
+            score = evaluate_dev(classifier, dev_texts, dev_labels, step=step)
+            result.history.append(vars(score) | {"loss": float(np.mean(result.losses[-config.eval_every :]))})
+            if score.key() > result.best.key():
+                result.best, stale = score, 0
+                best_tensors = _snapshot(method.trained_tensors(classifier))
+            else:
+                stale += 1
+            bar.set_postfix(loss=f"{result.losses[-1]:.3f}", dev=f"{score.accuracy:.3f}")
+            if stale >= config.patience:
+                break
+        else:
+            bar.set_postfix(loss=f"{result.losses[-1]:.3f}", dev=f"{result.best.accuracy:.3f}")
+    bar.close()
+    method.load_trained(classifier, best_tensors)
+    reembed(classifier, train_texts, train_labels)  # the store must hold the kept weights' keys
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def reembed(classifier: Classifier, texts: Sequence[TextInput], labels: np.ndarray) -> None:
+    """Replace the store's keys (ids 0..N-1) with the slot vectors under the current weights."""
+    classifier.backbone.model.eval()
+    vectors = classifier.embed(texts, vectors_only=True).vectors
+    classifier.store.add(np.arange(len(texts), dtype=np.int64), vectors, labels)
+
+
+def evaluate_dev(
+    classifier: Classifier, texts: Sequence[TextInput], labels: np.ndarray, *, step: int
+) -> DevScore:
+    """Dev accuracy and mean gold log-likelihood of the prompt's (calibrated) P_LM."""
+    p_lm = calibrated_p_lm(classifier.embed(texts).lm_log_probs, classifier.label_bias)
+    gold = p_lm[np.arange(len(labels)), labels]
+    return DevScore(
+        step=step,
+        accuracy=float((p_lm.argmax(-1) == labels).mean()),
+        log_likelihood=float(np.log(np.maximum(gold, 1e-12)).mean()),
+    )
+
+
+def _snapshot(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach().clone() for name, tensor in tensors.items()}
+
+
+def _check_data(train_labels: np.ndarray, dev_labels: np.ndarray, num_labels: int) -> None:
+    if len(train_labels) == 0 or len(dev_labels) == 0:
+        raise PromptError("training needs a non-empty train split and a non-empty dev split")
+    if len(np.unique(train_labels)) < 2:
+        raise PromptError(
+            f"the training data has fewer than 2 classes (labels seen: {np.unique(train_labels)})"
+        )
+    if train_labels.max() >= num_labels:
+        raise PromptError("a training label is outside the verbalizer")

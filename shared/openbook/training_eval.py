@@ -1,0 +1,120 @@
+"""The k-shot protocol for trainable methods: train on `train`, select on `dev`, report `test`.
+
+Per seed, each method is trained from the same initial weights with the seed
+as its training seed; the kept weights, the inference hyper-parameters (k, T,
+lambda for kNN interpolation) and the checkpoint step are all chosen on dev.
+Variants of a method that differ only in inference options (e.g.
+`retroprompt` and `retroprompt/no-knn-infer`) share one training run; each
+record's `seconds` counts that training in full.
+
+Records are handed to `on_record` as soon as they exist, so a caller can save
+them and a long table can be filled over several sittings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from openbook.classifier import Classifier
+from openbook.data import load_kshot
+from openbook.evaluation import (
+    INFERENCE_METHODS,
+    EvalRecord,
+    accuracy,
+    example_labels,
+    macro_f1,
+    method_inputs,
+)
+from openbook.methods import Method, build_method
+from openbook.training import TrainConfig, train
+
+
+def evaluate_trained(
+    classifier: Classifier,
+    data_dir: str | Path,
+    task: str,
+    specs: Sequence[str],
+    seeds: Sequence[int],
+    config: TrainConfig,
+    *,
+    done: set[tuple[str, str, int]] = frozenset(),  # type: ignore[assignment]  # (task, method, seed) to skip
+    on_record: Callable[[EvalRecord], None] = lambda record: None,
+    shots: int = 16,
+    progress: bool = True,
+) -> list[EvalRecord]:
+    methods = {spec: build_method(spec) for spec in specs}  # unknown methods and options fail first
+    for method in methods.values():
+        method.check_backbone(classifier.backbone)
+    splits = {seed: load_kshot(data_dir, task, seed, shots) for seed in seeds}
+    test_texts = [e.text for e in splits[seeds[0]].test]
+    test_labels = example_labels(classifier, splits[seeds[0]].test)
+    initial = {name: t.detach().clone() for name, t in classifier.backbone.model.state_dict().items()}
+
+    records = []
+    for seed in seeds:
+        train_split, dev_split = splits[seed].train, splits[seed].dev
+        train_labels, dev_labels = (
+            example_labels(classifier, train_split),
+            example_labels(classifier, dev_split),
+        )
+        for group in _training_groups([s for s in specs if (task, s, seed) not in done], methods):
+            started = time.perf_counter()
+            classifier.backbone.model.load_state_dict(initial)
+            method = methods[group[0]]
+            trained = method.prepare(dataclasses.replace(classifier, store=None, label_bias=None))
+            result = train(
+                trained,
+                method,
+                [e.text for e in train_split],
+                train_labels,
+                [e.text for e in dev_split],
+                dev_labels,
+                dataclasses.replace(config, seed=seed),
+                progress=progress,
+            )
+            dev = trained.embed([e.text for e in dev_split])
+            test = trained.embed(test_texts, progress=f"{task} test" if progress else False)
+            inputs = method_inputs(trained.store, trained.label_bias, dev, dev_labels, test, test_labels)
+            shared_seconds = time.perf_counter() - started
+            for spec in group:
+                inference_started = time.perf_counter()
+                p_test, params = INFERENCE_METHODS[methods[spec].inference](inputs)
+                predicted = p_test.argmax(-1)
+                record = EvalRecord(
+                    task=task,
+                    method=spec,
+                    seed=seed,
+                    accuracy=accuracy(predicted, test_labels),
+                    macro_f1=macro_f1(predicted, test_labels, len(classifier.labels)),
+                    params={
+                        **params,
+                        "inference": methods[spec].inference,
+                        "best_step": result.best.step,
+                        "steps_run": result.steps_run,
+                        "train_seconds": round(result.seconds, 1),
+                        "shared_training": [s for s in group if s != spec],
+                        "truncated_test": int(test.truncated.sum()),
+                    },
+                    seconds=round(shared_seconds + time.perf_counter() - inference_started, 3),
+                )
+                records.append(record)
+                on_record(record)
+            if progress:
+                scores = ", ".join(f"{r.method} {100 * r.accuracy:.1f}" for r in records[-len(group) :])
+                tqdm.write(f"{task} seed {seed}: {scores}")
+    classifier.backbone.model.load_state_dict(initial)
+    return records
+
+
+def _training_groups(specs: Sequence[str], methods: dict[str, Method]) -> list[list[str]]:
+    """Specs grouped by what their training depends on, in first-appearance order."""
+    groups: dict[tuple, list[str]] = {}
+    for spec in specs:
+        method = methods[spec]
+        groups.setdefault((method.name, method.config.training_key()), []).append(spec)
+    return list(groups.values())
