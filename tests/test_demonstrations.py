@@ -41,11 +41,16 @@ def test_leave_one_out_and_missing_class():
     assert (demos.ids[0, 2] == -1).all() and np.allclose(demos.vectors[0, 2], 0)  # class 2 has no examples
 
 
-def test_input_space_mapping_keeps_direction_and_takes_embedding_norm():
-    embedding = torch.randn(50, 6) * 3
-    vectors = np.array([[[1.0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]], dtype=np.float32)
-    mapped = to_input_space(vectors, embedding)
-    target = embedding.norm(dim=-1).mean()
-    torch.testing.assert_close(mapped[0, 0].norm(), target)
-    assert mapped[0, 0, 0] > 0 and torch.count_nonzero(mapped[0, 0]) == 1
-    assert torch.count_nonzero(mapped[0, 1]) == 0
+def test_input_space_mapping_centres_classes_and_places_them_among_tokens():
+    embedding = torch.randn(50, 6) * 3 + 1.0
+    vectors = np.array([[[1.0, 0, 0, 0, 0, 0], [0, 1.0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]], dtype=np.float32)
+    mapped = to_input_space(vectors, embedding)  # (1, 3, 6); class 2 has no neighbours
+    token_mean = embedding.mean(0)
+    spread = (embedding - token_mean).norm(dim=-1).mean()
+    for c in (0, 1):
+        torch.testing.assert_close((mapped[0, c] - token_mean).norm(), spread)
+    # Two classes centred on their mean point in opposite directions: only their difference is kept.
+    torch.testing.assert_close(mapped[0, 0] - token_mean, -(mapped[0, 1] - token_mean))
+    direction = (mapped[0, 0] - token_mean) / spread
+    torch.testing.assert_close(direction, torch.tensor([1.0, -1.0, 0, 0, 0, 0]) / 2**0.5)
+    assert torch.count_nonzero(mapped[0, 2]) == 0

@@ -31,14 +31,14 @@ from openbook.store import KnowledgeStore
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 48
+    steps: int = 32
     batch_size: int = 8
     lr: float = 1e-5
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
     eval_every: int = 8
-    patience: int = 3  # evaluations without a better dev score before stopping
+    patience: int = 2  # evaluations without a better dev score before stopping
     reembed_every: int | None = None  # steps between store re-embeddings; None: once per epoch
     calibration: CalibrationMode = "domain"
     seed: int = 13
@@ -99,7 +99,9 @@ def train(
         )
 
     parameters = method.trainable_parameters(classifier)
-    optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(
+        parameters, lr=config.lr, weight_decay=config.weight_decay, fused=_fused_adam_supported(parameters)
+    )
     warmup = int(config.warmup_ratio * config.steps)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
@@ -186,3 +188,8 @@ def _check_data(train_labels: np.ndarray, dev_labels: np.ndarray, num_labels: in
         )
     if train_labels.max() >= num_labels:
         raise PromptError("a training label is outside the verbalizer")
+
+
+def _fused_adam_supported(parameters: list[torch.nn.Parameter]) -> bool:
+    """The fused AdamW kernel (about 5x faster a step on CPU) takes float parameters on CPU or CUDA."""
+    return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in parameters)
