@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint run eval-sst2 bench clean
+.PHONY: install test lint run eval-sst2 eval-training bench clean
 
 install: $(STAMP)
 
@@ -36,8 +36,15 @@ eval-sst2: install
 	$(BIN)/openbook eval --data ../shared/datasets/k-shot --task SST-2 \
 		--methods zero-shot,knn,knn-interp --seeds 13,21,42,87,100 --out results/sst2
 
+# The trained-methods table of docs/results.md; resumable, so it can be filled over several sittings.
+eval-training: install
+	$(BIN)/openbook eval --data ../shared/datasets/k-shot --task SST-2,trec,mpqa,sst-5 \
+		--methods prompt-ft,retroprompt,retroprompt/no-demos,retroprompt/no-knn-loss,retroprompt/no-knn-infer \
+		--seeds 13,21,42,87,100 --out results/training
+
 bench: install
 	$(BIN)/openbook bench store
+	$(BIN)/openbook bench train
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

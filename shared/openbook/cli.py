@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from openbook.calibration import CALIBRATION_MODES, calibrated_p_lm, label_bias
+from openbook.calibration import CALIBRATION_MODES, label_bias
 from openbook.data import DataError, read_split
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
@@ -30,7 +30,9 @@ def _add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layer", type=int, default=-1, help="hidden layer of the slot representation")
     parser.add_argument("--max-length", type=int, default=128, help="tokens per prompt; longer texts are cut")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--device", type=_device, default="auto", help="cpu, cuda, cuda:N; auto: cuda when present"
+    )
 
 
 def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +60,14 @@ def _train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
         reembed_every=args.reembed_every,
         seed=seed,
     )
+
+
+def _device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -256,9 +266,10 @@ def _checked_settings(args: argparse.Namespace) -> dict:
 def run_train(args: argparse.Namespace) -> None:
     from openbook.checkpoints import examples_sha256, load_classifier, save_classifier
     from openbook.data import load_kshot
-    from openbook.evaluation import INTERPOLATION_GRID, Split, example_labels, select_on_dev
+    from openbook.evaluation import example_labels
     from openbook.methods import build_method, weights_sha256
     from openbook.training import train
+    from openbook.training_eval import choose_knn_on_dev
 
     spec = "/".join([args.method, *(args.options or [])])
     method = build_method(spec)
@@ -296,15 +307,11 @@ def run_train(args: argparse.Namespace) -> None:
         "steps_run": result.steps_run,
     }
     if method.inference == "knn-interp":
-        dev = classifier.embed(dev_texts)
-        hits = classifier.store.search(dev.vectors, min(32, len(classifier.store)))
-        p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)
-        classifier.knn, dev_accuracy = select_on_dev(
-            p_lm_dev, Split(dev_labels, hits), INTERPOLATION_GRID, len(classifier.store)
+        classifier.knn, dev_metrics["accuracy_with_knn"] = choose_knn_on_dev(
+            classifier, dev_texts, dev_labels
         )
-        dev_metrics["accuracy_with_knn"] = dev_accuracy
     else:
-        classifier.knn = dataclasses.replace(classifier.knn, lam=0.0)
+        classifier.knn = dataclasses.replace(classifier.knn, lam=0.0)  # the prompt alone
     path = save_classifier(
         out,
         classifier,
