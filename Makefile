@@ -19,8 +19,8 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	touch $@
 
 lint: install
-	$(BIN)/ruff check shared tests
-	$(BIN)/ruff format --check shared tests
+	$(BIN)/ruff check shared services tests
+	$(BIN)/ruff format --check shared services tests
 
 test: lint
 	$(BIN)/python -m pytest

@@ -1,0 +1,164 @@
+"""The log of labelled examples: one Redis Stream per task, the truth the stores are built from.
+
+An append is acknowledged only once Redis has it on disk (WAITAOF after an
+`appendfsync always` write). Example ids are int64 (the store's ids); a
+client may choose them, so a retried POST is idempotent: an id already in the
+log with the same text and label is a no-op, with different content a
+conflict, and a batch with a conflict writes nothing (one Lua script checks
+and appends atomically). Deleting appends a tombstone, so a replica that
+replays the log ends with the same store as one that saw every request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import redis
+from openbook.prompting import TextInput
+
+MAX_ID = 2**63 - 1
+
+_APPEND = """
+local n = tonumber(ARGV[1])
+for i = 0, n - 1 do
+  local id = ARGV[2 + 3 * i]
+  if id ~= '' then
+    local existing = redis.call('HGET', KEYS[2], id)
+    if existing and existing ~= ARGV[3 + 3 * i] then
+      return redis.error_reply('CONFLICT ' .. id)
+    end
+  end
+end
+local out = {}
+for i = 0, n - 1 do
+  local id = ARGV[2 + 3 * i]
+  if id == '' then
+    repeat id = tostring(redis.call('INCR', KEYS[3])) until redis.call('HEXISTS', KEYS[2], id) == 0
+  end
+  if redis.call('HEXISTS', KEYS[2], id) == 1 then
+    table.insert(out, {id, ''})
+  else
+    local offset = redis.call('XADD', KEYS[1], '*', 'op', 'add', 'id', id, 'example', ARGV[4 + 3 * i])
+    redis.call('HSET', KEYS[2], id, ARGV[3 + 3 * i])
+    table.insert(out, {id, offset})
+  end
+end
+return out
+"""
+
+_DELETE = """
+if redis.call('HDEL', KEYS[2], ARGV[1]) == 0 then
+  return false
+end
+return redis.call('XADD', KEYS[1], '*', 'op', 'delete', 'id', ARGV[1])
+"""
+
+
+class LogError(RuntimeError):
+    """The log could not take the write durably (e.g. the server's AOF is off or failing)."""
+
+
+class ConflictError(ValueError):
+    def __init__(self, example_id: int) -> None:
+        super().__init__(f"example id {example_id} is already in the log with a different text or label")
+        self.example_id = example_id
+
+
+@dataclass(frozen=True)
+class NewExample:
+    text: TextInput
+    label: str
+    id: int | None = None  # None: the log assigns one
+
+
+@dataclass(frozen=True)
+class Appended:
+    id: int
+    offset: str | None  # stream entry id; None when the example was already in the log (a retry)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    offset: str
+    op: Literal["add", "delete"]
+    id: int
+    text: TextInput | None = None
+    label: str | None = None
+
+
+def _payload(example: NewExample) -> str:
+    text = example.text if isinstance(example.text, str) else list(example.text)
+    return json.dumps({"text": text, "label": example.label}, ensure_ascii=False, sort_keys=True)
+
+
+class ExampleLog:
+    def __init__(self, client: redis.Redis, task: str, *, durability_timeout_ms: int = 5000) -> None:
+        self.client = client
+        self.task = task
+        prefix = f"openbook:task:{task}"
+        self.stream_key = f"{prefix}:examples"
+        self.ids_key = f"{prefix}:example-ids"
+        self.counter_key = f"{prefix}:next-id"
+        self.durability_timeout_ms = durability_timeout_ms
+        self._append = client.register_script(_APPEND)
+        self._delete = client.register_script(_DELETE)
+
+    def append(self, examples: Sequence[NewExample]) -> list[Appended]:
+        """Append atomically and durably; raises ConflictError (nothing written) on a changed id."""
+        given = [e.id for e in examples if e.id is not None]
+        for example_id in given:
+            if not 0 <= example_id <= MAX_ID:
+                raise ValueError(f"example id {example_id} is outside 0..2^63-1")
+        if len(set(given)) != len(given):
+            raise ValueError("a batch repeats an example id")
+        args: list[str | int] = [len(examples)]
+        for example in examples:
+            payload = _payload(example)
+            args += ["" if example.id is None else str(example.id), _digest(payload), payload]
+        try:
+            rows = self._append(keys=[self.stream_key, self.ids_key, self.counter_key], args=args)
+        except redis.ResponseError as error:
+            if str(error).startswith("CONFLICT"):
+                raise ConflictError(int(str(error).split()[1])) from None
+            raise
+        self._wait_durable()
+        return [Appended(int(i), o.decode() if o else None) for i, o in ((r[0], r[1]) for r in rows)]
+
+    def delete(self, example_id: int) -> bool:
+        """Tombstone an example; False if the log does not hold it."""
+        offset = self._delete(keys=[self.stream_key, self.ids_key], args=[str(example_id)])
+        if offset is None:
+            return False
+        self._wait_durable()
+        return True
+
+    def read(self, after: str = "0-0", count: int | None = None) -> list[LogEntry]:
+        """Entries strictly after `after` (a stream offset), oldest first."""
+        raw = self.client.xrange(self.stream_key, min=f"({after}", max="+", count=count)
+        return [_entry(offset, fields) for offset, fields in raw]
+
+    def __len__(self) -> int:
+        return int(self.client.hlen(self.ids_key))
+
+    def _wait_durable(self) -> None:
+        local, _replicas = self.client.execute_command("WAITAOF", 1, 0, self.durability_timeout_ms)
+        if int(local) < 1:
+            raise LogError("Redis did not confirm the write on disk (is appendonly on?)")
+
+
+def _digest(payload: str) -> str:
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _entry(offset: bytes, fields: dict[bytes, bytes]) -> LogEntry:
+    op = fields[b"op"].decode()
+    example_id = int(fields[b"id"])
+    if op == "delete":
+        return LogEntry(offset.decode(), "delete", example_id)
+    example = json.loads(fields[b"example"])
+    text = example["text"] if isinstance(example["text"], str) else tuple(example["text"])
+    return LogEntry(offset.decode(), "add", example_id, text, example["label"])
