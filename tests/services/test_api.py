@@ -1,0 +1,134 @@
+"""The api over a real embedded Redis and a tiny random backbone, through FastAPI's test client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.api.app import create_app
+from services.api.settings import Settings
+from services.bus.server import EmbeddedRedis
+
+TASK = {"name": "reviews", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
+
+
+@pytest.fixture()
+def server(tmp_path: Path):
+    with EmbeddedRedis(tmp_path / "redis") as running:
+        yield running
+
+
+def make_client(server: EmbeddedRedis, causal_dir: Path, **overrides) -> TestClient:
+    settings = Settings(redis_url=server.url, default_backbone=str(causal_dir), max_length=48, **overrides)
+    return TestClient(create_app(settings))
+
+
+@pytest.fixture()
+def api(server: EmbeddedRedis, causal_dir: Path):
+    with make_client(server, causal_dir, max_batch=4, max_text_chars=100, max_body_bytes=5000) as client:
+        assert client.post("/v1/tasks", json=TASK).status_code == 201
+        yield client
+
+
+def test_posted_examples_are_neighbours_of_the_next_classify(api: TestClient) -> None:
+    examples = [{"text": "a good film", "label": "1", "id": 7}, {"text": "a bad film", "label": "0"}]
+    response = api.post("/v1/tasks/reviews/examples", json={"examples": examples})
+    assert response.status_code == 201, response.text
+    ack = response.json()
+    assert [e["id"] for e in ack["examples"]] == [7, 1] and all(e["created"] for e in ack["examples"])
+
+    result = api.post("/v1/tasks/reviews/classify", json={"texts": ["a good film"], "neighbours": True})
+    assert result.status_code == 200, result.text
+    body = result.json()
+    assert body["store_version"] == ack["store_version"] and body["model_version"] == "base"
+    (prediction,) = body["predictions"]
+    top = prediction["neighbours"][0]
+    assert top == {"id": 7, "text": "a good film", "label": "1", "similarity": pytest.approx(1.0, abs=1e-4)}
+    assert set(prediction["probabilities"]) == {"0", "1"} and prediction["p_knn"] is not None
+
+    retry = api.post("/v1/tasks/reviews/examples", json={"examples": examples[:1]})
+    assert retry.status_code == 201 and retry.json()["examples"] == [{"id": 7, "created": False}]
+    page = api.get("/v1/tasks/reviews/examples", params={"limit": 1}).json()
+    assert page == {"examples": [{"id": 1, "text": "a bad film", "label": "0"}], "next_after": 1}
+    assert api.delete("/v1/tasks/reviews/examples/7").status_code == 204
+    assert api.get("/v1/tasks/reviews/examples").json()["examples"] == [
+        {"id": 1, "text": "a bad film", "label": "0"}
+    ]
+    assert api.delete("/v1/tasks/reviews/examples/7").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "code", "says"),
+    [
+        ("/v1/tasks/nope/classify", {"texts": ["x"]}, 404, "no task 'nope'"),
+        ("/v1/tasks/reviews/classify", {"texts": []}, 422, "at least 1"),
+        ("/v1/tasks/reviews/classify", {"texts": ["a"] * 5}, 422, "over the limit of 4"),
+        ("/v1/tasks/reviews/classify", {"texts": ["a" * 101]}, 422, "over the limit of 100 characters"),
+        ("/v1/tasks/reviews/classify", {"texts": [["a", "b"]]}, 422, "single texts"),
+        ("/v1/tasks/reviews/examples", {"examples": [{"text": "x", "label": "7"}]}, 422, "unknown label '7'"),
+        ("/v1/tasks/reviews/examples", {"examples": [{"text": "x", "label": "1", "id": -2}]}, 422, "greater"),
+        ("/v1/tasks/reviews/examples", {"examples": [{"text": "", "label": "1"}]}, 422, "at least 1"),
+        ("/v1/tasks/reviews/classify", {"texts": ["x" * 99] * 60}, 413, "over the limit of 5000"),
+    ],
+)
+def test_bad_requests_get_json_errors(api: TestClient, path: str, body: dict, code: int, says: str) -> None:
+    response = api.post(path, json=body)
+    assert response.status_code == code, response.text
+    assert says in str(response.json()["detail"])
+    assert api.get("/v1/tasks/reviews/examples").json()["examples"] == []  # nothing was written
+
+
+def test_malformed_json_and_conflicts(api: TestClient) -> None:
+    response = api.post(
+        "/v1/tasks/reviews/classify", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422 and "detail" in response.json()
+    assert (
+        api.post(
+            "/v1/tasks/reviews/examples", json={"examples": [{"text": "a", "label": "1", "id": 3}]}
+        ).status_code
+        == 201
+    )
+    changed = api.post(
+        "/v1/tasks/reviews/examples", json={"examples": [{"text": "b", "label": "1", "id": 3}]}
+    )
+    assert changed.status_code == 409 and "different text or label" in changed.json()["detail"]
+    assert api.post("/v1/tasks", json=TASK).status_code == 201  # the same spec again: idempotent
+    other = api.post("/v1/tasks", json={**TASK, "template": "{text} Overall: {mask}"})
+    assert other.status_code == 409
+    bad = api.post("/v1/tasks", json={**TASK, "name": "other", "template": "{mask} first {text}"})
+    assert bad.status_code == 422 and "last" in bad.json()["detail"]
+    assert api.post("/v1/tasks", json={**TASK, "name": "../etc"}).status_code == 422
+
+
+def test_api_key_guards_writes(server: EmbeddedRedis, causal_dir: Path) -> None:
+    with make_client(server, causal_dir, api_key="s3cret") as client:
+        assert client.post("/v1/tasks", json=TASK).status_code == 401
+        assert client.post("/v1/tasks", json=TASK, headers={"X-API-Key": "wrong"}).status_code == 403
+        assert (
+            client.post("/v1/tasks", json=TASK, headers={"Authorization": "Bearer s3cret"}).status_code == 201
+        )
+        assert client.get("/v1/tasks").json()[0]["name"] == "reviews"  # reads need no key
+
+
+def test_two_replicas_converge_and_redis_down_keeps_classify_serving(
+    server: EmbeddedRedis, causal_dir: Path
+) -> None:
+    with make_client(server, causal_dir) as first, make_client(server, causal_dir) as second:
+        first.post("/v1/tasks", json=TASK)
+        examples = [
+            {"text": t, "label": l} for t, l in [("great fun", "1"), ("boring", "0"), ("a good film", "1")]
+        ]
+        first.post("/v1/tasks/reviews/examples", json={"examples": examples})
+        a = first.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"], "neighbours": True}).json()
+        b = second.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"], "neighbours": True}).json()
+        assert a == b  # same log, same store, same prediction
+
+        server.stop()
+        assert second.get("/readyz").status_code == 503
+        write = second.post("/v1/tasks/reviews/examples", json={"examples": examples[:1]})
+        assert write.status_code == 503 and write.headers["retry-after"] == "1"
+        served = second.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"], "neighbours": True})
+        assert served.status_code == 200 and served.json()["predictions"] == b["predictions"]
