@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -19,13 +21,18 @@ from typing import Annotated
 import redis
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
+from openbook.methods import build_method
 from openbook.prompting import PromptError
+from openbook.training import TrainConfig
 
 from services.api import schemas
 from services.api.deps import Registry, Runtime, Writer
 from services.api.settings import Settings
 from services.api.tasks import TaskExists, TaskRegistry, TaskRuntime
 from services.bus.examples_log import ConflictError, NewExample
+from services.bus.jobs import JobQueue, Published, checkpoints_key
+
+logger = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -34,8 +41,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, health_check_interval=5)
-        app.state.registry = TaskRegistry(client, max_length=settings.max_length, device=settings.device)
+        registry = TaskRegistry(client, max_length=settings.max_length, device=settings.device)
+        app.state.registry = registry
+        stop = threading.Event()
+        follower = threading.Thread(target=follow_checkpoints, args=(registry, stop), daemon=True)
+        follower.start()
         yield
+        stop.set()
+        follower.join(timeout=5)
         client.close()
 
     app = FastAPI(title="OpenBook", version="1", lifespan=lifespan)
@@ -152,14 +165,62 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 raise HTTPException(422, f"text {i}: this task takes {_shape(runtime)}")
         with contextlib.suppress(redis.ConnectionError):  # then serve from memory: all applied so far
             await asyncio.to_thread(runtime.catch_up)
-        predictions = await asyncio.to_thread(runtime.predict, body.texts)
+        predictions, model_version, store_version = await asyncio.to_thread(runtime.predict, body.texts)
         return schemas.ClassifyOut(
             predictions=[_prediction(p, runtime, body.neighbours) for p in predictions],
-            model_version=runtime.model_version,
-            store_version=runtime.offset,
+            model_version=model_version,
+            store_version=store_version,
         )
 
+    @app.post("/v1/tasks/{task}/train", status_code=202, dependencies=[Writer])
+    async def start_training(body: schemas.TrainIn, runtime: Runtime, registry: Registry) -> schemas.JobOut:
+        method = body.method or runtime.task.method
+        config = body.model_dump(exclude={"method"})
+        try:
+            build_method(method).check_backbone(runtime.classifier.backbone)
+            TrainConfig(**config)
+        except ValueError as error:
+            raise HTTPException(422, str(error)) from None
+        queue = JobQueue(registry.client)
+        job_id = await asyncio.to_thread(queue.submit, runtime.task.name, method, config)
+        return schemas.JobOut.model_validate(await asyncio.to_thread(queue.get, job_id))
+
+    @app.get("/v1/jobs/{job_id}")
+    async def get_job(job_id: str, registry: Registry) -> schemas.JobOut:
+        record = await asyncio.to_thread(JobQueue(registry.client).get, job_id)
+        if record is None:
+            raise HTTPException(404, f"no job {job_id!r}")
+        return schemas.JobOut.model_validate(record)
+
     return app
+
+
+def follow_checkpoints(registry: TaskRegistry, stop: threading.Event) -> None:
+    """Follow every loaded task's checkpoints stream and hot-swap the newest checkpoint in."""
+    seen: dict[str, str] = {}  # task -> last checkpoints-stream entry handled
+    while not stop.is_set():
+        streams = {checkpoints_key(name): seen.get(name, "0-0") for name in list(registry.runtimes)}
+        if not streams:
+            stop.wait(0.2)
+            continue
+        try:
+            batches = registry.client.xread(streams, block=300)
+        except redis.ConnectionError:
+            stop.wait(1.0)  # Redis is away: keep serving what is loaded, retry
+            continue
+        for key, entries in batches:
+            name = key.decode().split(":")[2]
+            entry_id, fields = entries[-1]  # only the newest matters
+            seen[name] = entry_id.decode()
+            runtime = registry.runtimes.get(name)
+            if runtime is None:
+                continue
+            published = Published(**{k.decode(): v.decode() for k, v in fields.items()})
+            try:
+                runtime.adopt(published, registry.device)
+            except Exception as error:  # a bad artifact is refused; the old version keeps serving
+                runtime.swap_error = f"{published.version}: {type(error).__name__}: {error}"
+                logger.warning("task %s: refused checkpoint %s", name, runtime.swap_error)
 
 
 def _shape(runtime: TaskRuntime) -> str:

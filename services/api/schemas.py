@@ -6,30 +6,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, StringConstraints
 
-TaskName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+from services.bus.task_spec import KnnSettings, Task, TaskCreate
+
+__all__ = ["KnnSettings", "Task", "TaskCreate"]
+
 Text = Annotated[str, StringConstraints(min_length=1)]
 TextOrPair = Text | tuple[Text, Text]
-
-
-class KnnSettings(BaseModel):
-    k: int = Field(16, ge=1, le=1024)
-    temperature: float = Field(0.1, gt=0)
-    lam: float = Field(0.5, ge=0, le=1)
-
-
-class TaskCreate(BaseModel):
-    name: TaskName
-    template: str = Field(examples=["Review: {text}\nSentiment: {mask}"])
-    labels: dict[str, str] = Field(
-        description="label -> label word, in label order", examples=[{"0": "negative", "1": "positive"}]
-    )
-    backbone: str | None = Field(None, description="default: the service's backbone")
-    method: str = "retroprompt"
-    knn: KnnSettings = KnnSettings()
-
-
-class Task(TaskCreate):
-    backbone: str
 
 
 class ExampleIn(BaseModel):
@@ -88,3 +70,24 @@ class ClassifyOut(BaseModel):
     predictions: list[PredictionOut]
     model_version: str
     store_version: str
+
+
+class TrainIn(BaseModel):
+    method: str | None = Field(None, description="default: the task's method", examples=["retroprompt"])
+    steps: int = Field(32, ge=1, le=100_000)
+    batch_size: int = Field(8, ge=1, le=1024)
+    lr: float = Field(1e-5, gt=0, lt=1)
+    eval_every: int = Field(8, ge=1)
+    patience: int = Field(2, ge=1)
+
+
+class JobOut(BaseModel):
+    id: str
+    task: str
+    method: str
+    state: str  # queued, running, succeeded, failed
+    progress: float
+    train_config: dict
+    metrics: dict | None = None
+    published: dict | None = None  # the checkpoint: version, path, manifest sha256, log offset
+    error: str | None = None

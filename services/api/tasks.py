@@ -12,36 +12,28 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import redis
+from openbook.artifacts import MANIFEST_NAME, CheckpointError, sha256_file
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
-from openbook.calibration import label_bias
+from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier, Prediction
-from openbook.knn import KnnConfig
-from openbook.prompting import Template, TextInput, Verbalizer
+from openbook.prompting import TextInput
 
-from services.api.schemas import Task
 from services.bus.examples_log import ExampleLog, LogEntry
+from services.bus.jobs import Published
 from services.bus.replay import replay
-
-TASKS_KEY = "openbook:tasks"
+from services.bus.task_spec import TASKS_KEY, Task, build_classifier
 
 
 class TaskExists(ValueError):
     pass
 
 
-def build_classifier(task: Task, backbone: Backbone) -> Classifier:
-    """The untrained classifier a task starts from; bad templates or label words raise PromptError."""
-    verbalizer = Verbalizer(tuple(task.labels), tuple(task.labels.values()))
-    classifier = Classifier(
-        backbone,
-        Template(task.template),
-        verbalizer,
-        knn=KnnConfig(task.knn.k, task.knn.temperature, task.knn.lam),
-    )
-    classifier.label_bias = label_bias("content-free", classifier)  # no data yet: calibrate on "N/A"
-    return classifier
+def _order(offset: str) -> tuple[int, int]:
+    milliseconds, _, sequence = offset.partition("-")
+    return int(milliseconds), int(sequence or 0)
 
 
 @dataclass
@@ -51,6 +43,7 @@ class TaskRuntime:
     log: ExampleLog
     offset: str = "0-0"  # last log entry applied to the store
     model_version: str = "base"
+    swap_error: str | None = None  # why the last published checkpoint was refused, if it was
     texts: dict[int, TextInput] = field(default_factory=dict)  # id -> text, for neighbours and paging
     labels: dict[int, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -58,12 +51,11 @@ class TaskRuntime:
     def catch_up(self) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread)."""
         with self.lock:
-            self._apply(self.log.read(after=self.offset))
+            entries = self.log.read(after=self.offset)
+            replay(self.classifier, entries)
+            self._remember(entries)
 
-    def _apply(self, entries: Sequence[LogEntry]) -> None:
-        if not entries:
-            return
-        replay(self.classifier, entries)
+    def _remember(self, entries: Sequence[LogEntry]) -> None:
         for entry in entries:
             if entry.op == "add":
                 assert entry.text is not None and entry.label is not None
@@ -71,11 +63,32 @@ class TaskRuntime:
             else:
                 self.texts.pop(entry.id, None)
                 self.labels.pop(entry.id, None)
-        self.offset = entries[-1].offset
+            self.offset = entry.offset
 
-    def predict(self, texts: Sequence[TextInput]) -> list[Prediction]:
+    def predict(self, texts: Sequence[TextInput]) -> tuple[list[Prediction], str, str]:
+        """Predictions with the model and store versions that made them (read under the same lock)."""
         with self.lock:
-            return self.classifier.predict(texts)
+            return self.classifier.predict(texts), self.model_version, self.offset
+
+    def adopt(self, published: Published, device: str) -> None:
+        """Swap in a published checkpoint: verify, load and catch up off the lock, then swap under it.
+
+        Requests hold the lock while they predict, so each finishes on the version it started with.
+        A checkpoint that fails verification raises CheckpointError and the old version keeps serving.
+        """
+        manifest = Path(published.path) / MANIFEST_NAME
+        if not manifest.is_file() or sha256_file(manifest) != published.manifest_sha256:
+            raise CheckpointError(f"{published.path}: manifest missing or not the one published")
+        classifier, _ = load_classifier(published.path, device=device)  # verifies every file's sha256
+        entries = self.log.read(after=published.log_offset)
+        replay(classifier, entries)  # examples added since the trainer read the log
+        caught = entries[-1].offset if entries else published.log_offset
+        with self.lock:
+            start = min(caught, self.offset, key=_order)
+            tail = self.log.read(after=start)
+            replay(classifier, [e for e in tail if _order(e.offset) > _order(caught)])
+            self._remember([e for e in tail if _order(e.offset) > _order(self.offset)])
+            self.classifier, self.model_version, self.swap_error = classifier, published.version, None
 
 
 class TaskRegistry:

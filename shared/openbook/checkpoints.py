@@ -48,6 +48,7 @@ def save_classifier(
     training_data_sha256: str,
     dev_metrics: dict[str, Any],
     overwrite: bool = False,
+    extra: dict[str, Any] | None = None,  # more manifest entries, e.g. the log offset a service trained to
 ) -> Path:
     backbone = classifier.backbone
     manifest = {
@@ -72,6 +73,7 @@ def save_classifier(
         "demos": None if classifier.demos is None else dataclasses.asdict(classifier.demos),
         "training_data_sha256": training_data_sha256,
         "dev_metrics": dev_metrics,
+        **(extra or {}),
     }
     return write_checkpoint(
         path,

@@ -15,7 +15,7 @@ calibrated zero-shot classifier instead of the raw one.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,6 +83,7 @@ def train(
     config: TrainConfig,
     *,
     progress: bool = True,
+    on_step: Callable[[int, int, float], None] | None = None,  # (step, steps, loss), e.g. a job record
 ) -> TrainResult:
     """Train `classifier` (already `method.prepare`d) in place; it ends with the best dev weights."""
     _check_data(train_labels, dev_labels, len(classifier.labels))
@@ -133,6 +134,8 @@ def train(
         classifier.backbone.model.eval()
         result.losses.append(float(loss.detach()))
         result.steps_run = step
+        if on_step is not None:
+            on_step(step, config.steps, result.losses[-1])
         if method.uses_store_in_training and step % reembed_every == 0:
             reembed(classifier, train_texts, train_labels)
         if step % config.eval_every == 0 or step == config.steps:

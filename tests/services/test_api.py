@@ -119,7 +119,8 @@ def test_two_replicas_converge_and_redis_down_keeps_classify_serving(
     with make_client(server, causal_dir) as first, make_client(server, causal_dir) as second:
         first.post("/v1/tasks", json=TASK)
         examples = [
-            {"text": t, "label": l} for t, l in [("great fun", "1"), ("boring", "0"), ("a good film", "1")]
+            {"text": t, "label": label}
+            for t, label in [("great fun", "1"), ("boring", "0"), ("a good film", "1")]
         ]
         first.post("/v1/tasks/reviews/examples", json={"examples": examples})
         a = first.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"], "neighbours": True}).json()

@@ -1,0 +1,50 @@
+"""A task's spec, shared by the api (which creates it) and the trainer (which trains it)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from openbook.backbone import Backbone
+from openbook.calibration import label_bias
+from openbook.classifier import Classifier
+from openbook.knn import KnnConfig
+from openbook.prompting import Template, Verbalizer
+from pydantic import BaseModel, Field, StringConstraints
+
+TASKS_KEY = "openbook:tasks"  # hash: task name -> spec JSON
+
+TaskName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+
+
+class KnnSettings(BaseModel):
+    k: int = Field(16, ge=1, le=1024)
+    temperature: float = Field(0.1, gt=0)
+    lam: float = Field(0.5, ge=0, le=1)
+
+
+class TaskCreate(BaseModel):
+    name: TaskName
+    template: str = Field(examples=["Review: {text}\nSentiment: {mask}"])
+    labels: dict[str, str] = Field(
+        description="label -> label word, in label order", examples=[{"0": "negative", "1": "positive"}]
+    )
+    backbone: str | None = Field(None, description="default: the service's backbone")
+    method: str = "retroprompt"
+    knn: KnnSettings = KnnSettings()
+
+
+class Task(TaskCreate):
+    backbone: str
+
+
+def build_classifier(task: Task, backbone: Backbone) -> Classifier:
+    """The untrained classifier a task starts from; bad templates or label words raise PromptError."""
+    verbalizer = Verbalizer(tuple(task.labels), tuple(task.labels.values()))
+    classifier = Classifier(
+        backbone,
+        Template(task.template),
+        verbalizer,
+        knn=KnnConfig(task.knn.k, task.knn.temperature, task.knn.lam),
+    )
+    classifier.label_bias = label_bias("content-free", classifier)  # no data yet: calibrate on "N/A"
+    return classifier

@@ -1,0 +1,1 @@
+"""The trainer worker: takes training jobs off the bus, trains, publishes checkpoints."""

@@ -1,0 +1,187 @@
+"""One training job: read the task's examples from the log, train, re-embed, write, publish.
+
+The examples are the log folded up to its last entry (adds minus deletes).
+Every fourth example of each label (by id) is held out as dev, for the dev
+checks that keep the best weights and for choosing k, T and lambda; after
+training, the store is rebuilt from all the examples, under their log ids,
+with the trained weights. The checkpoint is written atomically under
+`artifacts_dir/<task>/<version>`, and published only then; the job is
+acknowledged after publishing, so a crash before that leaves it pending for
+another worker to claim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import redis
+from openbook.artifacts import MANIFEST_NAME, sha256_file
+from openbook.backbone import BackboneConfig, load_backbone
+from openbook.checkpoints import save_classifier
+from openbook.methods import build_method, weights_sha256
+from openbook.prompting import TextInput
+from openbook.store import KnowledgeStore
+from openbook.training import TrainConfig, train
+from openbook.training_eval import choose_knn_on_dev
+
+from services.bus.examples_log import ExampleLog
+from services.bus.jobs import Job, JobQueue, Published, publish_checkpoint
+from services.bus.task_spec import TASKS_KEY, Task, build_classifier
+
+
+class JobError(ValueError):
+    """A job that cannot be trained as asked (its record says why)."""
+
+
+def fold_log(log: ExampleLog) -> tuple[dict[int, tuple[TextInput, str]], str | None]:
+    """The examples the log holds now (id -> (text, label)), and the offset of its last entry."""
+    examples: dict[int, tuple[TextInput, str]] = {}
+    entries = log.read()
+    for entry in entries:
+        if entry.op == "add":
+            assert entry.text is not None and entry.label is not None
+            examples[entry.id] = (entry.text, entry.label)
+        else:
+            examples.pop(entry.id, None)
+    return examples, entries[-1].offset if entries else None
+
+
+def split_dev(examples: dict[int, tuple[TextInput, str]]) -> tuple[list[int], list[int]]:
+    """(train ids, dev ids): every fourth id of each label goes to dev, at least one per label."""
+    by_label: dict[str, list[int]] = {}
+    for example_id in sorted(examples):
+        by_label.setdefault(examples[example_id][1], []).append(example_id)
+    train_ids, dev_ids = [], []
+    for label, ids in by_label.items():
+        if len(ids) < 2:
+            raise JobError(f"label {label!r} has {len(ids)} example(s); training needs at least 2 per label")
+        dev = ids[3::4] or ids[-1:]
+        dev_ids += dev
+        train_ids += [i for i in ids if i not in set(dev)]
+    return sorted(train_ids), sorted(dev_ids)
+
+
+class Worker:
+    def __init__(
+        self,
+        client: redis.Redis,
+        artifacts_dir: str | Path,
+        *,
+        consumer: str = "worker-1",
+        device: str = "cpu",
+        max_length: int = 128,
+    ) -> None:
+        self.client = client
+        self.queue = JobQueue(client)
+        self.artifacts_dir = Path(artifacts_dir)
+        self.consumer = consumer
+        self.device = device
+        self.max_length = max_length
+
+    def run_once(self, block_ms: int = 1000) -> str | None:
+        """Claim and run one job; returns its id, or None when there was none."""
+        claimed = self.queue.claim(self.consumer, block_ms=block_ms)
+        if claimed is None:
+            return None
+        entry_id, job = claimed
+        self.queue.update(job.id, state="running", started=time.time(), worker=self.consumer)
+        try:
+            published, metrics = self.train_and_publish(job)
+        except Exception as error:  # the record says why; the job is not retried forever
+            self.queue.update(job.id, state="failed", error=f"{type(error).__name__}: {error}")
+        else:
+            self.queue.update(
+                job.id,
+                state="succeeded",
+                progress=1.0,
+                metrics=metrics,
+                published=dataclasses.asdict(published),
+            )
+        self.queue.ack(entry_id)
+        return job.id
+
+    def run_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.run_once(block_ms=500)
+            except redis.ConnectionError:
+                time.sleep(1.0)  # Redis is away: wait, then reconnect on the next call
+
+    def train_and_publish(self, job: Job) -> tuple[Published, dict]:
+        raw = self.client.hget(TASKS_KEY, job.task)
+        if raw is None:
+            raise JobError(f"no task {job.task!r}")
+        task = Task.model_validate_json(raw)
+        examples, offset = fold_log(ExampleLog(self.client, job.task))
+        if len({label for _, label in examples.values()}) < 2 or offset is None:
+            raise JobError("training needs examples of at least 2 labels")
+        train_ids, dev_ids = split_dev(examples)
+        backbone = load_backbone(
+            BackboneConfig(name=task.backbone, max_length=self.max_length, device=self.device)
+        )
+        base_sha = weights_sha256(backbone.model)
+        method = build_method(job.method)
+        classifier = method.prepare(dataclasses.replace(build_classifier(task, backbone), label_bias=None))
+        config = TrainConfig(**job.train_config)
+        labels = classifier.label_indices
+
+        def texts(ids: list[int]) -> list[TextInput]:
+            return [examples[i][0] for i in ids]
+
+        train_labels = labels([examples[i][1] for i in train_ids])
+        dev_labels = labels([examples[i][1] for i in dev_ids])
+        result = train(
+            classifier,
+            method,
+            texts(train_ids),
+            train_labels,
+            texts(dev_ids),
+            dev_labels,
+            config,
+            progress=False,
+            on_step=lambda step, steps, loss: self.queue.update(
+                job.id, progress=round(step / steps, 4), loss=loss
+            ),
+        )
+        metrics: dict = {
+            "dev_accuracy": result.best.accuracy,
+            "best_step": result.best.step,
+            "train": len(train_ids),
+            "dev": len(dev_ids),
+        }
+        if method.inference == "knn-interp":
+            classifier.knn, metrics["dev_accuracy_with_knn"] = choose_knn_on_dev(
+                classifier, texts(dev_ids), dev_labels
+            )
+        else:
+            classifier.knn = dataclasses.replace(classifier.knn, lam=0.0)
+        all_ids = sorted(examples)
+        classifier.store = KnowledgeStore(backbone.hidden_size)
+        classifier.add_examples(texts(all_ids), [examples[i][1] for i in all_ids], ids=np.array(all_ids))
+        version = f"{time.strftime('%Y%m%d-%H%M%S')}-{job.id[:8]}"
+        path = save_classifier(
+            self.artifacts_dir / job.task / version,
+            classifier,
+            method,
+            base_weights_sha256=base_sha,
+            train_config=config,
+            training_data_sha256=_examples_digest(examples),
+            dev_metrics=metrics,
+            extra={"task": job.task, "job": job.id, "version": version, "log_offset": offset},
+        )
+        published = Published(version, str(path), sha256_file(path / MANIFEST_NAME), offset)
+        publish_checkpoint(self.client, job.task, published)
+        return published, metrics
+
+
+def _examples_digest(examples: dict[int, tuple[TextInput, str]]) -> str:
+    from openbook.checkpoints import examples_sha256
+    from openbook.data import Example
+
+    return examples_sha256(
+        [Example(text, label, f"log id {i}") for i, (text, label) in sorted(examples.items())]
+    )

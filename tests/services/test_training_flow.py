@@ -1,0 +1,151 @@
+"""Train through the bus: a job, the worker, a published checkpoint, and the api swapping it in."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from services.api.app import create_app
+from services.api.settings import Settings
+from services.bus.jobs import JobQueue, Published, current_checkpoint, publish_checkpoint
+from services.bus.server import EmbeddedRedis
+from services.trainer.worker import Worker
+
+TASK = {"name": "reviews", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
+EXAMPLES = [
+    ("the movie was great and fun", "1"),
+    ("a good film with a great cast", "1"),
+    ("great fun", "1"),
+    ("a good film", "1"),
+    ("it was terrible and boring", "0"),
+    ("a bad film , it was awful", "0"),
+    ("boring and bad", "0"),
+    ("a terrible film", "0"),
+]
+TRAIN = {"method": "retroprompt", "steps": 4, "batch_size": 4, "lr": 1e-3, "eval_every": 2}
+
+
+@pytest.fixture()
+def server(tmp_path: Path):
+    with EmbeddedRedis(tmp_path / "redis") as running:
+        yield running
+
+
+def wait_for(condition, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal_dir, tmp_path) -> None:
+    settings = Settings(redis_url=server.url, default_backbone=str(causal_dir), max_length=48)
+    with TestClient(create_app(settings)) as api:
+        assert api.post("/v1/tasks", json=TASK).status_code == 201
+        body = {"examples": [{"text": t, "label": label} for t, label in EXAMPLES]}
+        assert api.post("/v1/tasks/reviews/examples", json=body).status_code == 201
+        before = api.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"]}).json()
+        assert before["model_version"] == "base"
+
+        job = api.post("/v1/tasks/reviews/train", json=TRAIN)
+        assert job.status_code == 202, job.text
+        job_id = job.json()["id"]
+        assert api.get(f"/v1/jobs/{job_id}").json()["state"] == "queued"
+
+        responses: list = []
+        stop = threading.Event()
+
+        def hammer() -> None:
+            while not stop.is_set():
+                responses.append(api.post("/v1/tasks/reviews/classify", json={"texts": ["fun film", "dull"]}))
+
+        clients = [threading.Thread(target=hammer) for _ in range(2)]
+        for thread in clients:
+            thread.start()
+        worker = Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts", max_length=48)
+        assert worker.run_once(block_ms=100) == job_id
+        record = api.get(f"/v1/jobs/{job_id}").json()
+        assert record["state"] == "succeeded", record
+        version = record["published"]["version"]
+        wait_for(
+            lambda: (
+                api.post("/v1/tasks/reviews/classify", json={"texts": ["x"]}).json()["model_version"]
+                == version
+            )
+        )
+        stop.set()
+        for thread in clients:
+            thread.join()
+
+        assert responses and all(r.status_code == 200 for r in responses)  # no failed request
+        assert {r.json()["model_version"] for r in responses} <= {"base", version}
+        after = api.post(
+            "/v1/tasks/reviews/classify", json={"texts": ["fun film"], "neighbours": True}
+        ).json()
+        runtime = api.app.state.registry.runtimes["reviews"]
+        assert after["model_version"] == version and len(runtime.classifier.store) == len(EXAMPLES)
+        assert after["predictions"][0]["neighbours"]  # the re-embedded store answers
+        assert record["progress"] == 1.0 and record["metrics"]["train"] + record["metrics"]["dev"] == len(
+            EXAMPLES
+        )
+
+        # An example posted after training is replayed into the new store, not lost by the swap.
+        api.post(
+            "/v1/tasks/reviews/examples", json={"examples": [{"text": "lovely", "label": "1", "id": 99}]}
+        )
+        ids = [
+            n["id"]
+            for n in api.post(
+                "/v1/tasks/reviews/classify", json={"texts": ["lovely"], "neighbours": True}
+            ).json()["predictions"][0]["neighbours"]
+        ]
+        assert ids[0] == 99
+
+        # A corrupt artifact is refused and the trained version keeps serving.
+        client = redis.Redis.from_url(server.url)
+        good = current_checkpoint(client, "reviews")
+        assert good is not None and good.version == version
+        bad = Published("corrupt", good.path, "0" * 64, good.log_offset)
+        publish_checkpoint(client, "reviews", bad)
+        wait_for(lambda: api.app.state.registry.runtimes["reviews"].swap_error)
+        assert (
+            api.post("/v1/tasks/reviews/classify", json={"texts": ["x"]}).json()["model_version"] == version
+        )
+
+
+def test_a_job_that_cannot_train_fails_with_a_reason(server, causal_dir, tmp_path) -> None:
+    settings = Settings(redis_url=server.url, default_backbone=str(causal_dir), max_length=48)
+    with TestClient(create_app(settings)) as api:
+        api.post("/v1/tasks", json=TASK)
+        api.post(
+            "/v1/tasks/reviews/examples",
+            json={"examples": [{"text": "good", "label": "1"}, {"text": "bad", "label": "0"}]},
+        )
+        assert api.post("/v1/tasks/reviews/train", json={**TRAIN, "method": "nope"}).status_code == 422
+        job_id = api.post("/v1/tasks/reviews/train", json=TRAIN).json()["id"]
+        Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts").run_once(block_ms=100)
+        record = api.get(f"/v1/jobs/{job_id}").json()
+        assert record["state"] == "failed" and "at least 2 per label" in record["error"]
+        assert not (tmp_path / "artifacts" / "reviews").exists()
+        assert api.get("/v1/jobs/nope").status_code == 404
+
+
+def test_a_crashed_workers_job_is_claimed_by_another(server) -> None:
+    client = redis.Redis.from_url(server.url)
+    queue = JobQueue(client)
+    job_id = queue.submit("reviews", "prompt-ft", {"steps": 1})
+    first = queue.claim("worker-a", block_ms=100)
+    assert first is not None and first[1].id == job_id  # worker-a dies without XACK
+    assert queue.claim("worker-b", block_ms=100, min_idle_ms=60_000) is None  # not idle long enough
+    taken = queue.claim("worker-b", block_ms=100, min_idle_ms=0)
+    assert taken is not None and taken[1].id == job_id
+    queue.ack(taken[0])
+    assert queue.claim("worker-c", block_ms=100, min_idle_ms=0) is None
