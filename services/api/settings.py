@@ -5,15 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from openbook.models import DEFAULT_BACKBONE
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="OPENBOOK_")
+    model_config = SettingsConfigDict(env_prefix="OPENBOOK_", populate_by_name=True)
 
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="the bus (REDIS_URL is read too)")
-    data_dir: Path = Path("openbook-data")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        validation_alias=AliasChoices("OPENBOOK_REDIS_URL", "REDIS_URL", "redis_url"),
+        description="the bus",
+    )
+    data_dir: Path = Path("openbook-data")  # the embedded Redis and the artifacts live under it
+    artifacts_dir: Path | None = None  # default: data_dir/artifacts (shared by api and trainer)
+    host: str = "127.0.0.1"
+    port: int = 8000
     default_backbone: str = DEFAULT_BACKBONE
     max_length: int = 128  # tokens per prompt; longer inputs are cut and flagged
     max_batch: int = 64  # texts per classify request, examples per POST
@@ -21,3 +28,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = 1_000_000
     api_key: str | None = None  # when set, write endpoints require it
     device: str = "cpu"
+    worker_name: str = "worker-1"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.artifacts_dir or self.data_dir / "artifacts"

@@ -1,0 +1,142 @@
+"""`openbook up | serve | worker`, the service commands; every other command is the library's.
+
+`openbook up` runs the whole stack on one machine: without a Redis URL
+(`OPENBOOK_REDIS_URL` or `REDIS_URL`) it first starts the embedded server
+(AOF on, under `OPENBOOK_DATA_DIR/redis`), then the api and the trainer as
+child processes. SIGINT or SIGTERM stops the three, children first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+import httpx
+
+SERVICE_COMMANDS = ("up", "serve", "worker")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in SERVICE_COMMANDS:
+        from openbook.cli import main as library_main
+
+        return library_main(argv)
+    parser = argparse.ArgumentParser(prog=f"openbook {argv[0]}")
+    parser.add_argument("--demo", action="store_true", help="up: create a demo task seeded with examples")
+    args = parser.parse_args(argv[1:])
+    return {"up": run_up, "serve": run_serve, "worker": run_worker}[argv[0]](args)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from services.api.app import create_app
+    from services.api.settings import Settings
+
+    settings = Settings()
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    return 0
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    import redis
+
+    from services.api.settings import Settings
+    from services.trainer.worker import Worker
+
+    settings = Settings()
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    worker = Worker(
+        redis.Redis.from_url(settings.redis_url, socket_timeout=30),
+        settings.artifacts,
+        consumer=settings.worker_name,
+        device=settings.device,
+        max_length=settings.max_length,
+    )
+    print(f"openbook worker {settings.worker_name}: waiting for jobs on {settings.redis_url}", flush=True)
+    worker.run_forever(stop)
+    return 0
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from services.api.settings import Settings
+    from services.bus.server import EmbeddedRedis
+
+    settings = Settings()
+    env = dict(os.environ)
+    embedded = None
+    if not (os.environ.get("OPENBOOK_REDIS_URL") or os.environ.get("REDIS_URL")):
+        embedded = EmbeddedRedis(settings.data_dir / "redis").start()
+        env["OPENBOOK_REDIS_URL"] = embedded.url
+        print(
+            f"openbook up: embedded Redis (AOF always) on {embedded.url}, data in {settings.data_dir}",
+            flush=True,
+        )
+    children = [
+        subprocess.Popen([sys.executable, "-m", "services.cli", name], env=env)
+        for name in ("serve", "worker")
+    ]
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    base = f"http://{settings.host}:{settings.port}"
+    try:
+        if args.demo:
+            _seed_demo(base, stopping)
+        while not stopping.is_set() and all(child.poll() is None for child in children):
+            stopping.wait(0.5)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        if embedded is not None:
+            embedded.stop()
+    failed = [child.returncode for child in children if child.returncode not in (0, -signal.SIGTERM)]
+    return 1 if failed else 0
+
+
+def _seed_demo(base: str, stopping: threading.Event) -> None:
+    """Once the api is ready, create the `sentiment` task with the examples in examples/sentiment.tsv."""
+    from openbook.data import read_split
+
+    while not stopping.is_set():
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    task = {
+        "name": "sentiment",
+        "template": "Review: {text}\nSentiment: {mask}",
+        "labels": {"0": "negative", "1": "positive"},
+    }
+    headers = {"X-API-Key": os.environ.get("OPENBOOK_API_KEY", "")}
+    httpx.post(f"{base}/v1/tasks", json=task, headers=headers, timeout=300).raise_for_status()
+    examples = [
+        {"text": e.text, "label": e.label, "id": i}
+        for i, e in enumerate(read_split("examples/sentiment.tsv"))
+    ]
+    response = httpx.post(
+        f"{base}/v1/tasks/sentiment/examples", json={"examples": examples}, headers=headers, timeout=300
+    )
+    response.raise_for_status()
+    print(f"openbook up: demo task 'sentiment' ready with {len(examples)} examples at {base}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
