@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from openbook.models import DEFAULT_BACKBONE
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     api_key: str | None = None  # when set, write endpoints require it
     device: str = "cpu"
     worker_name: str = "worker-1"
+
+    @field_validator("api_key")
+    @classmethod
+    def _empty_key_is_none(cls, value: str | None) -> str | None:
+        return value or None  # compose passes an unset key as ""
 
     @property
     def artifacts(self) -> Path:
