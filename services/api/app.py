@@ -14,19 +14,22 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
 
 import redis
 from fastapi import FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from openbook.methods import build_method
 from openbook.prompting import PromptError
 from openbook.training import TrainConfig
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.api import schemas
 from services.api.deps import Registry, Runtime, Writer
+from services.api.metrics import Metrics
 from services.api.settings import Settings
 from services.api.tasks import TaskExists, TaskRegistry, TaskRuntime
 from services.bus.examples_log import ConflictError, NewExample
@@ -43,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, health_check_interval=5)
         registry = TaskRegistry(client, max_length=settings.max_length, device=settings.device)
         app.state.registry = registry
+        metrics.watch(registry)
         stop = threading.Event()
         follower = threading.Thread(target=follow_checkpoints, args=(registry, stop), daemon=True)
         follower.start()
@@ -53,6 +57,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="OpenBook", version="1", lifespan=lifespan)
     app.state.settings = settings
+    metrics = Metrics()
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.latency.labels(request.method, path, str(response.status_code)).observe(
+            time.perf_counter() - started
+        )
+        return response
 
     @app.middleware("http")
     async def limit_body(request: Request, call_next):
@@ -78,6 +94,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 raise HTTPException(
                     422, f"text {i} is over the limit of {settings.max_text_chars} characters"
                 )
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/livez")
     async def livez() -> dict:
@@ -160,6 +180,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.post("/v1/tasks/{task}/classify")
     async def classify(body: schemas.ClassifyIn, runtime: Runtime) -> schemas.ClassifyOut:
         check_batch(len(body.texts), body.texts)
+        metrics.batch_size.observe(len(body.texts))
         for i, text in enumerate(body.texts):
             if isinstance(text, tuple) != runtime.classifier.template.is_pair:
                 raise HTTPException(422, f"text {i}: this task takes {_shape(runtime)}")
@@ -183,6 +204,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(422, str(error)) from None
         queue = JobQueue(registry.client)
         job_id = await asyncio.to_thread(queue.submit, runtime.task.name, method, config)
+        metrics.jobs.labels(runtime.task.name).inc()
         return schemas.JobOut.model_validate(await asyncio.to_thread(queue.get, job_id))
 
     @app.get("/v1/jobs/{job_id}")

@@ -133,3 +133,13 @@ def test_two_replicas_converge_and_redis_down_keeps_classify_serving(
         assert write.status_code == 503 and write.headers["retry-after"] == "1"
         served = second.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"], "neighbours": True})
         assert served.status_code == 200 and served.json()["predictions"] == b["predictions"]
+
+
+def test_metrics_report_latency_batches_and_stores(api: TestClient) -> None:
+    api.post("/v1/tasks/reviews/examples", json={"examples": [{"text": "a good film", "label": "1"}]})
+    api.post("/v1/tasks/reviews/classify", json={"texts": ["fine", "dull"]})
+    text = api.get("/metrics").text
+    assert 'openbook_request_seconds_count{method="POST",route="/v1/tasks/{task}/classify",status="200"} 1.0' in text
+    assert "openbook_classify_batch_texts_sum 2.0" in text
+    assert 'openbook_store_examples{task="reviews"} 1.0' in text
+    assert 'openbook_task_version_info{model="base"' in text

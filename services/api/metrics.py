@@ -1,0 +1,51 @@
+"""Prometheus metrics, one registry per app (so several apps in one process never share counters)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+from services.api.tasks import TaskRegistry
+
+
+class TaskCollector(Collector):
+    """Store sizes and versions, read from the loaded tasks at scrape time."""
+
+    def __init__(self, tasks: TaskRegistry) -> None:
+        self.tasks = tasks
+
+    def collect(self) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
+        sizes = GaugeMetricFamily("openbook_store_examples", "examples in the task's store", labels=["task"])
+        versions = InfoMetricFamily("openbook_task_version", "versions a task serves", labels=["task"])
+        for name, runtime in list(self.tasks.runtimes.items()):
+            sizes.add_metric([name], len(runtime.classifier.store))
+            versions.add_metric([name], {"model": runtime.model_version, "store": runtime.offset})
+        yield sizes
+        yield versions
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram(
+            "openbook_request_seconds",
+            "request latency",
+            ["method", "route", "status"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.batch_size = Histogram(
+            "openbook_classify_batch_texts",
+            "texts per classify request",
+            registry=self.registry,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+        )
+        self.jobs = Counter(
+            "openbook_jobs_submitted", "training jobs submitted", ["task"], registry=self.registry
+        )
+
+    def watch(self, tasks: TaskRegistry) -> None:
+        self.registry.register(TaskCollector(tasks))
