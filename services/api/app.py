@@ -193,6 +193,35 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             store_version=store_version,
         )
 
+    @app.post("/v1/tasks/{task}/demonstrations")
+    async def demonstrations(body: schemas.DemonstrationsIn, runtime: Runtime) -> schemas.DemonstrationsOut:
+        check_batch(1, [body.text])
+        with contextlib.suppress(redis.ConnectionError):
+            await asyncio.to_thread(runtime.catch_up)
+        demos = await asyncio.to_thread(runtime.demonstrations, body.text)
+        classes = []
+        for c, label in enumerate(runtime.classifier.labels):
+            present = demos.ids[0, c] >= 0
+            classes.append(
+                schemas.ClassDemonstration(
+                    label=label,
+                    neighbours=[
+                        schemas.DemoNeighbour(
+                            id=int(i), text=runtime.texts.get(int(i)), similarity=float(s), weight=float(w)
+                        )
+                        for i, s, w in zip(
+                            demos.ids[0, c][present],
+                            demos.similarities[0, c][present],
+                            demos.weights[0, c][present],
+                            strict=True,
+                        )
+                    ],
+                )
+            )
+        return schemas.DemonstrationsOut(
+            demonstrations=classes, model_version=runtime.model_version, store_version=runtime.offset
+        )
+
     @app.post("/v1/tasks/{task}/train", status_code=202, dependencies=[Writer])
     async def start_training(body: schemas.TrainIn, runtime: Runtime, registry: Registry) -> schemas.JobOut:
         method = body.method or runtime.task.method

@@ -91,3 +91,25 @@ class JobOut(BaseModel):
     metrics: dict | None = None
     published: dict | None = None  # the checkpoint: version, path, manifest sha256, log offset
     error: str | None = None
+
+
+class DemonstrationsIn(BaseModel):
+    text: TextOrPair
+
+
+class DemoNeighbour(BaseModel):
+    id: int
+    text: TextOrPair | None
+    similarity: float
+    weight: float  # its share of the class's demonstration vector
+
+
+class ClassDemonstration(BaseModel):
+    label: str
+    neighbours: list[DemoNeighbour]  # empty when the store has no example of the class
+
+
+class DemonstrationsOut(BaseModel):
+    demonstrations: list[ClassDemonstration]
+    model_version: str
+    store_version: str

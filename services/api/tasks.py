@@ -19,6 +19,7 @@ from openbook.artifacts import MANIFEST_NAME, CheckpointError, sha256_file
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier, Prediction
+from openbook.demonstrations import DemoConfig, Demonstrations, retrieve_demonstrations
 from openbook.prompting import TextInput
 
 from services.bus.examples_log import ExampleLog, LogEntry
@@ -69,6 +70,13 @@ class TaskRuntime:
         """Predictions with the model and store versions that made them (read under the same lock)."""
         with self.lock:
             return self.classifier.predict(texts), self.model_version, self.offset
+
+    def demonstrations(self, text: TextInput) -> Demonstrations:
+        """What neural demonstrations would retrieve for `text`: per class, neighbours and weights."""
+        with self.lock:
+            query = self.classifier.embed([text], vectors_only=True).vectors
+            config = self.classifier.demos or DemoConfig()
+            return retrieve_demonstrations(self.classifier.store, query, len(self.classifier.labels), config)
 
     def adopt(self, published: Published, device: str) -> None:
         """Swap in a published checkpoint: verify, load and catch up off the lock, then swap under it.

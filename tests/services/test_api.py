@@ -144,3 +144,36 @@ def test_metrics_report_latency_batches_and_stores(api: TestClient) -> None:
     assert "openbook_classify_batch_texts_sum 2.0" in text
     assert 'openbook_store_examples{task="reviews"} 1.0' in text
     assert 'openbook_task_version_info{model="base"' in text
+
+
+def test_typed_client_round_trip(api: TestClient) -> None:
+    from services.api.schemas import ExampleIn
+    from services.client import OpenBookClient, OpenBookError
+
+    client = OpenBookClient(http=api)
+    ack = client.add_examples("reviews", [ExampleIn(text="a good film", label="1", id=5)])
+    assert ack.examples[0].id == 5 and ack.examples[0].created
+    result = client.classify("reviews", ["a good film"], neighbours=True)
+    assert result.predictions[0].neighbours is not None and result.predictions[0].neighbours[0].id == 5
+    with pytest.raises(OpenBookError) as error:
+        client.classify("missing", ["x"])
+    assert error.value.status == 404 and "no task" in error.value.detail
+    client.delete_example("reviews", 5)
+    assert client.classify("reviews", ["a good film"]).predictions[0].p_knn is None
+
+
+def test_demonstrations_per_class_with_weights(api: TestClient) -> None:
+    examples = [
+        {"text": t, "label": label}
+        for t, label in [("a good film", "1"), ("great fun", "1"), ("boring", "0")]
+    ]
+    api.post("/v1/tasks/reviews/examples", json={"examples": examples})
+    body = api.post("/v1/tasks/reviews/demonstrations", json={"text": "a good film"}).json()
+    by_label = {d["label"]: d["neighbours"] for d in body["demonstrations"]}
+    assert [n["text"] for n in by_label["0"]] == ["boring"] and by_label["0"][0]["weight"] == pytest.approx(
+        1.0
+    )
+    assert {n["text"] for n in by_label["1"]} == {"a good film", "great fun"}
+    assert sum(n["weight"] for n in by_label["1"]) == pytest.approx(1.0)
+    assert by_label["1"][0]["text"] == "a good film"  # the most similar first, and heaviest
+    assert by_label["1"][0]["weight"] >= by_label["1"][1]["weight"]

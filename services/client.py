@@ -1,0 +1,89 @@
+"""A small typed client for the OpenBook api (httpx underneath).
+
+with OpenBookClient("http://127.0.0.1:8000") as client:
+    client.create_task("sentiment", "Review: {text}\\nSentiment: {mask}", {"0": "negative", "1": "positive"})
+    client.add_examples("sentiment", [ExampleIn(text="A delight.", label="1", id=1)])
+    print(client.classify("sentiment", ["What a lovely film."]).predictions[0].label)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from services.api import schemas
+
+
+class OpenBookError(RuntimeError):
+    def __init__(self, status: int, detail: Any) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class OpenBookClient:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        http: httpx.Client | None = None,  # e.g. FastAPI's TestClient
+    ) -> None:
+        headers = {"X-API-Key": api_key} if api_key else {}
+        self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self.http.headers.update(headers)
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail")
+            except ValueError:
+                detail = response.text
+            raise OpenBookError(response.status_code, detail)
+        return None if response.status_code == 204 else response.json()
+
+    def create_task(self, name: str, template: str, labels: dict[str, str], **options: Any) -> schemas.Task:
+        body = schemas.TaskCreate(name=name, template=template, labels=labels, **options)
+        return schemas.Task.model_validate(self._call("POST", "/v1/tasks", json=body.model_dump()))
+
+    def add_examples(self, task: str, examples: Sequence[schemas.ExampleIn]) -> schemas.ExamplesAck:
+        body = schemas.ExamplesIn(examples=list(examples)).model_dump()
+        return schemas.ExamplesAck.model_validate(self._call("POST", f"/v1/tasks/{task}/examples", json=body))
+
+    def delete_example(self, task: str, example_id: int) -> None:
+        self._call("DELETE", f"/v1/tasks/{task}/examples/{example_id}")
+
+    def classify(
+        self, task: str, texts: Sequence[schemas.TextOrPair], *, neighbours: bool = False
+    ) -> schemas.ClassifyOut:
+        body = schemas.ClassifyIn(texts=list(texts), neighbours=neighbours).model_dump()
+        return schemas.ClassifyOut.model_validate(self._call("POST", f"/v1/tasks/{task}/classify", json=body))
+
+    def train(self, task: str, **options: Any) -> schemas.JobOut:
+        body = schemas.TrainIn(**options).model_dump()
+        return schemas.JobOut.model_validate(self._call("POST", f"/v1/tasks/{task}/train", json=body))
+
+    def job(self, job_id: str) -> schemas.JobOut:
+        return schemas.JobOut.model_validate(self._call("GET", f"/v1/jobs/{job_id}"))
+
+    def wait_for_job(self, job_id: str, timeout: float = 600.0, poll: float = 0.5) -> schemas.JobOut:
+        deadline = time.monotonic() + timeout
+        while (job := self.job(job_id)).state in ("queued", "running"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {job.state} after {timeout} s")
+            time.sleep(poll)
+        return job
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> OpenBookClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
