@@ -34,6 +34,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return {"up": run_up, "serve": run_serve, "worker": run_worker}[argv[0]](args)
 
 
+def fit_threads(threads: int | None) -> None:
+    """torch and FAISS each use one thread per core (or `OPENBOOK_THREADS`), not more."""
+    import faiss
+    import torch
+
+    count = threads or os.cpu_count() or 1
+    torch.set_num_threads(count)
+    faiss.omp_set_num_threads(count)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -41,6 +51,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from services.api.settings import Settings
 
     settings = Settings()
+    fit_threads(settings.threads)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
     return 0
 
@@ -52,6 +63,7 @@ def run_worker(args: argparse.Namespace) -> int:
     from services.trainer.worker import Worker
 
     settings = Settings()
+    fit_threads(settings.threads)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

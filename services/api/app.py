@@ -28,6 +28,7 @@ from openbook.training import TrainConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.api import schemas
+from services.api.batching import MicroBatcher
 from services.api.deps import Registry, Runtime, Writer
 from services.api.metrics import Metrics
 from services.api.settings import Settings
@@ -51,6 +52,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         follower = threading.Thread(target=follow_checkpoints, args=(registry, stop), daemon=True)
         follower.start()
         yield
+        for batcher in batchers.values():
+            await batcher.close()
         stop.set()
         follower.join(timeout=5)
         client.close()
@@ -58,6 +61,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="OpenBook", version="1", lifespan=lifespan)
     app.state.settings = settings
     metrics = Metrics()
+    batchers: dict[str, MicroBatcher] = {}
+
+    def batcher_for(runtime: TaskRuntime) -> MicroBatcher:
+        batcher = batchers.get(runtime.task.name)
+        if batcher is None or batcher.runtime is not runtime:  # a task re-created gets a new runtime
+            batcher = MicroBatcher(
+                runtime,
+                max_batch=settings.batch_max_texts,
+                max_wait=settings.batch_max_wait_ms / 1000,
+                on_forward=metrics.forward_size.observe,
+            )
+            batchers[runtime.task.name] = batcher
+        return batcher
 
     @app.middleware("http")
     async def measure(request: Request, call_next):
@@ -186,7 +202,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 raise HTTPException(422, f"text {i}: this task takes {_shape(runtime)}")
         with contextlib.suppress(redis.ConnectionError):  # then serve from memory: all applied so far
             await asyncio.to_thread(runtime.catch_up)
-        predictions, model_version, store_version = await asyncio.to_thread(runtime.predict, body.texts)
+        predictions, model_version, store_version = await batcher_for(runtime).predict(body.texts)
         return schemas.ClassifyOut(
             predictions=[_prediction(p, runtime, body.neighbours) for p in predictions],
             model_version=model_version,

@@ -43,6 +43,12 @@ class Metrics:
             registry=self.registry,
             buckets=(1, 2, 4, 8, 16, 32, 64, 128),
         )
+        self.forward_size = Histogram(
+            "openbook_forward_batch_texts",
+            "texts per backbone forward (micro-batched requests)",
+            registry=self.registry,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+        )
         self.jobs = Counter(
             "openbook_jobs_submitted", "training jobs submitted", ["task"], registry=self.registry
         )

@@ -24,10 +24,13 @@ class Settings(BaseSettings):
     default_backbone: str = DEFAULT_BACKBONE
     max_length: int = 128  # tokens per prompt; longer inputs are cut and flagged
     max_batch: int = 64  # texts per classify request, examples per POST
+    batch_max_texts: int = 64  # texts per backbone forward when concurrent requests are batched
+    batch_max_wait_ms: float = 2.0  # how long a request may wait for others to share its forward
     max_text_chars: int = 5000
     max_body_bytes: int = 1_000_000
     api_key: str | None = None  # when set, write endpoints require it
     device: str = "cpu"
+    threads: int | None = None  # torch and FAISS threads; default: the machine's cores
     worker_name: str = "worker-1"
 
     @field_validator("api_key")

@@ -177,3 +177,39 @@ def test_demonstrations_per_class_with_weights(api: TestClient) -> None:
     assert sum(n["weight"] for n in by_label["1"]) == pytest.approx(1.0)
     assert by_label["1"][0]["text"] == "a good film"  # the most similar first, and heaviest
     assert by_label["1"][0]["weight"] >= by_label["1"][1]["weight"]
+
+
+def test_concurrent_classify_requests_share_forwards(server: EmbeddedRedis, causal_dir: Path) -> None:
+    import threading
+
+    with make_client(server, causal_dir, batch_max_wait_ms=300) as client:
+        client.post("/v1/tasks", json=TASK)
+        client.post("/v1/tasks/reviews/examples", json={"examples": [{"text": "a good film", "label": "1"}]})
+        texts = ["fine", "dull film", "great fun", "a bad film , it was awful"]
+        alone = [client.post("/v1/tasks/reviews/classify", json={"texts": [t]}).json() for t in texts]
+        start = threading.Barrier(len(texts))
+        together: dict[str, dict] = {}
+
+        def ask(text: str) -> None:
+            start.wait()
+            together[text] = client.post("/v1/tasks/reviews/classify", json={"texts": [text]}).json()
+
+        threads = [threading.Thread(target=ask, args=(t,)) for t in texts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        metrics = client.get("/metrics").text
+        forwards = float(
+            next(
+                line.split()[-1]
+                for line in metrics.splitlines()
+                if line.startswith("openbook_forward_batch_texts_count")
+            )
+        )
+        assert forwards < 2 * len(texts)  # 4 alone + the concurrent 4 in fewer than 4 forwards
+        for text, single in zip(texts, alone, strict=True):
+            batched = together[text]["predictions"][0]
+            assert batched["label"] == single["predictions"][0]["label"]
+            for label, p in single["predictions"][0]["probabilities"].items():
+                assert batched["probabilities"][label] == pytest.approx(p, abs=1e-4)

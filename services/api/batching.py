@@ -1,0 +1,86 @@
+"""Micro-batching: concurrent classify requests for a task share one backbone forward.
+
+A request's texts join a queue; one consumer per task takes the first waiting
+request, then whatever else arrives within `max_wait` seconds (up to
+`max_batch` texts), runs a single `predict` in a worker thread, and hands each
+request its slice. The event loop never waits on the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from openbook.classifier import Prediction
+from openbook.prompting import TextInput
+
+from services.api.tasks import TaskRuntime
+
+Result = tuple[list[Prediction], str, str]  # predictions, model version, store version
+
+
+@dataclass
+class _Request:
+    texts: Sequence[TextInput]
+    future: asyncio.Future[Result]
+
+
+class MicroBatcher:
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        *,
+        max_batch: int,
+        max_wait: float,
+        on_forward: Callable[[int], None] | None = None,  # texts per forward, for the metrics
+    ) -> None:
+        self.runtime = runtime
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        self.on_forward = on_forward
+        self.queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self.consumer = asyncio.create_task(self._consume())
+
+    async def predict(self, texts: Sequence[TextInput]) -> Result:
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        await self.queue.put(_Request(texts, future))
+        return await future
+
+    async def _consume(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self.queue.get()]
+            size = len(batch[0].texts)
+            deadline = loop.time() + self.max_wait
+            while size < self.max_batch and (remaining := deadline - loop.time()) > 0:
+                try:
+                    request = await asyncio.wait_for(self.queue.get(), remaining)
+                except TimeoutError:
+                    break
+                batch.append(request)
+                size += len(request.texts)
+            texts = [text for request in batch for text in request.texts]
+            if self.on_forward is not None:
+                self.on_forward(len(texts))
+            try:
+                predictions, model_version, store_version = await asyncio.to_thread(
+                    self.runtime.predict, texts
+                )
+            except Exception as error:  # every waiting request gets the error, the consumer lives on
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(error)
+                continue
+            start = 0
+            for request in batch:
+                end = start + len(request.texts)
+                if not request.future.done():
+                    request.future.set_result((predictions[start:end], model_version, store_version))
+                start = end
+
+    async def close(self) -> None:
+        self.consumer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.consumer
