@@ -24,9 +24,13 @@ SERVICE_COMMANDS = ("up", "serve", "worker")
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["bench", "api"]:
+        return run_bench_api(argv[2:])
     if not argv or argv[0] not in SERVICE_COMMANDS:
         from openbook.cli import main as library_main
 
+        if argv and argv[0] in ("-h", "--help"):
+            print("service commands: openbook up [--demo] | serve | worker | bench api\n")
         return library_main(argv)
     parser = argparse.ArgumentParser(prog=f"openbook {argv[0]}")
     parser.add_argument("--demo", action="store_true", help="up: create a demo task seeded with examples")
@@ -42,6 +46,21 @@ def fit_threads(threads: int | None) -> None:
     count = threads or os.cpu_count() or 1
     torch.set_num_threads(count)
     faiss.omp_set_num_threads(count)
+
+
+def run_bench_api(argv: list[str]) -> int:
+    from openbook.models import DEFAULT_BACKBONE
+
+    from services.bench import run_api_bench
+
+    parser = argparse.ArgumentParser(prog="openbook bench api", description="service overheads as ratios")
+    parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--requests", type=int, default=20, help="timed single requests (median reported)")
+    parser.add_argument("--clients", type=int, default=32)
+    args = parser.parse_args(argv)
+    run_api_bench(args.backbone, max_length=args.max_length, requests=args.requests, clients=args.clients)
+    return 0
 
 
 def run_serve(args: argparse.Namespace) -> int:

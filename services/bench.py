@@ -1,0 +1,208 @@
+"""`openbook bench api`: the service's overheads as measured ratios (nothing passes or fails).
+
+Runs the real stack in-process: the embedded Redis, the api under uvicorn on
+a local port (real HTTP), and the trainer worker, on the chosen backbone.
+
+1. latency: one classify request of one text vs a bare backbone forward of the same prompt;
+2. throughput: 32 concurrent clients vs the bare batched forward (batch of 32);
+3. freshness: from sending a POST of one example to its acknowledgement, after which the next
+   classify on the replica sees it, vs one forward + 20 ms;
+4. hot swap under load: failed requests while a trained checkpoint is swapped in, and the time from
+   publishing to the first response served by the new version;
+5. replicas: two api replicas on one Redis, after a burst of POSTs and the swap, hold the same ids and
+   give the same predictions.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import redis
+import torch
+import uvicorn
+from openbook.bench import median_seconds, synthetic_sentences
+
+from services.api.app import create_app
+from services.api.settings import Settings
+from services.bus.server import EmbeddedRedis, free_port
+from services.trainer.worker import Worker
+
+TASK = {
+    "name": "bench",
+    "template": "Review: {text}\nSentiment: {mask}",
+    "labels": {"0": "negative", "1": "positive"},
+}
+
+
+class _Served:
+    """An api under uvicorn in a background thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.server = uvicorn.Server(
+            uvicorn.Config(create_app(settings), port=settings.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        self.base = f"http://127.0.0.1:{settings.port}"
+        while not self.server.started:
+            time.sleep(0.05)
+        self.app = self.server.config.app
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, clients: int = 32) -> None:
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(Path(tmp) / "redis") as bus:
+
+        def settings(**extra: object) -> Settings:
+            return Settings(
+                redis_url=bus.url, default_backbone=backbone, max_length=max_length, port=free_port(), **extra
+            )
+
+        first = _Served(settings())
+        http = httpx.Client(base_url=first.base, timeout=600)
+        http.post("/v1/tasks", json=TASK).raise_for_status()
+        seed_texts = synthetic_sentences(64, seed=3)
+        examples = [{"text": t, "label": str(i % 2), "id": i} for i, t in enumerate(seed_texts)]
+        http.post("/v1/tasks/bench/examples", json={"examples": examples}).raise_for_status()
+        runtime = first.app.state.registry.runtimes["bench"]
+        classifier = runtime.classifier
+
+        text = synthetic_sentences(1, seed=7)[0]
+        encoded = classifier.encoder.encode([text])
+
+        def bare_one() -> None:
+            with torch.inference_mode():
+                classifier.backbone.forward(encoded, classifier.encoder.label_token_ids)
+
+        forward_s = median_seconds(bare_one, repeats=requests)
+        request_s = median_seconds(
+            lambda: http.post("/v1/tasks/bench/classify", json={"texts": [text]}).raise_for_status(),
+            repeats=requests,
+        )
+        print(
+            f"latency: one classify {request_s * 1e3:.1f} ms vs bare forward {forward_s * 1e3:.1f} ms"
+            f" -> {request_s / forward_s:.2f}x"
+        )
+
+        batch = classifier.encoder.encode(synthetic_sentences(clients, seed=11))
+
+        def bare_batch() -> None:
+            with torch.inference_mode():
+                classifier.backbone.forward(batch, classifier.encoder.label_token_ids)
+
+        bare_rate = clients / median_seconds(bare_batch, repeats=5)
+        texts = synthetic_sentences(clients * 4, seed=13)
+        pool = ThreadPoolExecutor(clients)
+        per_client = [httpx.Client(base_url=first.base, timeout=600) for _ in range(clients)]
+        started = time.perf_counter()
+        list(
+            pool.map(
+                lambda i: (
+                    per_client[i % clients]
+                    .post("/v1/tasks/bench/classify", json={"texts": [texts[i]]})
+                    .raise_for_status()
+                ),
+                range(len(texts)),
+            )
+        )
+        served_rate = len(texts) / (time.perf_counter() - started)
+        print(
+            f"throughput: {clients} clients {served_rate:.1f} texts/s vs bare batched forward"
+            f" {bare_rate:.1f} texts/s -> {served_rate / bare_rate:.2f}x"
+        )
+
+        fresh = []
+        for i in range(5):
+            new_id = 10_000 + i
+            sent = time.perf_counter()
+            http.post(
+                "/v1/tasks/bench/examples",
+                json={"examples": [{"text": f"fresh example {i} {text}", "label": "1", "id": new_id}]},
+            ).raise_for_status()
+            fresh.append(time.perf_counter() - sent)
+            seen = http.post(
+                "/v1/tasks/bench/classify", json={"texts": [f"fresh example {i} {text}"], "neighbours": True}
+            ).json()
+            assert seen["predictions"][0]["neighbours"][0]["id"] == new_id, "a posted example was not visible"
+        print(
+            f"freshness: POST to acknowledged-and-in-store {statistics.median(fresh) * 1e3:.1f} ms"
+            f" (median of 5), then visible; budget one forward + 20 ms = {forward_s * 1e3 + 20:.1f} ms"
+        )
+
+        second = _Served(settings())
+        httpx.post(
+            f"{second.base}/v1/tasks/bench/classify", json={"texts": ["warm up"]}, timeout=600
+        ).raise_for_status()
+        failures, versions, stop = [], [], threading.Event()
+
+        def hammer(base: str) -> Callable[[], None]:
+            def run() -> None:
+                with httpx.Client(base_url=base, timeout=600) as client:
+                    while not stop.is_set():
+                        response = client.post("/v1/tasks/bench/classify", json={"texts": [text]})
+                        if response.status_code != 200:
+                            failures.append(response.status_code)
+                        else:
+                            versions.append((time.perf_counter(), response.json()["model_version"]))
+
+            return run
+
+        load = [threading.Thread(target=hammer(base)) for base in (first.base, second.base) for _ in range(4)]
+        for thread in load:
+            thread.start()
+        job = http.post(
+            "/v1/tasks/bench/train",
+            json={"method": "prompt-ft", "steps": 2, "batch_size": 8, "eval_every": 2},
+        ).json()
+        worker = Worker(redis.Redis.from_url(bus.url), Path(tmp) / "artifacts", max_length=max_length)
+        worker.run_once(block_ms=1000)
+        published_at = time.perf_counter()
+        record = http.get(f"/v1/jobs/{job['id']}").json()
+        version = record["published"]["version"]
+        deadline = time.monotonic() + 300
+        while not any(v == version for _, v in versions) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        served_at = min((t for t, v in versions if v == version), default=float("nan"))
+        time.sleep(1.0)
+        stop.set()
+        for thread in load:
+            thread.join()
+        print(
+            f"hot swap under load: {len(failures)} failed of {len(versions) + len(failures)} requests;"
+            f" publish -> first response on the new version {(served_at - published_at) * 1e3:.0f} ms"
+        )
+
+        burst = [{"text": t, "label": str(i % 2)} for i, t in enumerate(synthetic_sentences(48, seed=17))]
+        for start in range(0, len(burst), 8):
+            http.post(
+                "/v1/tasks/bench/examples", json={"examples": burst[start : start + 8]}
+            ).raise_for_status()
+        probe = {"texts": synthetic_sentences(8, seed=19), "neighbours": True}
+        a = httpx.post(f"{first.base}/v1/tasks/bench/classify", json=probe, timeout=600).json()
+        b = httpx.post(f"{second.base}/v1/tasks/bench/classify", json=probe, timeout=600).json()
+        ids = [
+            sorted(s.app.state.registry.runtimes["bench"].classifier.store.ids().tolist())
+            for s in (first, second)
+        ]
+        same = (
+            ids[0] == ids[1]
+            and a["predictions"] == b["predictions"]
+            and a["model_version"] == b["model_version"]
+        )
+        print(f"replicas: {len(ids[0])} vs {len(ids[1])} examples, same ids and predictions: {same}")
+        for client in per_client:
+            client.close()
+        http.close()
+        second.stop()
+        first.stop()
