@@ -1,4 +1,4 @@
-"""`openbook bench api` runs end to end on a tiny backbone; its correctness lines are asserted, not its times."""
+"""`openbook bench api` end to end on a tiny backbone: its correctness lines are asserted, not its times."""
 
 from services.cli import main
 
