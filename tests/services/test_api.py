@@ -213,3 +213,29 @@ def test_concurrent_classify_requests_share_forwards(server: EmbeddedRedis, caus
             assert batched["label"] == single["predictions"][0]["label"]
             for label, p in single["predictions"][0]["probabilities"].items():
                 assert batched["probabilities"][label] == pytest.approx(p, abs=1e-4)
+
+
+def test_writes_come_back_when_redis_does(tmp_path: Path, causal_dir: Path) -> None:
+    server = EmbeddedRedis(tmp_path / "bus").start()
+    port = server.port
+    with make_client(server, causal_dir) as client:
+        client.post("/v1/tasks", json=TASK)
+        client.post(
+            "/v1/tasks/reviews/examples", json={"examples": [{"text": "a good film", "label": "1", "id": 1}]}
+        )
+        server.kill()
+        down = client.post(
+            "/v1/tasks/reviews/examples", json={"examples": [{"text": "boring", "label": "0"}]}
+        )
+        assert down.status_code == 503
+        restarted = EmbeddedRedis(tmp_path / "bus", port=port).start()  # same data, same address
+        try:
+            again = client.post(
+                "/v1/tasks/reviews/examples", json={"examples": [{"text": "boring", "label": "0"}]}
+            )
+            assert again.status_code == 201, again.text  # the api reconnected by itself
+            assert client.get("/readyz").status_code == 200
+            ids = [e["id"] for e in client.get("/v1/tasks/reviews/examples").json()["examples"]]
+            assert ids == [1, 2]
+        finally:
+            restarted.stop()
