@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -32,11 +31,10 @@ from services.api.batching import MicroBatcher
 from services.api.deps import Registry, Runtime, Writer
 from services.api.metrics import Metrics
 from services.api.settings import Settings
+from services.api.swap import follow_checkpoints
 from services.api.tasks import TaskExists, TaskRegistry, TaskRuntime
 from services.bus.examples_log import ConflictError, NewExample
-from services.bus.jobs import JobQueue, Published, checkpoints_key
-
-logger = logging.getLogger(__name__)
+from services.bus.jobs import JobQueue
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -260,34 +258,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return schemas.JobOut.model_validate(record)
 
     return app
-
-
-def follow_checkpoints(registry: TaskRegistry, stop: threading.Event) -> None:
-    """Follow every loaded task's checkpoints stream and hot-swap the newest checkpoint in."""
-    seen: dict[str, str] = {}  # task -> last checkpoints-stream entry handled
-    while not stop.is_set():
-        streams = {checkpoints_key(name): seen.get(name, "0-0") for name in list(registry.runtimes)}
-        if not streams:
-            stop.wait(0.2)
-            continue
-        try:
-            batches = registry.client.xread(streams, block=300)
-        except redis.ConnectionError:
-            stop.wait(1.0)  # Redis is away: keep serving what is loaded, retry
-            continue
-        for key, entries in batches:
-            name = key.decode().split(":")[2]
-            entry_id, fields = entries[-1]  # only the newest matters
-            seen[name] = entry_id.decode()
-            runtime = registry.runtimes.get(name)
-            if runtime is None:
-                continue
-            published = Published(**{k.decode(): v.decode() for k, v in fields.items()})
-            try:
-                runtime.adopt(published, registry.device)
-            except Exception as error:  # a bad artifact is refused; the old version keeps serving
-                runtime.swap_error = f"{published.version}: {type(error).__name__}: {error}"
-                logger.warning("task %s: refused checkpoint %s", name, runtime.swap_error)
 
 
 def _shape(runtime: TaskRuntime) -> str:
