@@ -38,7 +38,7 @@ eval-sst2: install
 eval-training: install
 	$(BIN)/openbook eval --data ../shared/datasets/k-shot --task SST-2,trec,mpqa,sst-5 \
 		--methods prompt-ft,retroprompt,retroprompt/no-demos,retroprompt/no-knn-loss,retroprompt/no-knn-infer \
-		--seeds 13,21,42,87,100 --out results/training
+		--seeds 13,21,42,87,100 --out docs/results/training
 
 bench: install
 	$(BIN)/openbook bench store

@@ -18,6 +18,7 @@ of its pieces at that slot (an approximation; prefer single-token words).
 from __future__ import annotations
 
 import inspect
+import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -140,11 +141,20 @@ class Backbone:
         return torch.stack(columns, dim=-1)  # (B, C)
 
 
+# transformers builds models under process-wide patches (meta-device init), so two threads loading
+# at once can leave one model with uninitialised weights: loads take turns.
+_LOAD_LOCK = threading.Lock()
+
+
 def load_backbone(config: BackboneConfig | None = None) -> Backbone:
     """Load by registered name (e.g. `smollm2-135m`, available offline), local path or hub id."""
+    with _LOAD_LOCK:
+        return _load_backbone(config or BackboneConfig())
+
+
+def _load_backbone(config: BackboneConfig) -> Backbone:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
-    config = config or BackboneConfig()
     path = resolve_backbone(config.name)
     model_config = AutoConfig.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -27,4 +27,4 @@ def test_bench_api_reports_every_measurement(causal_dir, capsys):
     ):
         assert prefix in out
     assert "hot swap under load: 0 failed" in out
-    assert "same ids and predictions: True" in out
+    assert "same ids, versions, labels and neighbours: True" in out
