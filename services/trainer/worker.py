@@ -59,9 +59,9 @@ def split_dev(examples: dict[int, tuple[TextInput, str]]) -> tuple[list[int], li
     for label, ids in by_label.items():
         if len(ids) < 2:
             raise JobError(f"label {label!r} has {len(ids)} example(s); training needs at least 2 per label")
-        dev = ids[3::4] or ids[-1:]
+        dev = set(ids[3::4] or ids[-1:])
         dev_ids += dev
-        train_ids += [i for i in ids if i not in set(dev)]
+        train_ids += [i for i in ids if i not in dev]
     return sorted(train_ids), sorted(dev_ids)
 
 
