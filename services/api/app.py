@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         stop = threading.Event()
         follower = threading.Thread(target=follow_checkpoints, args=(registry, stop), daemon=True)
         follower.start()
+        threading.Thread(target=registry.warm_up, args=(stop,), daemon=True).start()
         yield
         for batcher in batchers.values():
             await batcher.close()
@@ -119,10 +120,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz(registry: Registry) -> JSONResponse:
+        """Ready: Redis answers, every task is loaded, and every store has caught up with its log."""
+        if not registry.warmed.is_set():
+            return JSONResponse(
+                {"status": "not ready", "reason": "loading tasks and replaying their logs"}, 503
+            )
         try:
-            await asyncio.to_thread(registry.client.ping)
+            await asyncio.to_thread(registry.catch_up_all)
         except redis.ConnectionError as error:
-            return JSONResponse({"status": "not ready", "redis": str(error)}, 503)
+            return JSONResponse({"status": "not ready", "reason": f"Redis unreachable: {error}"}, 503)
         return JSONResponse({"status": "ready", "tasks": len(registry.runtimes)})
 
     @app.post("/v1/tasks", status_code=201, dependencies=[Writer])

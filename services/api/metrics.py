@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
@@ -12,7 +13,7 @@ from services.api.tasks import TaskRegistry
 
 
 class TaskCollector(Collector):
-    """Store sizes and versions, read from the loaded tasks at scrape time."""
+    """Store sizes, versions and jobs by state, read at scrape time."""
 
     def __init__(self, tasks: TaskRegistry) -> None:
         self.tasks = tasks
@@ -25,6 +26,18 @@ class TaskCollector(Collector):
             versions.add_metric([name], {"model": runtime.model_version, "store": runtime.offset})
         yield sizes
         yield versions
+        jobs = GaugeMetricFamily("openbook_jobs", "training jobs by state", labels=["state"])
+        counts: dict[str, int] = {}
+        try:
+            for key in self.tasks.client.scan_iter(match="openbook:job:*", count=500):
+                state = self.tasks.client.hget(key, "state")
+                if state is not None:
+                    counts[state.decode()] = counts.get(state.decode(), 0) + 1
+        except redis.ConnectionError:
+            return  # Redis is away: the other metrics still answer
+        for state, count in sorted(counts.items()):
+            jobs.add_metric([state], count)
+        yield jobs
 
 
 class Metrics:

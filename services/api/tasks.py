@@ -109,6 +109,25 @@ class TaskRegistry:
         self.runtimes: dict[str, TaskRuntime] = {}
         self._backbones: dict[str, Backbone] = {}
         self._lock = threading.Lock()
+        self.warmed = threading.Event()  # every task known at start-up is loaded and replayed
+
+    def warm_up(self, stop: threading.Event) -> None:
+        """Load every task and replay its log, so the first requests after a restart are served at once."""
+        while not stop.is_set():
+            try:
+                for task in self.all():
+                    runtime = self.runtime(task.name)
+                    if runtime is not None:
+                        runtime.catch_up()
+            except redis.ConnectionError:
+                stop.wait(1.0)  # Redis is not there yet: try again
+                continue
+            self.warmed.set()
+            return
+
+    def catch_up_all(self) -> None:
+        for runtime in list(self.runtimes.values()):
+            runtime.catch_up()
 
     def backbone(self, name: str) -> Backbone:
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -239,3 +240,19 @@ def test_writes_come_back_when_redis_does(tmp_path: Path, causal_dir: Path) -> N
             assert ids == [1, 2]
         finally:
             restarted.stop()
+
+
+def test_a_restarted_api_loads_and_replays_tasks_before_it_is_ready(
+    server: EmbeddedRedis, causal_dir: Path
+) -> None:
+    with make_client(server, causal_dir) as first:
+        first.post("/v1/tasks", json=TASK)
+        first.post("/v1/tasks/reviews/examples", json={"examples": [{"text": "a good film", "label": "1"}]})
+    with make_client(server, causal_dir) as restarted:
+        for _ in range(100):
+            if restarted.get("/readyz").status_code == 200:
+                break
+            time.sleep(0.1)
+        assert restarted.get("/readyz").status_code == 200
+        runtime = restarted.app.state.registry.runtimes["reviews"]  # loaded without any request for it
+        assert len(runtime.classifier.store) == 1 and runtime.texts == {1: "a good film"}

@@ -136,6 +136,7 @@ def test_a_job_that_cannot_train_fails_with_a_reason(server, causal_dir, tmp_pat
         assert record["state"] == "failed" and "at least 2 per label" in record["error"]
         assert not (tmp_path / "artifacts" / "reviews").exists()
         assert api.get("/v1/jobs/nope").status_code == 404
+        assert 'openbook_jobs{state="failed"} 1.0' in api.get("/metrics").text
 
 
 def test_a_crashed_workers_job_is_claimed_by_another(server) -> None:
