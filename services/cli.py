@@ -14,10 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Sequence
-
-import httpx
 
 SERVICE_COMMANDS = ("up", "serve", "worker")
 
@@ -144,28 +141,20 @@ def _seed_demo(base: str, stopping: threading.Event) -> None:
     """Once the api is ready, create the `sentiment` task with the examples in examples/sentiment.tsv."""
     from openbook.data import read_split
 
-    while not stopping.is_set():
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    task = {
-        "name": "sentiment",
-        "template": "Review: {text}\nSentiment: {mask}",
-        "labels": {"0": "negative", "1": "positive"},
-    }
-    headers = {"X-API-Key": os.environ.get("OPENBOOK_API_KEY", "")}
-    httpx.post(f"{base}/v1/tasks", json=task, headers=headers, timeout=300).raise_for_status()
-    examples = [
-        {"text": e.text, "label": e.label, "id": i}
-        for i, e in enumerate(read_split("examples/sentiment.tsv"))
-    ]
-    response = httpx.post(
-        f"{base}/v1/tasks/sentiment/examples", json={"examples": examples}, headers=headers, timeout=300
-    )
-    response.raise_for_status()
+    from services.api.schemas import ExampleIn
+    from services.client import OpenBookClient, wait_ready
+
+    if not wait_ready(base, timeout=600, alive=lambda: not stopping.is_set()):
+        return
+    with OpenBookClient(base, api_key=os.environ.get("OPENBOOK_API_KEY"), timeout=300) as client:
+        client.create_task(
+            "sentiment", "Review: {text}\nSentiment: {mask}", {"0": "negative", "1": "positive"}
+        )
+        examples = [
+            ExampleIn(text=e.text, label=e.label, id=i)
+            for i, e in enumerate(read_split("examples/sentiment.tsv"))
+        ]
+        client.add_examples("sentiment", examples)
     print(f"openbook up: demo task 'sentiment' ready with {len(examples)} examples at {base}", flush=True)
 
 

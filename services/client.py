@@ -9,12 +9,25 @@ with OpenBookClient("http://127.0.0.1:8000") as client:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
 
 from services.api import schemas
+
+
+def wait_ready(base_url: str, *, timeout: float = 120.0, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Poll `/readyz` until the api answers 200 (True), or `timeout` passes or `alive()` turns False."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive():
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass  # not listening yet
+        time.sleep(0.2)
+    return False
 
 
 class OpenBookError(RuntimeError):

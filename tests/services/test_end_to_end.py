@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from services.bus.server import EmbeddedRedis, free_port
+from services.client import wait_ready as client_wait_ready
 
 TASK = {"name": "reviews", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
 
@@ -21,17 +22,10 @@ def start(command: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "services.cli", command], env=env)
 
 
-def wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the api exited"
-        try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("the api did not become ready")
+def wait_ready(base: str, process: subprocess.Popen[bytes]) -> None:
+    assert client_wait_ready(base, timeout=60, alive=lambda: process.poll() is None), (
+        "the api did not get ready"
+    )
 
 
 @pytest.fixture()
