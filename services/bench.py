@@ -15,6 +15,8 @@ a local port (real HTTP), and the trainer worker, on the chosen backbone.
 
 from __future__ import annotations
 
+import http.client
+import json
 import multiprocessing
 import statistics
 import tempfile
@@ -23,6 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import redis
@@ -42,13 +45,40 @@ TASK = {
 }
 
 
+def _post(connection: http.client.HTTPConnection, path: str, payload: dict) -> dict:
+    """POST JSON on a keep-alive `http.client` connection; the decoded answer, which must be 2xx.
+
+    The bench's clients use the standard library's `http.client`, the leanest client at hand: on a
+    small machine a client's CPU is taken from the server being measured, and httpx spends several
+    times more per request.
+    """
+    connection.request("POST", path, json.dumps(payload), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    body = response.read()
+    if not 200 <= response.status < 300:
+        raise RuntimeError(f"POST {path} answered {response.status}: {body[:200]!r}")
+    return json.loads(body)
+
+
+def _classify(connection: http.client.HTTPConnection, text: str) -> None:
+    _post(connection, "/v1/tasks/bench/classify", {"texts": [text]})
+
+
+def _connect(base: str) -> http.client.HTTPConnection:
+    address = urlsplit(base)
+    return http.client.HTTPConnection(address.hostname, address.port, timeout=600)
+
+
 def _load(base: str, texts: list[str], clients: int) -> float:
-    """Seconds for `clients` concurrent clients to classify `texts`, one text per request."""
+    """Seconds for `clients` concurrent clients (threads, one connection each) to classify `texts`."""
 
     def client_run(share: list[str]) -> None:
-        with httpx.Client(base_url=base, timeout=600) as client:
+        connection = _connect(base)
+        try:
             for text in share:
-                client.post("/v1/tasks/bench/classify", json={"texts": [text]}).raise_for_status()
+                _classify(connection, text)
+        finally:
+            connection.close()
 
     started = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
@@ -85,11 +115,11 @@ def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, c
             )
 
         first = _Served(settings())
-        http = httpx.Client(base_url=first.base, timeout=600)
-        http.post("/v1/tasks", json=TASK).raise_for_status()
+        api = httpx.Client(base_url=first.base, timeout=600)
+        api.post("/v1/tasks", json=TASK).raise_for_status()
         seed_texts = synthetic_sentences(64, seed=3)
         examples = [{"text": t, "label": str(i % 2), "id": i} for i, t in enumerate(seed_texts)]
-        http.post("/v1/tasks/bench/examples", json={"examples": examples}).raise_for_status()
+        api.post("/v1/tasks/bench/examples", json={"examples": examples}).raise_for_status()
         runtime = first.app.state.registry.runtimes["bench"]
         classifier = runtime.classifier
 
@@ -101,10 +131,9 @@ def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, c
                 classifier.backbone.forward(encoded, classifier.encoder.label_token_ids)
 
         forward_s = median_seconds(bare_one, repeats=requests)
-        request_s = median_seconds(
-            lambda: http.post("/v1/tasks/bench/classify", json={"texts": [text]}).raise_for_status(),
-            repeats=requests,
-        )
+        lean = _connect(first.base)
+        request_s = median_seconds(lambda: _classify(lean, text), repeats=requests)
+        lean.close()
         print(
             f"latency: one classify {request_s * 1e3:.1f} ms vs bare forward {forward_s * 1e3:.1f} ms"
             f" -> {request_s / forward_s:.2f}x"
@@ -130,18 +159,23 @@ def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, c
         )
 
         fresh = []
+        lean = _connect(first.base)
         for i in range(5):
             new_id = 10_000 + i
             sent = time.perf_counter()
-            http.post(
+            _post(
+                lean,
                 "/v1/tasks/bench/examples",
-                json={"examples": [{"text": f"fresh example {i} {text}", "label": "1", "id": new_id}]},
-            ).raise_for_status()
+                {"examples": [{"text": f"fresh example {i} {text}", "label": "1", "id": new_id}]},
+            )
             fresh.append(time.perf_counter() - sent)
-            seen = http.post(
-                "/v1/tasks/bench/classify", json={"texts": [f"fresh example {i} {text}"], "neighbours": True}
-            ).json()
+            seen = _post(
+                lean,
+                "/v1/tasks/bench/classify",
+                {"texts": [f"fresh example {i} {text}"], "neighbours": True},
+            )
             assert seen["predictions"][0]["neighbours"][0]["id"] == new_id, "a posted example was not visible"
+        lean.close()
         print(
             f"freshness: POST to acknowledged-and-in-store {statistics.median(fresh) * 1e3:.1f} ms"
             f" (median of 5), then visible; budget one forward + 20 ms = {forward_s * 1e3 + 20:.1f} ms"
@@ -168,14 +202,14 @@ def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, c
         load = [threading.Thread(target=hammer(base)) for base in (first.base, second.base) for _ in range(4)]
         for thread in load:
             thread.start()
-        job = http.post(
+        job = api.post(
             "/v1/tasks/bench/train",
             json={"method": "prompt-ft", "steps": 2, "batch_size": 8, "eval_every": 2},
         ).json()
         worker = Worker(redis.Redis.from_url(bus.url), Path(tmp) / "artifacts", max_length=max_length)
         worker.run_once(block_ms=1000)
         published_at = time.perf_counter()
-        record = http.get(f"/v1/jobs/{job['id']}").json()
+        record = api.get(f"/v1/jobs/{job['id']}").json()
         version = record["published"]["version"]
         deadline = time.monotonic() + 300
         while not any(v == version for _, v in versions) and time.monotonic() < deadline:
@@ -192,7 +226,7 @@ def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, c
 
         burst = [{"text": t, "label": str(i % 2)} for i, t in enumerate(synthetic_sentences(48, seed=17))]
         for start in range(0, len(burst), 8):
-            http.post(
+            api.post(
                 "/v1/tasks/bench/examples", json={"examples": burst[start : start + 8]}
             ).raise_for_status()
         probe = {"texts": synthetic_sentences(8, seed=19), "neighbours": True}
@@ -219,6 +253,6 @@ def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, c
             f" same ids, versions, labels and neighbours: {same};"
             f" largest probability difference {gap:.1e} (embedding batches differ in padding)"
         )
-        http.close()
+        api.close()
         second.stop()
         first.stop()

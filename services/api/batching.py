@@ -1,16 +1,19 @@
 """Micro-batching: concurrent classify requests for a task share one backbone forward.
 
 A request's texts join a queue; one consumer per task takes the first waiting
-request, then keeps taking requests while they arrive less than `max_wait`
-seconds apart, until `max_batch` texts or `max_delay` seconds after the first;
-it runs a single `predict` in a worker thread and hands each request its
-slice. The event loop never waits on the model.
+request and every request already queued behind it. If the previous forward
+was shared by several requests (the service is under concurrent load), it
+keeps taking requests while they arrive less than `max_wait` seconds apart,
+until `max_batch` texts or `max_delay` seconds after the first. It runs a
+single `predict` in a worker thread and hands each request its slice. The
+event loop never waits on the model.
 
 Waiting on the gap between arrivals, not a fixed window, matters under load:
 when a forward ends, its clients' next requests arrive spread over the time
 the server takes to parse them, and a fixed 2 ms window would cut that wave
-into one tiny batch and a big one. A request alone still waits only
-`max_wait`.
+into one tiny batch and a big one. A lone client, whose forwards are never
+shared, pays no wait at all: its request goes straight to the backbone, and
+requests that arrive during that forward form the next batch.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class MicroBatcher:
         self.max_delay = max(max_delay, max_wait)
         self.on_forward = on_forward
         self.queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self.last_shared = False  # whether the previous forward served more than one request
         self.consumer = asyncio.create_task(self._consume())
 
     async def predict(self, texts: Sequence[TextInput]) -> Result:
@@ -62,14 +66,19 @@ class MicroBatcher:
         while True:
             batch = [await self.queue.get()]
             size = len(batch[0].texts)
+            while size < self.max_batch and not self.queue.empty():
+                batch.append(self.queue.get_nowait())
+                size += len(batch[-1].texts)
             deadline = loop.time() + self.max_delay
-            while size < self.max_batch and (remaining := deadline - loop.time()) > 0:
+            under_load = self.last_shared or len(batch) > 1
+            while under_load and size < self.max_batch and (remaining := deadline - loop.time()) > 0:
                 try:
                     request = await asyncio.wait_for(self.queue.get(), min(self.max_wait, remaining))
                 except TimeoutError:
                     break
                 batch.append(request)
                 size += len(request.texts)
+            self.last_shared = len(batch) > 1
             texts = [text for request in batch for text in request.texts]
             if self.on_forward is not None:
                 self.on_forward(len(texts))

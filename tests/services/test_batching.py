@@ -1,4 +1,5 @@
-"""The micro-batcher: arrivals closer than max_wait share a forward, up to max_delay and max_batch."""
+"""The micro-batcher: a lone request goes straight to the backbone; under concurrent load, arrivals
+closer than max_wait share a forward, up to max_delay and max_batch."""
 
 from __future__ import annotations
 
@@ -45,20 +46,28 @@ def _run(gaps_ms: list[float], *, max_wait_ms: float, max_delay_ms: float, max_b
     return asyncio.run(main()), runtime.forwards
 
 
-def test_a_steady_stream_shares_one_forward_beyond_the_gap() -> None:
-    # Eight requests 20 ms apart: each gap is under max_wait, the whole stream over it.
-    results, forwards = _run([0] + [20] * 7, max_wait_ms=60, max_delay_ms=1000)
-    assert forwards == [[f"t{i}" for i in range(8)]]
-    assert [r[0] for r in results] == [[f"t{i}"] for i in range(8)]  # each request gets its own slice
+def test_a_lone_request_does_not_wait_for_company() -> None:
+    # max_wait is 60 ms, but nothing has shared a forward yet: each request is served on arrival.
+    results, forwards = _run([0, 150, 150], max_wait_ms=60, max_delay_ms=1000)
+    assert forwards == [["t0"], ["t1"], ["t2"]]
+    assert [r[0] for r in results] == [["t0"], ["t1"], ["t2"]]
+
+
+def test_under_load_a_steady_stream_shares_one_forward_beyond_the_gap() -> None:
+    # Two requests at once share a forward; after that, eight arrivals 20 ms apart (each gap under
+    # max_wait, the whole stream over it) are waited for and share the next one.
+    results, forwards = _run([0, 0, 100] + [20] * 7, max_wait_ms=60, max_delay_ms=1000)
+    assert forwards == [["t0", "t1"], [f"t{i}" for i in range(2, 10)]]
+    assert [r[0] for r in results] == [[f"t{i}"] for i in range(10)]  # each request gets its own slice
 
 
 def test_a_gap_longer_than_max_wait_starts_a_new_forward() -> None:
-    _, forwards = _run([0, 10, 300, 10], max_wait_ms=60, max_delay_ms=1000)
-    assert forwards == [["t0", "t1"], ["t2", "t3"]]
+    _, forwards = _run([0, 0, 100, 10, 300, 10], max_wait_ms=60, max_delay_ms=1000)
+    assert forwards == [["t0", "t1"], ["t2", "t3"], ["t4", "t5"]]
 
 
 def test_max_delay_and_max_batch_bound_a_forward() -> None:
-    _, by_delay = _run([0] + [40] * 5, max_wait_ms=100, max_delay_ms=100)
-    assert len(by_delay) >= 2 and len(by_delay[0]) <= 4  # cut at ~100 ms although arrivals kept coming
+    _, by_delay = _run([0, 0, 100] + [40] * 5, max_wait_ms=100, max_delay_ms=100)
+    assert len(by_delay) >= 3 and len(by_delay[1]) <= 4  # cut at ~100 ms although arrivals kept coming
     _, by_size = _run([0] * 5, max_wait_ms=500, max_delay_ms=500, max_batch=2)
     assert [len(f) for f in by_size] == [2, 2, 1]
