@@ -3,17 +3,23 @@
 A request's texts join a queue; one consumer per task takes the first waiting
 request and every request already queued behind it. If the previous forward
 was shared by several requests (the service is under concurrent load), it
-keeps taking requests while they arrive less than `max_wait` seconds apart,
-until `max_batch` texts or `max_delay` seconds after the first. It runs a
-single `predict` in a worker thread and hands each request its slice. The
-event loop never waits on the model.
+then waits for more, for at most `max_delay` seconds after the first and up
+to `max_batch` texts: until as many requests as the previous forward served
+have come, and after that while they keep arriving less than `max_wait`
+seconds apart. It runs a single `predict` in a worker thread and hands each
+request its slice. The event loop never waits on the model.
 
-Waiting on the gap between arrivals, not a fixed window, matters under load:
-when a forward ends, its clients' next requests arrive spread over the time
-the server takes to parse them, and a fixed 2 ms window would cut that wave
-into one tiny batch and a big one. A lone client, whose forwards are never
-shared, pays no wait at all: its request goes straight to the backbone, and
-requests that arrive during that forward form the next batch.
+Why wait like this: under load, the clients of one forward send their next
+requests as soon as their answers arrive, so the wave comes back spread over
+the time the server and the clients take to answer, parse and resend. A fixed
+2 ms window cut that wave into a tiny batch and a big one, and so did a rule
+that stopped at the first gap over `max_wait` when the clients were 32
+threads of one Python process (their answers queue for the GIL, and the wave
+spread over about 100 ms). The previous forward's size says how big the wave
+is, whatever spreads it. A lone
+client, whose forwards are never shared, pays no wait at all: its request
+goes straight to the backbone, and requests that arrive during that forward
+form the next batch.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ class MicroBatcher:
         self.max_delay = max(max_delay, max_wait)
         self.on_forward = on_forward
         self.queue: asyncio.Queue[_Request] = asyncio.Queue()
-        self.last_shared = False  # whether the previous forward served more than one request
+        self.last_requests = 0  # requests the previous forward served
         self.consumer = asyncio.create_task(self._consume())
 
     async def predict(self, texts: Sequence[TextInput]) -> Result:
@@ -70,15 +76,18 @@ class MicroBatcher:
                 batch.append(self.queue.get_nowait())
                 size += len(batch[-1].texts)
             deadline = loop.time() + self.max_delay
-            under_load = self.last_shared or len(batch) > 1
+            under_load = self.last_requests > 1 or len(batch) > 1
             while under_load and size < self.max_batch and (remaining := deadline - loop.time()) > 0:
+                # Until as many requests as last time have come, wait up to max_delay for the next one;
+                # after that, only while they keep arriving less than max_wait apart.
+                patience = remaining if len(batch) < self.last_requests else min(self.max_wait, remaining)
                 try:
-                    request = await asyncio.wait_for(self.queue.get(), min(self.max_wait, remaining))
+                    request = await asyncio.wait_for(self.queue.get(), patience)
                 except TimeoutError:
                     break
                 batch.append(request)
                 size += len(request.texts)
-            self.last_shared = len(batch) > 1
+            self.last_requests = len(batch)
             texts = [text for request in batch for text in request.texts]
             if self.on_forward is not None:
                 self.on_forward(len(texts))

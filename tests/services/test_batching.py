@@ -71,3 +71,13 @@ def test_max_delay_and_max_batch_bound_a_forward() -> None:
     assert len(by_delay) >= 3 and len(by_delay[1]) <= 4  # cut at ~100 ms although arrivals kept coming
     _, by_size = _run([0] * 5, max_wait_ms=500, max_delay_ms=500, max_batch=2)
     assert [len(f) for f in by_size] == [2, 2, 1]
+
+
+def test_under_load_a_wave_as_big_as_the_last_forward_is_waited_for_across_gaps() -> None:
+    # Three requests share a forward; the next wave of three arrives with gaps (80 ms) over max_wait
+    # (30 ms) but within max_delay: it is waited for, because the last forward served three.
+    _, forwards = _run([0, 0, 0, 100, 80, 80], max_wait_ms=30, max_delay_ms=1000)
+    assert forwards == [["t0", "t1", "t2"], ["t3", "t4", "t5"]]
+    # With max_delay shorter than the wave, the forward goes when max_delay is up.
+    _, cut = _run([0, 0, 0, 100, 80, 80], max_wait_ms=30, max_delay_ms=120)
+    assert cut[0] == ["t0", "t1", "t2"] and cut[1] == ["t3", "t4"]
