@@ -61,10 +61,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     metrics = Metrics()
     batchers: dict[str, MicroBatcher] = {}
+    retiring: set[asyncio.Task] = set()
 
     def batcher_for(runtime: TaskRuntime) -> MicroBatcher:
         batcher = batchers.get(runtime.task.name)
         if batcher is None or batcher.runtime is not runtime:  # a task re-created gets a new runtime
+            if batcher is not None:  # the old one answers what it holds, then stops
+                batcher.retire()
+                retiring.add(batcher.consumer)  # asyncio keeps only weak references to tasks
+                batcher.consumer.add_done_callback(retiring.discard)
             batcher = MicroBatcher(
                 runtime,
                 max_batch=settings.batch_max_texts,

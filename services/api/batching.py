@@ -58,7 +58,7 @@ class MicroBatcher:
         self.max_wait = max_wait
         self.max_delay = max(max_delay, max_wait)
         self.on_forward = on_forward
-        self.queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self.queue: asyncio.Queue[_Request | None] = asyncio.Queue()  # None: retire after what is queued
         self.last_requests = 0  # requests the previous forward served
         self.consumer = asyncio.create_task(self._consume())
 
@@ -67,17 +67,33 @@ class MicroBatcher:
         await self.queue.put(_Request(texts, future))
         return await future
 
+    def retire(self) -> None:
+        """Answer the requests already queued, then stop: another batcher has taken over the task."""
+        self.queue.put_nowait(None)
+
     async def _consume(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            batch = [await self.queue.get()]
-            size = len(batch[0].texts)
-            while size < self.max_batch and not self.queue.empty():
-                batch.append(self.queue.get_nowait())
-                size += len(batch[-1].texts)
+        retiring = False
+        while not retiring:
+            first = await self.queue.get()
+            if first is None:
+                return
+            batch, size = [first], len(first.texts)
+            while size < self.max_batch and not self.queue.empty() and not retiring:
+                request = self.queue.get_nowait()
+                if request is None:
+                    retiring = True
+                else:
+                    batch.append(request)
+                    size += len(request.texts)
             deadline = loop.time() + self.max_delay
             under_load = self.last_requests > 1 or len(batch) > 1
-            while under_load and size < self.max_batch and (remaining := deadline - loop.time()) > 0:
+            while (
+                under_load
+                and not retiring
+                and size < self.max_batch
+                and (remaining := deadline - loop.time()) > 0
+            ):
                 # Until as many requests as last time have come, wait up to max_delay for the next one;
                 # after that, only while they keep arriving less than max_wait apart.
                 patience = remaining if len(batch) < self.last_requests else min(self.max_wait, remaining)
@@ -85,8 +101,11 @@ class MicroBatcher:
                     request = await asyncio.wait_for(self.queue.get(), patience)
                 except TimeoutError:
                     break
-                batch.append(request)
-                size += len(request.texts)
+                if request is None:
+                    retiring = True
+                else:
+                    batch.append(request)
+                    size += len(request.texts)
             self.last_requests = len(batch)
             texts = [text for request in batch for text in request.texts]
             if self.on_forward is not None:

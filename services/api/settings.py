@@ -25,8 +25,8 @@ class Settings(BaseSettings):
     max_length: int = 128  # tokens per prompt; longer inputs are cut and flagged
     max_batch: int = 64  # texts per classify request, examples per POST
     batch_max_texts: int = 64  # texts per backbone forward when concurrent requests are batched
-    batch_max_wait_ms: float = 2.0  # a forward waits this long for one more request to join it
-    batch_max_delay_ms: float = 20.0  # ... and at most this long after its first request arrived
+    batch_max_wait_ms: float = 2.0  # under load, a forward waits this long for one more request to join
+    batch_max_delay_ms: float = 50.0  # ... and at most this long after its first request arrived
     max_text_chars: int = 5000
     max_body_bytes: int = 1_000_000
     api_key: str | None = None  # when set, write endpoints require it

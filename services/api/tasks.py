@@ -119,7 +119,8 @@ class TaskRegistry:
         self.device = device
         self.runtimes: dict[str, TaskRuntime] = {}
         self._backbones: dict[str, Backbone] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _backbones
+        self._building = threading.Lock()  # guards building runtimes
         self.warmed = threading.Event()  # every task known at start-up is loaded and replayed
 
     def warm_up(self, stop: threading.Event) -> None:
@@ -185,7 +186,10 @@ class TaskRegistry:
             return None
         runtime = self.runtimes.get(name)
         if runtime is None or runtime.task != task:
-            classifier = build_classifier(task, self.backbone(task.backbone))
-            runtime = TaskRuntime(task, classifier, ExampleLog(self.client, name))
-            self.runtimes[name] = runtime
+            with self._building:  # concurrent first requests (and the warm-up) build one runtime, not several
+                runtime = self.runtimes.get(name)
+                if runtime is None or runtime.task != task:
+                    classifier = build_classifier(task, self.backbone(task.backbone))
+                    runtime = TaskRuntime(task, classifier, ExampleLog(self.client, name))
+                    self.runtimes[name] = runtime
         return runtime

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -256,3 +257,19 @@ def test_a_restarted_api_loads_and_replays_tasks_before_it_is_ready(
         assert restarted.get("/readyz").status_code == 200
         runtime = restarted.app.state.registry.runtimes["reviews"]  # loaded without any request for it
         assert len(runtime.classifier.store) == 1 and runtime.texts == {1: "a good film"}
+
+
+def test_concurrent_first_requests_build_one_runtime(server: EmbeddedRedis, causal_dir: Path) -> None:
+    # The warm-up thread and the first requests all ask for a task not yet loaded: one runtime is
+    # built and every caller gets it (a second one would orphan the first one's micro-batcher).
+    import redis
+
+    from services.api.tasks import TaskRegistry
+    from services.bus.task_spec import Task
+
+    registry = TaskRegistry(redis.Redis.from_url(server.url), max_length=48, device="cpu")
+    registry.create(Task(**{**TASK, "backbone": str(causal_dir)}))
+    registry.runtimes.clear()
+    with ThreadPoolExecutor(4) as pool:
+        runtimes = list(pool.map(lambda _: registry.runtime("reviews"), range(4)))
+    assert all(r is runtimes[0] for r in runtimes) and registry.runtimes["reviews"] is runtimes[0]

@@ -81,3 +81,20 @@ def test_under_load_a_wave_as_big_as_the_last_forward_is_waited_for_across_gaps(
     # With max_delay shorter than the wave, the forward goes when max_delay is up.
     _, cut = _run([0, 0, 0, 100, 80, 80], max_wait_ms=30, max_delay_ms=120)
     assert cut[0] == ["t0", "t1", "t2"] and cut[1] == ["t3", "t4"]
+
+
+def test_a_retired_batcher_answers_what_it_holds_then_stops() -> None:
+    runtime = RecordingRuntime()
+
+    async def main() -> tuple[list[Any], bool]:
+        batcher = MicroBatcher(runtime, max_batch=64, max_wait=0.05, max_delay=0.05)  # type: ignore[arg-type]
+        waiting = [asyncio.ensure_future(batcher.predict([f"t{i}"])) for i in range(3)]
+        await asyncio.sleep(0)  # the three are queued
+        batcher.retire()
+        results = await asyncio.gather(*waiting)
+        await asyncio.wait_for(batcher.consumer, 1.0)  # it ends by itself
+        return results, batcher.consumer.done()
+
+    results, stopped = asyncio.run(main())
+    assert [r[0] for r in results] == [["t0"], ["t1"], ["t2"]] and stopped
+    assert sorted(t for forward in runtime.forwards for t in forward) == ["t0", "t1", "t2"]
