@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint run eval-sst2 eval-training eval-methods eval-continual ipt-table bench clean
+.PHONY: install test lint run eval-sst2 eval-training eval-methods eval-continual eval-full-sst2 ipt-table bench clean
 
 install: $(STAMP)
 
@@ -48,6 +48,13 @@ eval-methods: install
 	$(BIN)/openbook eval --data ../shared/datasets/k-shot --task SST-2,trec,mpqa,sst-5 \
 		--methods dart,ipt,ipt/strategy=random,prompt-tuning,prefix-tuning,p-tuning,linear-probe,l2p,setfit \
 		--seeds 13,21,42 --out docs/results/methods
+
+# Issue 3's fully supervised reference: prompt-ft and retroprompt on SST-2's full training set (6920
+# sentences), tested on the same 872 sentences as the 16-shot runs (data.FULL_LAYOUT). The budget is
+# fixed, not selected: 1000 steps of 8 (about 1.2 epochs), the best dev checkpoint kept. Hours of CPU.
+eval-full-sst2: install
+	$(BIN)/openbook eval --full --data ../shared/datasets/full --task SST-2 --methods prompt-ft,retroprompt \
+		--seeds 13 --steps 1000 --eval-every 100 --patience 3 --out docs/results/full
 
 # Class-incremental SST-2 -> trec -> mpqa, no task id at test time: average accuracy and forgetting.
 eval-continual: install

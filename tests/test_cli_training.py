@@ -130,3 +130,31 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys):
     args[args.index("--lr") + 1] = "1e-2"
     assert main(args) == 2
     assert "other settings (lr" in capsys.readouterr().err
+
+
+def test_eval_full_trains_on_the_whole_training_set(tmp_path, causal_dir, capsys):
+    from tests.test_evaluation import NEGATIVE, POSITIVE
+
+    full = tmp_path / "full"
+    full.mkdir()
+    lines = [f"1 {t}" for t in POSITIVE] + [f"0 {t}" for t in NEGATIVE]
+    (full / "stsa.binary.train").write_text("\n".join(lines * 2) + "\n")
+    (full / "stsa.binary.test").write_text("\n".join(lines) + "\n")  # dev, by FULL_LAYOUT
+    (full / "stsa.binary.dev").write_text("1 fun and good\n0 awful and boring\n")  # test
+    out = tmp_path / "out"
+    args = [
+        "eval", "--full", "--full-dev-size", "4", "--data", str(full), "--task", "SST-2", "--seeds", "13",
+        "--out", str(out), "--template", "{text} It was {mask}", "--labels", "0=bad,1=good",
+        "--backbone", str(causal_dir), "--methods", "prompt-ft", *TRAINING,
+    ]  # fmt: skip
+    assert main(args) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert [(r["task"], r["method"], r["seed"]) for r in records] == [("SST-2", "prompt-ft", 13)]
+    assert records[0]["accuracy"] in (0.0, 0.5, 1.0)  # scored on the two test sentences
+    assert json.loads((out / "settings.json").read_text())["full"] is True
+    assert (out / "results.md").read_text().startswith("# Full-data evaluation")
+
+    capsys.readouterr()
+    args[args.index("--methods") + 1] = "zero-shot,prompt-ft"
+    assert main(args) == 2
+    assert "--full evaluates trainable methods only; drop zero-shot" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from openbook.data import (
     find_split,
     label_set,
     list_seeds,
+    load_full,
     load_kshot,
     read_split,
 )
@@ -238,3 +239,43 @@ def test_real_kshot_row_counts_match_files() -> None:
         assert label_set(splits.train) == classes, task
         assert len(splits.train) == 16 * len(classes), task
         assert isinstance(splits.test[0].text, tuple) == (task in {"RTE", "QNLI"}), task
+
+
+def _write_full(directory: Path, files: dict[str, list[str]]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, lines in files.items():
+        (directory / name).write_bytes("\n".join(lines).encode("latin-1") + b"\n")
+    return directory
+
+
+def test_full_layout_reads_label_space_text_and_samples_a_fixed_dev(tmp_path: Path) -> None:
+    full = _write_full(
+        tmp_path / "full",
+        {
+            "stsa.binary.train": ["1 a fine , warm film", "0 a dull mess", "", "1 caf\xe9 charm"],
+            "stsa.binary.test": [f"{i % 2} dev sentence {i}" for i in range(10)],
+            "stsa.binary.dev": ["1 the test one", "0 the test two"],
+        },
+    )
+    splits = load_full(full, "SST-2", seed=13, dev_size=4)
+    first_two = [(e.text, e.label) for e in splits.train[:2]]
+    assert first_two == [("a fine , warm film", "1"), ("a dull mess", "0")]
+    assert splits.train[2].text.startswith("caf") and splits.train[2].source.endswith("stsa.binary.train:4")
+    assert [e.text for e in splits.test] == ["the test one", "the test two"]  # SST-2 tests on stsa.binary.dev
+    assert len(splits.dev) == 4 and all(e.text.startswith("dev sentence") for e in splits.dev)
+    assert splits.dev == load_full(full, "SST-2", seed=13, dev_size=4).dev  # fixed by the seed
+    assert splits.dev != load_full(full, "SST-2", seed=21, dev_size=4).dev
+    assert len(load_full(full, "SST-2", seed=13, dev_size=100).dev) == 10  # at most the whole file
+
+
+def test_full_layout_errors_name_the_problem(tmp_path: Path) -> None:
+    full = _write_full(
+        tmp_path / "full",
+        {"stsa.binary.train": ["1 fine", "nolabel"], "stsa.binary.test": ["1 x"], "stsa.binary.dev": ["0 y"]},
+    )
+    with pytest.raises(DataError, match="no full-data layout for task 'trec'"):
+        load_full(full, "trec", seed=13)
+    with pytest.raises(DataError, match=r"stsa.binary.train:2: expected 'label text'"):
+        load_full(full, "SST-2", seed=13)
+    with pytest.raises(FileNotFoundError, match=r"stsa\.fine\.train"):
+        load_full(full, "sst-5", seed=13)

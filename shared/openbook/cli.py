@@ -7,7 +7,7 @@ import dataclasses
 import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--seeds", default="13,21,42,87,100")
     evaluate.add_argument("--shots", type=int, default=16)
+    evaluate.add_argument(
+        "--full",
+        action="store_true",
+        help="fully supervised: --data is the full/ directory (label<space>text files, see data.FULL_LAYOUT);"
+        " trainable methods only, each seed a training seed",
+    )
+    evaluate.add_argument(
+        "--full-dev-size", type=int, default=256, help="with --full: dev examples sampled for the dev checks"
+    )
     evaluate.add_argument("--calibration", choices=CALIBRATION_MODES, default="domain")
     evaluate.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
     _add_prompt_arguments(evaluate)
@@ -182,7 +191,7 @@ def _classifier(args: argparse.Namespace, task: str | None) -> Classifier:
 
 
 def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    from openbook.data import load_kshot
+    from openbook.data import DataError, KShotSplits, load_full, load_kshot
     from openbook.evaluation import INFERENCE_METHODS, evaluate_task
     from openbook.methods import MethodError, build_method
     from openbook.reports import read_results, write_results
@@ -204,9 +213,19 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
             if "unknown method" not in str(error):
                 raise
             raise MethodError(f"{error}; inference methods: {', '.join(INFERENCE_METHODS)}") from None
+    if args.full and (frozen or peers):
+        raise DataError(
+            f"--full evaluates trainable methods only; drop {', '.join(frozen + peers)} from --methods"
+        )
+
+    def loader(task: str) -> Callable[[int], KShotSplits]:
+        if args.full:
+            return lambda seed: load_full(args.data, task, seed, args.full_dev_size)
+        return lambda seed: load_kshot(args.data, task, seed, args.shots)
+
     for task in tasks:  # unreadable data fails before any model is loaded or anything written
         for seed in seeds:
-            load_kshot(args.data, task, seed, args.shots)
+            loader(task)(seed)
     settings = _checked_settings(args)
     records = read_results(args.out)
     done = {(r.task, r.method, r.seed) for r in records}
@@ -247,6 +266,7 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 done=done,
                 on_record=save,
                 shots=args.shots,
+                load=loader(task),
             )
         if pending_peer:
             peer_options = {"shots": args.shots, "device": args.device, "on_record": save}
@@ -258,7 +278,8 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
 
 def _eval_header(args: argparse.Namespace, argv: Sequence[str], classifier: Classifier) -> str:
     return (
-        f"# {args.shots}-shot evaluation, seeds {args.seeds}, backbone {args.backbone}\n\n"
+        f"# {'Full-data' if args.full else f'{args.shots}-shot'} evaluation, seeds {args.seeds},"
+        f" backbone {args.backbone}\n\n"
         "Accuracy and macro-F1 on test in %, mean (std) over seeds; every hyper-parameter chosen on dev. "
         "`seconds / run` is the wall time of one method x seed run, training included.\n\n"
         f"Command: `openbook {shlex.join(argv)}`\n\n"
@@ -272,6 +293,8 @@ def _checked_settings(args: argparse.Namespace) -> dict:
         "steps train_batch_size lr eval_every patience reembed_every"
     ).split()
     settings = {key: getattr(args, key) for key in keys}
+    if args.full:  # recorded only when used, so results directories from before the option still resume
+        settings |= {"full": True, "full_dev_size": args.full_dev_size}
     path = Path(args.out) / "settings.json"
     if path.exists():
         saved = json.loads(path.read_text())

@@ -14,6 +14,7 @@ Labels stay the raw strings found in the file; mapping them to ids is the caller
 from __future__ import annotations
 
 import csv
+import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,3 +210,52 @@ def label_set(examples: Iterable[Example]) -> list[str]:
     if labels and all(is_integer(label) for label in labels):
         return sorted(labels, key=lambda label: int(label))
     return sorted(labels)
+
+
+# The fully supervised setting: the original training sets in `full/` (one example per line,
+# `label<space>text`). Which file plays which part, per task: the test file is the one the k-shot
+# splits test on, so a full-data run and a 16-shot run are scored on the same sentences. For SST-2
+# that is stsa.binary.dev (the 872 GLUE dev sentences that k-shot/SST-2/test holds), and dev is drawn
+# from stsa.binary.test instead; for SST-5, test is stsa.fine.test (2210 sentences, as in k-shot).
+FULL_LAYOUT: dict[str, tuple[str, str, str]] = {  # task -> (train, dev, test) file names
+    "SST-2": ("stsa.binary.train", "stsa.binary.test", "stsa.binary.dev"),
+    "sst-5": ("stsa.fine.train", "stsa.fine.dev", "stsa.fine.test"),
+}
+
+
+def read_full_split(path: str | Path) -> list[Example]:
+    """Read a `label<space>text` file of `full/` (stray Latin-1 bytes are replaced)."""
+    path = Path(path)
+    examples = []
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            label, _, text = line.rstrip("\n").partition(" ")
+            if not label.strip() or not text.strip():
+                raise _error(path, number, "expected 'label text'")
+            examples.append(_make_example(path, number, [text.strip()], label.strip()))
+    if not examples:
+        raise DataError(f"{path}: no examples")
+    return examples
+
+
+def load_full(data_dir: str | Path, task: str, seed: int, dev_size: int = 256) -> KShotSplits:
+    """The full training set of `task` from `data_dir` (the `full/` layout, see FULL_LAYOUT).
+
+    Dev is a fixed random sample of `dev_size` examples of the dev file, drawn with `seed`, so that
+    the dev checks during training stay cheap; test is read whole.
+    """
+    if task not in FULL_LAYOUT:
+        raise DataError(f"no full-data layout for task {task!r}; known: {', '.join(FULL_LAYOUT)}")
+    if dev_size < 1:
+        raise DataError(f"dev_size must be at least 1, got {dev_size}")
+    train_name, dev_name, test_name = FULL_LAYOUT[task]
+    paths = [Path(data_dir) / name for name in (train_name, dev_name, test_name)]
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"full-data split not found: {path}")
+    train, dev, test = (read_full_split(path) for path in paths)
+    rng = random.Random(seed)
+    dev = [dev[i] for i in sorted(rng.sample(range(len(dev)), min(dev_size, len(dev))))]
+    return KShotSplits(train=train, dev=dev, test=test)

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from openbook.calibration import calibrated_p_lm
 from openbook.classifier import Classifier
-from openbook.data import load_kshot
+from openbook.data import KShotSplits, load_kshot
 from openbook.evaluation import (
     INFERENCE_METHODS,
     K_GRID,
@@ -54,11 +54,13 @@ def evaluate_trained(
     on_record: Callable[[EvalRecord], None] = lambda record: None,
     shots: int = 16,
     progress: bool = True,
+    load: Callable[[int], KShotSplits] | None = None,  # seed -> splits; default: the k-shot layout
 ) -> list[EvalRecord]:
     methods = {spec: build_method(spec) for spec in specs}  # unknown methods and options fail first
     for method in methods.values():
         method.check_backbone(classifier.backbone)
-    splits = {seed: load_kshot(data_dir, task, seed, shots) for seed in seeds}
+    load = load or (lambda seed: load_kshot(data_dir, task, seed, shots))
+    splits = {seed: load(seed) for seed in seeds}
     test_texts = [e.text for e in splits[seeds[0]].test]
     test_labels = example_labels(classifier, splits[seeds[0]].test)
     initial = {name: t.detach().clone() for name, t in classifier.backbone.model.state_dict().items()}
