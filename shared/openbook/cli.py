@@ -293,7 +293,8 @@ def _checked_settings(args: argparse.Namespace) -> dict:
         "steps train_batch_size lr eval_every patience reembed_every"
     ).split()
     settings = {key: getattr(args, key) for key in keys}
-    if args.full:  # recorded only when used, so results directories from before the option still resume
+    # `eval --full` only (continual shares this); recorded only when used, so older results still resume
+    if getattr(args, "full", False):
         settings |= {"full": True, "full_dev_size": args.full_dev_size}
     path = Path(args.out) / "settings.json"
     if path.exists():
