@@ -65,6 +65,10 @@ def split_dev(examples: dict[int, tuple[TextInput, str]]) -> tuple[list[int], li
     return sorted(train_ids), sorted(dev_ids)
 
 
+class Interrupted(Exception):
+    """The worker was asked to stop in the middle of a job."""
+
+
 class Worker:
     def __init__(
         self,
@@ -81,6 +85,7 @@ class Worker:
         self.consumer = consumer
         self.device = device
         self.max_length = max_length
+        self.stop: threading.Event | None = None  # set by run_forever: a stop request ends a job early
 
     def run_once(self, block_ms: int = 1000) -> str | None:
         """Claim and run one job; returns its id, or None when there was none."""
@@ -91,6 +96,11 @@ class Worker:
         self.queue.update(job.id, state="running", started=time.time(), worker=self.consumer)
         try:
             published, metrics = self.train_and_publish(job)
+        except Interrupted:
+            # Not acknowledged: the entry stays pending, and a worker takes it over (XAUTOCLAIM) once
+            # it has been idle long enough, this one after a restart included.
+            self.queue.update(job.id, state="queued", progress=0.0, error="interrupted: its worker stopped")
+            return job.id
         except Exception as error:  # the record says why; the job is not retried forever
             self.queue.update(job.id, state="failed", error=f"{type(error).__name__}: {error}")
         else:
@@ -105,11 +115,17 @@ class Worker:
         return job.id
 
     def run_forever(self, stop: threading.Event) -> None:
+        self.stop = stop
         while not stop.is_set():
             try:
                 self.run_once(block_ms=500)
             except redis.ConnectionError:
                 time.sleep(1.0)  # Redis is away: wait, then reconnect on the next call
+
+    def _report(self, job: Job, step: int, steps: int, loss: float) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise Interrupted(job.id)
+        self.queue.update(job.id, progress=round(step / steps, 4), loss=loss)
 
     def train_and_publish(self, job: Job) -> tuple[Published, dict]:
         raw = self.client.hget(TASKS_KEY, job.task)
@@ -143,9 +159,7 @@ class Worker:
             dev_labels,
             config,
             progress=False,
-            on_step=lambda step, steps, loss: self.queue.update(
-                job.id, progress=round(step / steps, 4), loss=loss
-            ),
+            on_step=lambda step, steps, loss: self._report(job, step, steps, loss),
         )
         metrics: dict = {
             "dev_accuracy": result.best.accuracy,

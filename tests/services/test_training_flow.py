@@ -150,3 +150,28 @@ def test_a_crashed_workers_job_is_claimed_by_another(server) -> None:
     assert taken is not None and taken[1].id == job_id
     queue.ack(taken[0])
     assert queue.claim("worker-c", block_ms=100, min_idle_ms=0) is None
+
+
+def test_a_stopped_worker_leaves_its_job_for_another(server, causal_dir, tmp_path) -> None:
+    # A stop request during training ends the job at the next step without acknowledging it, so another
+    # worker can take it over (here at once; in service, after XAUTOCLAIM's idle time of a minute).
+    settings = Settings(redis_url=server.url, default_backbone=str(causal_dir), max_length=48)
+    with TestClient(create_app(settings)) as api:
+        assert api.post("/v1/tasks", json=TASK).status_code == 201
+        body = {"examples": [{"text": t, "label": label} for t, label in EXAMPLES]}
+        assert api.post("/v1/tasks/reviews/examples", json=body).status_code == 201
+        job_id = api.post("/v1/tasks/reviews/train", json=TRAIN).json()["id"]
+
+        stopping = Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts", max_length=48)
+        stopping.stop = threading.Event()
+        stopping.stop.set()  # asked to stop before its first step
+        assert stopping.run_once(block_ms=100) == job_id
+        record = api.get(f"/v1/jobs/{job_id}").json()
+        assert record["state"] == "queued" and "interrupted" in record["error"]
+        assert current_checkpoint(redis.Redis.from_url(server.url), "reviews") is None  # nothing published
+
+        taking_over = Worker(
+            redis.Redis.from_url(server.url), tmp_path / "artifacts", consumer="worker-2", max_length=48
+        )
+        claimed = taking_over.queue.claim("worker-2", block_ms=100, min_idle_ms=0)
+        assert claimed is not None and claimed[1].id == job_id  # still pending: not acknowledged
