@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -46,12 +47,19 @@ def wait_for(condition, timeout: float = 30.0):
     raise AssertionError("condition not met in time")
 
 
-def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal_dir, tmp_path) -> None:
+@contextmanager
+def _api_with_examples(server, causal_dir):
+    """The api on a tiny backbone, with the task `reviews` and its labelled EXAMPLES posted."""
     settings = Settings(redis_url=server.url, default_backbone=str(causal_dir), max_length=48)
     with TestClient(create_app(settings)) as api:
         assert api.post("/v1/tasks", json=TASK).status_code == 201
         body = {"examples": [{"text": t, "label": label} for t, label in EXAMPLES]}
         assert api.post("/v1/tasks/reviews/examples", json=body).status_code == 201
+        yield api
+
+
+def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal_dir, tmp_path) -> None:
+    with _api_with_examples(server, causal_dir) as api:
         before = api.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"]}).json()
         assert before["model_version"] == "base"
 
@@ -155,11 +163,7 @@ def test_a_crashed_workers_job_is_claimed_by_another(server) -> None:
 def test_a_stopped_worker_leaves_its_job_for_another(server, causal_dir, tmp_path) -> None:
     # A stop request during training ends the job at the next step without acknowledging it, so another
     # worker can take it over (here at once; in service, after XAUTOCLAIM's idle time of a minute).
-    settings = Settings(redis_url=server.url, default_backbone=str(causal_dir), max_length=48)
-    with TestClient(create_app(settings)) as api:
-        assert api.post("/v1/tasks", json=TASK).status_code == 201
-        body = {"examples": [{"text": t, "label": label} for t, label in EXAMPLES]}
-        assert api.post("/v1/tasks/reviews/examples", json=body).status_code == 201
+    with _api_with_examples(server, causal_dir) as api:
         job_id = api.post("/v1/tasks/reviews/train", json=TRAIN).json()["id"]
 
         stopping = Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts", max_length=48)
