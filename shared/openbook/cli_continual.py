@@ -9,7 +9,8 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from openbook.cli import _checked_settings, _train_config
+from openbook.cli import _train_config
+from openbook.cli_eval import _checked_settings
 from openbook.prompting import Template
 
 

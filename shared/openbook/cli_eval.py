@@ -1,0 +1,139 @@
+"""`openbook eval`: k-shot (or, with --full, fully supervised) evaluation, resumable (see `reports.py`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from openbook.cli import _classifier, _train_config
+
+if TYPE_CHECKING:
+    from openbook.classifier import Classifier
+    from openbook.data import KShotSplits
+
+
+def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    from openbook.data import DataError, load_full, load_kshot
+    from openbook.evaluation import INFERENCE_METHODS, evaluate_task
+    from openbook.methods import MethodError, build_method
+    from openbook.reports import read_results, write_results
+    from openbook.setfit_peer import PEER_NAME, evaluate_setfit, require_setfit
+    from openbook.training_eval import evaluate_trained
+
+    tasks = [t.strip() for t in args.task.split(",") if t.strip()]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    frozen = [m for m in methods if m in INFERENCE_METHODS]
+    peers = [m for m in methods if m == PEER_NAME]  # a baseline on its own backbone (setfit_peer.py)
+    trainable = [m for m in methods if m not in INFERENCE_METHODS and m not in peers]
+    if peers:
+        require_setfit()  # an optional extra: say how to install it before anything loads
+    for spec in trainable:
+        try:
+            build_method(spec)  # an unknown method or option fails before any model is loaded
+        except MethodError as error:
+            if "unknown method" not in str(error):
+                raise
+            raise MethodError(f"{error}; inference methods: {', '.join(INFERENCE_METHODS)}") from None
+    if args.full and (frozen or peers):
+        raise DataError(
+            f"--full evaluates trainable methods only; drop {', '.join(frozen + peers)} from --methods"
+        )
+
+    def loader(task: str) -> Callable[[int], KShotSplits]:
+        if args.full:
+            return lambda seed: load_full(args.data, task, seed, args.full_dev_size)
+        return lambda seed: load_kshot(args.data, task, seed, args.shots)
+
+    for task in tasks:  # unreadable data fails before any model is loaded or anything written
+        for seed in seeds:
+            loader(task)(seed)
+    settings = _checked_settings(args)
+    records = read_results(args.out)
+    done = {(r.task, r.method, r.seed) for r in records}
+    classifier = None
+    for task in tasks:
+        pending_seeds = [s for s in seeds if any((task, m, s) not in done for m in frozen)]
+        pending_runs = [(m, s) for m in trainable for s in seeds if (task, m, s) not in done]
+        pending_peer = [s for s in seeds if peers and (task, PEER_NAME, s) not in done]
+        if not pending_seeds and not pending_runs and not pending_peer:
+            continue
+        classifier = _classifier(args, task)
+
+        def save(record, classifier=classifier):
+            records.append(record)
+            write_results(records, args.out, _eval_header(args, argv, classifier))
+            (Path(args.out) / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+
+        if pending_seeds:
+            for record in evaluate_task(
+                classifier,
+                args.data,
+                task,
+                frozen,
+                pending_seeds,
+                calibration=args.calibration,
+                shots=args.shots,
+            ):
+                if (task, record.method, record.seed) not in done:
+                    save(record)
+        if pending_runs:
+            evaluate_trained(
+                classifier,
+                args.data,
+                task,
+                trainable,
+                sorted({s for _, s in pending_runs}, key=seeds.index),
+                _train_config(args, seeds[0]),
+                done=done,
+                on_record=save,
+                shots=args.shots,
+                load=loader(task),
+            )
+        if pending_peer:
+            peer_options = {"shots": args.shots, "device": args.device, "on_record": save}
+            evaluate_setfit(classifier, args.data, task, pending_peer, **peer_options)
+    if classifier is None:
+        print(f"every requested run is already in {args.out}; nothing to do", file=sys.stderr)
+    print((Path(args.out) / "results.md").read_text())
+
+
+def _eval_header(args: argparse.Namespace, argv: Sequence[str], classifier: Classifier) -> str:
+    return (
+        f"# {'Full-data' if args.full else f'{args.shots}-shot'} evaluation, seeds {args.seeds},"
+        f" backbone {args.backbone}\n\n"
+        "Accuracy and macro-F1 on test in %, mean (std) over seeds; every hyper-parameter chosen on dev. "
+        "`seconds / run` is the wall time of one method x seed run, training included.\n\n"
+        f"Command: `openbook {shlex.join(argv)}`\n\n"
+    )
+
+
+def _checked_settings(args: argparse.Namespace) -> dict:
+    """A results directory holds runs made with one set of settings; resuming with others is an error."""
+    keys = (
+        "data backbone template labels layer max_length batch_size device shots calibration "
+        "steps train_batch_size lr eval_every patience reembed_every"
+    ).split()
+    settings = {key: getattr(args, key) for key in keys}
+    # `eval --full` only (continual shares this); recorded only when used, so older results still resume
+    if getattr(args, "full", False):
+        settings |= {"full": True, "full_dev_size": args.full_dev_size}
+    path = Path(args.out) / "settings.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        changed = {
+            k: (saved.get(k), v)
+            for k, v in settings.items()
+            if saved.get(k) != v and k not in ("device", "batch_size")
+        }
+        if changed:
+            details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            raise ValueError(
+                f"{args.out} holds results made with other settings ({details}); use another --out"
+            )
+    return settings
