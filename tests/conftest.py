@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from openbook.prompting import Template, Verbalizer
 
 SHARED_DATASETS = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets"
+
+# The sentiment toy set the method tests train on (four sentences, twice over), with its prompt.
+TEXTS = [
+    "the movie was great and fun",
+    "a good film with a great cast",
+    "it was terrible and boring",
+    "a bad film , it was awful",
+] * 2
+LABELS = np.array([1, 1, 0, 0] * 2)
+TEMPLATE, VERBALIZER = Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good")
 
 CORPUS = [
     "the movie was great and fun",
@@ -113,6 +125,12 @@ def _load(directory: Path):
     from openbook.backbone import BackboneConfig, load_backbone
 
     return load_backbone(BackboneConfig(name=str(directory), max_length=48))
+
+
+@pytest.fixture(params=["masked", "causal"])
+def model_dir(request: pytest.FixtureRequest) -> Path:
+    """Each tiny backbone's directory in turn."""
+    return request.getfixturevalue(f"{request.param}_dir")
 
 
 @pytest.fixture(scope="session")

@@ -21,17 +21,9 @@ from openbook.methods.ipt import (
 from openbook.prompting import Template, Verbalizer
 from openbook.training import TrainConfig, train
 
-from tests.conftest import SHARED_DATASETS, save_and_reload
+from tests.conftest import LABELS, SHARED_DATASETS, TEMPLATE, TEXTS, VERBALIZER, save_and_reload
 
-TEXTS = [
-    "the movie was great and fun",
-    "a good film with a great cast",
-    "it was terrible and boring",
-    "a bad film , it was awful",
-] * 2
-LABELS = np.array([1, 1, 0, 0] * 2)
 CONFIG = TrainConfig(steps=100, batch_size=4, lr=1e-5, eval_every=10, patience=10, warmup_ratio=0.0)
-TEMPLATE, VERBALIZER = Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good")
 GENERATORS = ["ipt/strategy=random", "ipt/encoder=lstm", "ipt/encoder=cnn", "ipt/encoder=mlp"]
 SPECS = [*GENERATORS, "ipt/strategy=pretrained"]
 SMOLLM2_PARAMETERS = 134_515_008  # SmolLM2-135M: vocabulary 49152, embeddings 576

@@ -11,25 +11,12 @@ from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.classifier import Classifier
 from openbook.methods import MethodError, TrainBatch, build_method, weights_sha256
 from openbook.methods.linear_probe import LinearProbeHead
-from openbook.prompting import Template, Verbalizer
+from openbook.prompting import Verbalizer
 from openbook.training import TrainConfig, train
 
-from tests.conftest import save_and_reload
+from tests.conftest import LABELS, TEMPLATE, TEXTS, VERBALIZER, save_and_reload
 
-TEXTS = [
-    "the movie was great and fun",
-    "a good film with a great cast",
-    "it was terrible and boring",
-    "a bad film , it was awful",
-] * 2
-LABELS = np.array([1, 1, 0, 0] * 2)
 CONFIG = TrainConfig(steps=40, batch_size=4, lr=1e-5, eval_every=8, patience=10, warmup_ratio=0.0)
-TEMPLATE, VERBALIZER = Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good")
-
-
-@pytest.fixture(params=["masked", "causal"])
-def model_dir(request: pytest.FixtureRequest) -> Path:
-    return request.getfixturevalue(f"{request.param}_dir")
 
 
 def prepared(backbone: Backbone, spec: str = "linear-probe") -> tuple[Classifier, object]:

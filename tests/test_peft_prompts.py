@@ -14,17 +14,9 @@ from openbook.methods.peft_prompts import KeyValuePrefix, VirtualTokens
 from openbook.prompting import Template, Verbalizer
 from openbook.training import TrainConfig, train
 
-from tests.conftest import save_and_reload
+from tests.conftest import LABELS, TEMPLATE, TEXTS, VERBALIZER, save_and_reload
 
-TEXTS = [
-    "the movie was great and fun",
-    "a good film with a great cast",
-    "it was terrible and boring",
-    "a bad film , it was awful",
-] * 2
-LABELS = np.array([1, 1, 0, 0] * 2)
 CONFIG = TrainConfig(steps=60, batch_size=4, lr=1e-5, eval_every=10, patience=10, warmup_ratio=0.0)
-TEMPLATE, VERBALIZER = Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good")
 SPECS = ["prompt-tuning/prompt-lr=0.1", "prefix-tuning/prompt-lr=0.1", "p-tuning/prompt-lr=0.01"]
 
 
