@@ -17,15 +17,8 @@ from openbook.prompting import EncodedBatch, Template, Verbalizer
 from openbook.soft_prompts import text_mask
 from openbook.training import TrainConfig, train
 
-from tests.conftest import save_and_reload
+from tests.conftest import LABELS, TEXTS, save_and_reload
 
-TEXTS = [
-    "the movie was great and fun",
-    "a good film with a great cast",
-    "it was terrible and boring",
-    "a bad film , it was awful",
-] * 2
-LABELS = np.array([1, 1, 0, 0] * 2)
 # The fluency term (predicting text tokens from scratch on a random tiny model) dominates the loss at first,
 # so classification needs more steps than prompt-ft's 40.
 CONFIG = TrainConfig(steps=60, batch_size=4, lr=3e-3, eval_every=6, patience=20, warmup_ratio=0.0)

@@ -15,15 +15,8 @@ from openbook.methods import METHODS, build_method, weights_sha256
 from openbook.prompting import PromptError, Template, Verbalizer
 from openbook.training import TrainConfig, train
 
-from tests.conftest import save_and_reload
+from tests.conftest import LABELS, TEXTS, save_and_reload
 
-TEXTS = [
-    "the movie was great and fun",
-    "a good film with a great cast",
-    "it was terrible and boring",
-    "a bad film , it was awful",
-] * 2
-LABELS = np.array([1, 1, 0, 0] * 2)
 CONFIG = TrainConfig(steps=40, batch_size=4, lr=3e-3, eval_every=6, patience=10, warmup_ratio=0.0)
 
 
