@@ -279,3 +279,16 @@ def test_full_layout_errors_name_the_problem(tmp_path: Path) -> None:
         load_full(full, "SST-2", seed=13)
     with pytest.raises(FileNotFoundError, match=r"stsa\.fine\.train"):
         load_full(full, "sst-5", seed=13)
+
+
+def test_fixed_sample_is_the_same_subset_in_file_order_whatever_else_changes(tmp_path: Path) -> None:
+    from openbook.data import Example, fixed_sample
+
+    examples = [Example(f"text {i}", str(i % 2), f"test.tsv:{i + 2}") for i in range(50)]
+    sample = fixed_sample(examples, 10)
+    assert len(sample) == 10 and sample == fixed_sample(list(examples), 10)
+    positions = [examples.index(e) for e in sample]
+    assert positions == sorted(positions) and positions != list(range(10))  # a sample, not a prefix
+    assert fixed_sample(examples, None) == examples and fixed_sample(examples, 99) == examples
+    with pytest.raises(DataError, match="at least 1"):
+        fixed_sample(examples, 0)

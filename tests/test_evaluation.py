@@ -53,6 +53,25 @@ def test_eval_cli_on_a_dataset_it_has_never_seen(tmp_path, causal_dir, capsys):
     assert "| toy | zero-shot |" in capsys.readouterr().out
 
 
+def test_eval_test_size_scores_every_run_on_one_fixed_sample(tmp_path, causal_dir, capsys):
+    data = make_toy_dataset(tmp_path / "data")  # 10 test sentences
+    out = tmp_path / "out"
+    args = [*_eval_args(data, out, causal_dir, methods="zero-shot,knn-interp"), "--test-size", "4"]
+    assert main(args) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert {r["params"]["test_examples"] for r in records} == {4}
+    assert json.loads((out / "settings.json").read_text())["test_size"] == 4
+    assert "test: a fixed sample of 4 examples (seed 0)" in (out / "results.md").read_text()
+
+    args[args.index("--test-size") + 1] = "6"  # resuming with another sample would mix two test sets
+    assert main(args) == 2
+    assert "other settings (test_size: 4 -> 6)" in capsys.readouterr().err
+    other = tmp_path / "other"
+    assert main([*_eval_args(data, other, causal_dir, methods="zero-shot"), "--test-size", "0"]) == 2
+    assert "at least 1 example" in capsys.readouterr().err
+    assert not other.exists()
+
+
 def test_unknown_label_in_data_fails_naming_the_line_and_writes_nothing(tmp_path, causal_dir, capsys):
     data = make_toy_dataset(tmp_path / "data")
     with open(data / "toy" / "16-2" / "dev.csv", "a") as handle:

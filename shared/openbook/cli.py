@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--full-dev-size", type=int, default=256, help="with --full: dev examples sampled for the dev checks"
     )
+    evaluate.add_argument(
+        "--test-size",
+        type=int,
+        help="score every run on a fixed sample (seed 0) of this many test examples; default: all",
+    )
     evaluate.add_argument("--calibration", choices=CALIBRATION_MODES, default="domain")
     evaluate.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
     _add_prompt_arguments(evaluate)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    from openbook.data import DataError, load_full, load_kshot
+    from openbook.data import DataError, fixed_sample, load_full, load_kshot
     from openbook.evaluation import INFERENCE_METHODS, evaluate_task
     from openbook.methods import MethodError, build_method
     from openbook.reports import read_results, write_results
@@ -46,14 +47,20 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
         )
 
     def loader(task: str) -> Callable[[int], KShotSplits]:
-        if args.full:
-            return lambda seed: load_full(args.data, task, seed, args.full_dev_size)
-        return lambda seed: load_kshot(args.data, task, seed, args.shots)
+        def load(seed: int) -> KShotSplits:
+            if args.full:
+                splits = load_full(args.data, task, seed, args.full_dev_size)
+            else:
+                splits = load_kshot(args.data, task, seed, args.shots)
+            return dataclasses.replace(splits, test=fixed_sample(splits.test, args.test_size))
+
+        return load
 
     for task in tasks:  # unreadable data fails before any model is loaded or anything written
         for seed in seeds:
             loader(task)(seed)
-    settings = _checked_settings(args)
+    sampled = {} if args.test_size is None else {"test_size": args.test_size}  # recorded only when used
+    settings = _checked_settings(args, sampled)
     records = read_results(args.out)
     done = {(r.task, r.method, r.seed) for r in records}
     classifier = None
@@ -79,6 +86,7 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 pending_seeds,
                 calibration=args.calibration,
                 shots=args.shots,
+                load=loader(task),
             ):
                 if (task, record.method, record.seed) not in done:
                     save(record)
@@ -96,8 +104,16 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 load=loader(task),
             )
         if pending_peer:
-            peer_options = {"shots": args.shots, "device": args.device, "on_record": save}
-            evaluate_setfit(classifier, args.data, task, pending_peer, **peer_options)
+            evaluate_setfit(
+                classifier,
+                args.data,
+                task,
+                pending_peer,
+                shots=args.shots,
+                device=args.device,
+                on_record=save,
+                load=loader(task),
+            )
     if classifier is None:
         print(f"every requested run is already in {args.out}; nothing to do", file=sys.stderr)
     print((Path(args.out) / "results.md").read_text())
@@ -106,14 +122,16 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
 def _eval_header(args: argparse.Namespace, argv: Sequence[str], classifier: Classifier) -> str:
     return (
         f"# {'Full-data' if args.full else f'{args.shots}-shot'} evaluation, seeds {args.seeds},"
-        f" backbone {args.backbone}\n\n"
+        f" backbone {args.backbone}"
+        + ("" if args.test_size is None else f", test: a fixed sample of {args.test_size} examples (seed 0)")
+        + "\n\n"
         "Accuracy and macro-F1 on test in %, mean (std) over seeds; every hyper-parameter chosen on dev. "
         "`seconds / run` is the wall time of one method x seed run, training included.\n\n"
         f"Command: `openbook {shlex.join(argv)}`\n\n"
     )
 
 
-def _checked_settings(args: argparse.Namespace) -> dict:
+def _checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
     """A results directory holds runs made with one set of settings; resuming with others is an error."""
     keys = (
         "data backbone template labels layer max_length batch_size device shots calibration "
@@ -123,6 +141,7 @@ def _checked_settings(args: argparse.Namespace) -> dict:
     # `eval --full` only (continual shares this); recorded only when used, so older results still resume
     if getattr(args, "full", False):
         settings |= {"full": True, "full_dev_size": args.full_dev_size}
+    settings |= extra or {}
     path = Path(args.out) / "settings.json"
     if path.exists():
         saved = json.loads(path.read_text())

@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
-from openbook.data import Example, load_kshot
+from openbook.data import Example, fixed_sample, load_kshot
 from openbook.evaluation import INFERENCE_METHODS, accuracy, example_labels, method_inputs
 from openbook.methods import Method, build_method
 from openbook.prompting import PromptError, Template, Verbalizer
@@ -136,14 +136,6 @@ def union_verbalizer(stages: Sequence[Stage]) -> Verbalizer:
     return Verbalizer(labels, tuple(word for s in stages for word in s.words.words))
 
 
-def sample_test_split(examples: Sequence[Example], size: int) -> list[Example]:
-    """A fixed sample (seed 0, in file order) of at most `size` examples."""
-    if size >= len(examples):
-        return list(examples)
-    keep = np.sort(np.random.default_rng(0).permutation(len(examples))[:size])
-    return [examples[i] for i in keep]
-
-
 def load_stage_data(
     data_dir: str | Path, stages: Sequence[Stage], seed: int, shots: int = 16, test_size: int = TEST_SIZE
 ) -> list[StageData]:
@@ -154,7 +146,7 @@ def load_stage_data(
         splits = load_kshot(data_dir, stage.task, seed, shots)
         renamed = [
             [dataclasses.replace(e, label=stage.label(e.label)) for e in split]
-            for split in (splits.train, splits.dev, sample_test_split(splits.test, test_size))
+            for split in (splits.train, splits.dev, fixed_sample(splits.test, test_size))
         ]
         for split in renamed:
             for example in split:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import csv
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 TextInput = str | tuple[str, str]
 
@@ -194,6 +196,20 @@ def load_kshot(data_dir: str | Path, task: str, seed: int, shots: int = 16) -> K
             expected = "text pairs" if train_is_pair else "single texts"
             raise DataError(f"{split[0].source}: expected {expected} like {splits.train[0].source}")
     return splits
+
+
+def fixed_sample(examples: Sequence[Example], size: int | None) -> list[Example]:
+    """At most `size` of `examples`, in file order: a sample fixed by seed 0, whatever the run's seed.
+
+    Used where a test split is too large for the budget (QNLI's 5463 pairs): every method and seed is
+    then scored on the same documented subset. `None` keeps them all.
+    """
+    if size is not None and size < 1:
+        raise DataError(f"a test sample needs at least 1 example, got {size}")
+    if size is None or size >= len(examples):
+        return list(examples)
+    keep = np.sort(np.random.default_rng(0).permutation(len(examples))[:size])
+    return [examples[i] for i in keep]
 
 
 def label_set(examples: Iterable[Example]) -> list[str]:

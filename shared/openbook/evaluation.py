@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from openbook.calibration import CalibrationMode, calibrated_p_lm, label_bias
 from openbook.classifier import Classifier, Embeddings
-from openbook.data import Example, load_kshot
+from openbook.data import Example, KShotSplits, load_kshot
 from openbook.knn import KnnConfig, knn_mixture
 from openbook.prompting import PromptError
 from openbook.store import KnowledgeStore, SearchResult
@@ -193,11 +193,13 @@ def evaluate_task(
     calibration: CalibrationMode = "domain",
     shots: int = 16,
     progress: bool = True,
+    load: Callable[[int], KShotSplits] | None = None,  # seed -> splits; default: the k-shot layout
 ) -> list[EvalRecord]:
     unknown = [m for m in methods if m not in INFERENCE_METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; available: {sorted(INFERENCE_METHODS)}")
-    splits = {seed: load_kshot(data_dir, task, seed, shots) for seed in seeds}  # all data checked up front
+    load = load or (lambda seed: load_kshot(data_dir, task, seed, shots))
+    splits = {seed: load(seed) for seed in seeds}  # all data checked up front
     labels = {
         seed: [example_labels(classifier, getattr(s, part)) for part in ("train", "dev")]
         for seed, s in splits.items()
@@ -230,6 +232,7 @@ def evaluate_task(
             params = {
                 **params,
                 "calibration": calibration,
+                "test_examples": len(test_labels),
                 "truncated_test": int(test_embeddings.truncated.sum()),
             }
             records.append(

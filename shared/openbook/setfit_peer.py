@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from openbook.classifier import Classifier
-from openbook.data import load_kshot
+from openbook.data import KShotSplits, load_kshot
 from openbook.evaluation import EvalRecord, accuracy, example_labels, macro_f1
 from openbook.prompting import TextInput
 
@@ -146,11 +146,13 @@ def evaluate_setfit(
     device: str = "cpu",
     progress: bool = True,
     on_record: Callable[[EvalRecord], None] = lambda record: None,
+    load: Callable[[int], KShotSplits] | None = None,  # seed -> splits; default: the k-shot layout
 ) -> list[EvalRecord]:
     """Per seed: train on `train`, report dev accuracy and test accuracy / macro-F1."""
     require_setfit()
     config = config or SetFitConfig()
-    splits = {seed: load_kshot(data_dir, task, seed, shots) for seed in seeds}
+    load = load or (lambda seed: load_kshot(data_dir, task, seed, shots))
+    splits = {seed: load(seed) for seed in seeds}
     test = splits[seeds[0]].test
     test_labels = example_labels(classifier, test)
     num_labels = len(classifier.labels)
@@ -165,6 +167,7 @@ def evaluate_setfit(
         predicted = peer.predict_proba([e.text for e in test], num_labels).argmax(-1)
         params: dict[str, Any] = {
             "dev_accuracy": accuracy(dev_predicted, example_labels(classifier, split.dev)),
+            "test_examples": len(test_labels),
             "encoder": config.encoder or ENCODER_PACKAGE,
             **{k: v for k, v in asdict(config).items() if k != "encoder"},
         }

@@ -110,6 +110,7 @@ def evaluate_trained(
                         "steps_run": result.steps_run,
                         "train_seconds": round(result.seconds, 1),
                         "shared_training": [s for s in group if s != spec],
+                        "test_examples": len(test_labels),
                         "truncated_test": int(test.truncated.sum()),
                     },
                     seconds=round(shared_seconds + time.perf_counter() - inference_started, 3),
