@@ -111,6 +111,11 @@ def test_metrics_and_table():
     records = [EvalRecord("t", "m", s, a, a, {}, 1.0) for s, a in ((1, 0.5), (2, 0.7))]
     assert "| t | m | 60.0 (10.0) | 60.0 (10.0) | 2 | 1.0 |" in results_table(records)
 
+    # A resumed run appends records out of order; the table still lists the command's methods in order.
+    mixed = [EvalRecord(t, m, 1, 0.5, 0.5, {}, 1.0) for t, m in (("a", "y"), ("b", "x"), ("a", "x"))]
+    rows = [line.split(" | ")[:2] for line in results_table(mixed, ["x", "y"]).splitlines()[2:]]
+    assert rows == [["| a", "x"], ["| a", "y"], ["| b", "x"]]
+
 
 def test_knn_interp_chooses_lambda_alone_with_the_default_k_and_temperature():
     from openbook.evaluation import LAMBDA_GRID, MethodInputs, Split, interpolation_grid, knn_interp

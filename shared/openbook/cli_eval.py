@@ -74,7 +74,7 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
 
         def save(record, classifier=classifier):
             records.append(record)
-            write_results(records, args.out, _eval_header(args, argv, classifier))
+            write_results(records, args.out, _eval_header(args, argv, classifier), method_order=methods)
             (Path(args.out) / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
 
         if pending_seeds:

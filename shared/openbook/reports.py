@@ -17,8 +17,12 @@ import numpy as np
 from openbook.evaluation import EvalRecord
 
 
-def results_table(records: Sequence[EvalRecord]) -> str:
-    """Markdown: mean (std) over seeds of accuracy and macro-F1 (in %), per task and method."""
+def results_table(records: Sequence[EvalRecord], method_order: Sequence[str] = ()) -> str:
+    """Markdown: mean (std) over seeds of accuracy and macro-F1 (in %), per task and method.
+
+    Tasks come in the order of their first record; within a task, methods follow `method_order` (the
+    command's --methods), then any others in the order of their first record.
+    """
     lines = [
         "| task | method | accuracy | macro-F1 | seeds | seconds / run |",
         "|------|--------|----------|----------|-------|---------------|",
@@ -26,7 +30,10 @@ def results_table(records: Sequence[EvalRecord]) -> str:
     groups: dict[tuple[str, str], list[EvalRecord]] = {}
     for record in records:
         groups.setdefault((record.task, record.method), []).append(record)
-    for (task, method), group in groups.items():
+    tasks = list(dict.fromkeys(task for task, _ in groups))
+    methods = list(dict.fromkeys([*method_order, *(method for _, method in groups)]))
+    ordered = sorted(groups.items(), key=lambda item: (tasks.index(item[0][0]), methods.index(item[0][1])))
+    for (task, method), group in ordered:
         acc = 100 * np.array([r.accuracy for r in group])
         f1 = 100 * np.array([r.macro_f1 for r in group])
         seconds = np.mean([r.seconds for r in group])
@@ -38,13 +45,18 @@ def results_table(records: Sequence[EvalRecord]) -> str:
 
 
 def write_results(
-    records: Sequence[EvalRecord], out_dir: str | Path, header: str = "", *, plot: bool = True
+    records: Sequence[EvalRecord],
+    out_dir: str | Path,
+    header: str = "",
+    *,
+    plot: bool = True,
+    method_order: Sequence[str] = (),
 ) -> None:
     """results.json (one record per task x method x seed), results.md and results.png."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / "results.json", json.dumps([asdict(r) for r in records], indent=2) + "\n")
-    _atomic_write(out / "results.md", header + results_table(records))
+    _atomic_write(out / "results.md", header + results_table(records, method_order))
     if plot and records:
         plot_results(records, out / "results.png")
 
