@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from openbook.cli import main
 from openbook.evaluation import EvalRecord, accuracy, macro_f1
-from openbook.reports import results_table
+from openbook.reports import add_record, locked, read_results, results_table
 
 POSITIVE = ["the movie was great and fun", "a good film with a great cast", "great fun", "a good film"]
 NEGATIVE = ["it was terrible and boring", "a bad film , it was awful", "boring and bad", "a terrible film"]
@@ -115,6 +115,31 @@ def test_metrics_and_table():
     mixed = [EvalRecord(t, m, 1, 0.5, 0.5, {}, 1.0) for t, m in (("a", "y"), ("b", "x"), ("a", "x"))]
     rows = [line.split(" | ")[:2] for line in results_table(mixed, ["x", "y"]).splitlines()[2:]]
     assert rows == [["| a", "x"], ["| a", "y"], ["| b", "x"]]
+
+
+def _add_records(out, seeds):
+    for seed in seeds:
+        with locked(out):
+            add_record(EvalRecord("t", "m", seed, 0.5, 0.5, {}, 1.0), out, method_order=["m"])
+
+
+def test_processes_sharing_a_results_directory_keep_every_record(tmp_path):
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_add_records, args=(tmp_path, range(w, 40, 2))) for w in (0, 1)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert [w.exitcode for w in workers] == [0, 0]
+    assert sorted(r.seed for r in read_results(tmp_path)) == list(range(40))
+
+    # A cell already on disk keeps its first record.
+    with locked(tmp_path):
+        add_record(EvalRecord("t", "m", 3, 0.9, 0.9, {}, 1.0), tmp_path)
+    (third,) = [r for r in read_results(tmp_path) if r.seed == 3]
+    assert third.accuracy == 0.5 and len(read_results(tmp_path)) == 40
 
 
 def test_knn_interp_chooses_lambda_alone_with_the_default_k_and_temperature():

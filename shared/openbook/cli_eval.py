@@ -22,7 +22,7 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.data import DataError, fixed_sample, load_full, load_kshot
     from openbook.evaluation import INFERENCE_METHODS, evaluate_task
     from openbook.methods import MethodError, build_method
-    from openbook.reports import read_results, write_results
+    from openbook.reports import add_record, locked, read_results
     from openbook.setfit_peer import PEER_NAME, evaluate_setfit, require_setfit
     from openbook.training_eval import evaluate_trained
 
@@ -73,9 +73,11 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
         classifier = _classifier(args, task)
 
         def save(record, classifier=classifier):
-            records.append(record)
-            write_results(records, args.out, _eval_header(args, argv, classifier), method_order=methods)
-            (Path(args.out) / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+            # another `openbook eval` may share this directory (disjoint seeds or tasks; reports.py)
+            with locked(args.out) as out:
+                _checked_settings(args, sampled)
+                (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+                add_record(record, out, _eval_header(args, argv, classifier), method_order=methods)
 
         if pending_seeds:
             for record in evaluate_task(

@@ -1,14 +1,18 @@
 """Results of an evaluation on disk: results.json, results.md and a plot, each replaced atomically.
 
 `results.json` is a list of records, one per task x method x seed; reading it
-back is what makes `openbook eval` resumable.
+back is what makes `openbook eval` resumable. `add_record` takes a lock and
+re-reads the file under `locked`, so several `openbook eval` processes given
+disjoint seeds or tasks can fill one directory at the same time.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -70,6 +74,35 @@ def read_results(out_dir: str | Path) -> list[EvalRecord]:
         return [EvalRecord(**row) for row in json.loads(path.read_text())]
     except (json.JSONDecodeError, TypeError) as error:
         raise ValueError(f"{path} is not a results file written by openbook eval: {error}") from None
+
+
+@contextmanager
+def locked(out_dir: str | Path) -> Iterator[Path]:
+    """Hold the results directory's lock (an advisory flock, released when the process dies)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield out
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def add_record(
+    record: EvalRecord, out_dir: str | Path, header: str = "", *, method_order: Sequence[str] = ()
+) -> list[EvalRecord]:
+    """Append `record` to what is on disk now and rewrite; call it holding `locked(out_dir)`.
+
+    Other processes may have added runs since this one started, so the file is read again here. A
+    record for a task x method x seed already on disk is kept and `record` dropped: the first
+    finished run of a cell is the one reported. Returns the records written.
+    """
+    records = read_results(out_dir)
+    if all((r.task, r.method, r.seed) != (record.task, record.method, record.seed) for r in records):
+        records.append(record)
+    write_results(records, out_dir, header, method_order=method_order)
+    return records
 
 
 def plot_results(records: Sequence[EvalRecord], path: Path) -> None:
