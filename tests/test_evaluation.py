@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from openbook.cli import main
 from openbook.evaluation import EvalRecord, accuracy, macro_f1
-from openbook.reports import add_record, locked, read_results, results_table
+from openbook.reports import add_record, locked, read_results, results_table, task_means_table
 
 POSITIVE = ["the movie was great and fun", "a good film with a great cast", "great fun", "a good film"]
 NEGATIVE = ["it was terrible and boring", "a bad film , it was awful", "boring and bad", "a terrible film"]
@@ -115,6 +115,21 @@ def test_metrics_and_table():
     mixed = [EvalRecord(t, m, 1, 0.5, 0.5, {}, 1.0) for t, m in (("a", "y"), ("b", "x"), ("a", "x"))]
     rows = [line.split(" | ")[:2] for line in results_table(mixed, ["x", "y"]).splitlines()[2:]]
     assert rows == [["| a", "x"], ["| a", "y"], ["| b", "x"]]
+
+
+def test_task_means_table_averages_seeds_then_tasks():
+    rows = [
+        ("a", "x", 1, 0.5),
+        ("a", "x", 2, 0.7),
+        ("b", "x", 1, 0.9),
+        ("b", "x", 2, 0.9),
+        ("a", "y", 1, 0.4),
+    ]
+    records = [EvalRecord(t, m, s, acc, acc, {}, 1.0) for t, m, s, acc in rows]
+    lines = task_means_table(records, ["y", "x"]).splitlines()
+    assert lines[0] == "| method | a | b | mean over tasks |"
+    # y lacks task b, so it has no mean over tasks; its single seed on a is marked
+    assert lines[2:] == ["| y | 40.0 (1 of 2 seeds) |  |  |", "| x | 60.0 | 90.0 | 75.0 |"]
 
 
 def _add_records(out, seeds):

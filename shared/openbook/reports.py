@@ -48,6 +48,37 @@ def results_table(records: Sequence[EvalRecord], method_order: Sequence[str] = (
     return "\n".join(lines) + "\n"
 
 
+def task_means_table(records: Sequence[EvalRecord], method_order: Sequence[str] = ()) -> str:
+    """Markdown: accuracy per method (rows) and task (columns), each cell a mean over seeds, and the
+    mean of those cells over tasks, the figure a method is compared on. A method missing a task has
+    no mean; a cell with fewer seeds than the table's fullest says how many."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for record in records:
+        groups.setdefault((record.method, record.task), []).append(100 * record.accuracy)
+    tasks = list(dict.fromkeys(r.task for r in records))
+    methods = [
+        m
+        for m in dict.fromkeys([*method_order, *(r.method for r in records)])
+        if any((m, t) in groups for t in tasks)
+    ]
+    most = max((len(v) for v in groups.values()), default=0)
+    lines = ["| method | " + " | ".join(tasks) + " | mean over tasks |", "|---" * (len(tasks) + 2) + "|"]
+    for method in methods:
+        cells, means = [], []
+        for task in tasks:
+            accs = groups.get((method, task))
+            if accs is None:
+                cells.append("")
+                continue
+            means.append(float(np.mean(accs)))
+            cells.append(
+                f"{means[-1]:.1f}" + ("" if len(accs) == most else f" ({len(accs)} of {most} seeds)")
+            )
+        mean = f"{np.mean(means):.1f}" if len(means) == len(tasks) else ""
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {mean} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_results(
     records: Sequence[EvalRecord],
     out_dir: str | Path,
@@ -60,7 +91,12 @@ def write_results(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / "results.json", json.dumps([asdict(r) for r in records], indent=2) + "\n")
-    _atomic_write(out / "results.md", header + results_table(records, method_order))
+    table = results_table(records, method_order)
+    if len({r.task for r in records}) > 1:
+        table += "\nTest accuracy in %, mean over seeds per task:\n\n" + task_means_table(
+            records, method_order
+        )
+    _atomic_write(out / "results.md", header + table)
     if plot and records:
         plot_results(records, out / "results.png")
 
