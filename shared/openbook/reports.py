@@ -1,9 +1,10 @@
 """Results of an evaluation on disk: results.json, results.md and a plot, each replaced atomically.
 
 `results.json` is a list of records, one per task x method x seed; reading it
-back is what makes `openbook eval` resumable. `add_record` takes a lock and
-re-reads the file under `locked`, so several `openbook eval` processes given
-disjoint seeds or tasks can fill one directory at the same time.
+back is what makes `openbook eval` resumable. A writer holds `locked(out)` and
+calls `add_record`, which reads the file again before rewriting it, so several
+`openbook eval` processes given disjoint seeds or tasks can fill one directory
+at the same time.
 """
 
 from __future__ import annotations
