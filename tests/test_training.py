@@ -156,3 +156,21 @@ def test_training_is_deterministic_for_a_seed(causal_dir: Path) -> None:
         runs.append(train(classifier, method, TEXTS, LABELS, TEXTS, LABELS, config, progress=False).losses)
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]  # another seed shuffles differently
+
+
+@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt"])
+def test_domain_bias_comes_from_the_untrained_weights(causal_dir: Path, spec: str) -> None:
+    from openbook.calibration import mean_prediction_bias
+    from openbook.store import KnowledgeStore
+    from openbook.training import reembed
+
+    reference, _ = fresh_classifier(causal_dir, spec)
+    reference.store = KnowledgeStore(reference.backbone.hidden_size)
+    plain = reembed(reference, TEXTS, LABELS).lm_log_probs  # the store pass scores the plain prompt
+    with_demos = reference.embed(TEXTS, exclude_ids=np.arange(len(TEXTS))).lm_log_probs
+    assert (reference.demo_encoder is None) == np.array_equal(plain, with_demos)
+    classifier, method = fresh_classifier(causal_dir, spec)
+    train(
+        classifier, method, TEXTS, LABELS, TEXTS, LABELS, dataclasses.replace(CONFIG, steps=2), progress=False
+    )
+    np.testing.assert_allclose(classifier.label_bias, mean_prediction_bias(with_demos), atol=1e-6)

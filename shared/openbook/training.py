@@ -24,10 +24,12 @@ import torch
 from tqdm.auto import tqdm
 
 from openbook.calibration import CalibrationMode, calibrated_p_lm, mean_prediction_bias
-from openbook.classifier import Classifier
+from openbook.classifier import Classifier, Embeddings
 from openbook.methods import Method, TrainBatch
 from openbook.prompting import PromptError, TextInput
 from openbook.store import KnowledgeStore
+
+_QUIET_EMBED = 512  # a store pass over more texts than this (the full-data runs) shows a progress bar
 
 
 @dataclass(frozen=True)
@@ -94,11 +96,14 @@ def train(
     ids = np.arange(len(train_texts), dtype=np.int64)
     classifier.store = KnowledgeStore(classifier.backbone.hidden_size)
     classifier.label_bias = None
-    reembed(classifier, train_texts, train_labels)
+    store_pass = reembed(classifier, train_texts, train_labels, progress=progress)
     if config.calibration == "domain":
-        classifier.label_bias = mean_prediction_bias(
-            classifier.embed(train_texts, exclude_ids=ids).lm_log_probs
-        )
+        if classifier.demo_encoder is None:  # the plain prompt: the store pass has already scored it
+            log_probs = store_pass.lm_log_probs
+        else:
+            bar = "calibrate" if progress and len(train_texts) > _QUIET_EMBED else False
+            log_probs = classifier.embed(train_texts, exclude_ids=ids, progress=bar).lm_log_probs
+        classifier.label_bias = mean_prediction_bias(log_probs)
 
     parameters = method.trainable_parameters(classifier)
     with only_these_train(classifier, parameters):
@@ -144,7 +149,7 @@ def train(
             if on_step is not None:
                 on_step(step, config.steps, result.losses[-1])
             if method.uses_store_in_training and step % reembed_every == 0:
-                reembed(classifier, train_texts, train_labels)
+                reembed(classifier, train_texts, train_labels, progress=progress)
             if step % config.eval_every == 0 or step == config.steps:
                 score = evaluate_dev(classifier, dev_texts, dev_labels, step=step)
                 result.history.append(
@@ -162,7 +167,7 @@ def train(
                 bar.set_postfix(loss=f"{result.losses[-1]:.3f}", dev=f"{result.best.accuracy:.3f}")
         bar.close()
     method.load_trained(classifier, best_tensors)
-    reembed(classifier, train_texts, train_labels)  # the store must hold the kept weights' keys
+    reembed(classifier, train_texts, train_labels, progress=progress)  # the kept weights' keys
     result.seconds = time.perf_counter() - started
     return result
 
@@ -183,11 +188,19 @@ def only_these_train(classifier: Classifier, parameters: list[torch.nn.Parameter
             p.requires_grad_(flag)
 
 
-def reembed(classifier: Classifier, texts: Sequence[TextInput], labels: np.ndarray) -> None:
-    """Replace the store's keys (ids 0..N-1) with the slot vectors under the current weights."""
+def reembed(
+    classifier: Classifier, texts: Sequence[TextInput], labels: np.ndarray, *, progress: bool = False
+) -> Embeddings:
+    """Replace the store's keys (ids 0..N-1) with the slot vectors under the current weights.
+
+    Returns the pass itself: its label scores are those of the plain prompt (no demonstrations).
+    A progress bar is shown for a large set (the full-data runs), where a pass takes minutes.
+    """
     classifier.backbone.model.eval()
-    vectors = classifier.embed(texts, vectors_only=True).vectors
-    classifier.store.add(np.arange(len(texts), dtype=np.int64), vectors, labels)
+    bar = "embed store" if progress and len(texts) > _QUIET_EMBED else False
+    embedded = classifier.embed(texts, vectors_only=True, progress=bar)
+    classifier.store.add(np.arange(len(texts), dtype=np.int64), embedded.vectors, labels)
+    return embedded
 
 
 def evaluate_dev(
