@@ -39,7 +39,7 @@ def test_padding_does_not_change_a_row(backbone):
 
 def _reference_sequence_log_prob(backbone, prompt_ids: list[int], word_ids: list[int]) -> float:
     """log P(word | prompt) by a plain full forward over prompt + word (no cache, no padding)."""
-    ids = torch.tensor([prompt_ids + word_ids])
+    ids = torch.tensor([prompt_ids + word_ids], device=backbone.device)
     with torch.no_grad():
         logits = backbone.model(input_ids=ids).logits[0]  # (T, V)
     log_probs = F.log_softmax(logits.float(), dim=-1)
@@ -67,7 +67,7 @@ def test_masked_multi_token_label_is_mean_of_piece_log_probs(masked_backbone):
     encoder = masked_backbone.encoder(TEMPLATE, verbalizer)
     multi = [i for i, ids in enumerate(encoder.label_token_ids) if len(ids) > 1]
     assert multi, "expected a multi-piece word with the tiny vocabulary"
-    batch = encoder.encode(["the movie was great"])
+    batch = encoder.encode(["the movie was great"]).to(masked_backbone.device)
     with torch.no_grad():
         out = masked_backbone.forward(batch, encoder.label_token_ids)
         logits = masked_backbone.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
@@ -79,10 +79,10 @@ def test_masked_multi_token_label_is_mean_of_piece_log_probs(masked_backbone):
 
 def test_demo_vectors_reach_the_model_at_the_placeholders(backbone):
     encoder = backbone.encoder(TEMPLATE, VERBALIZER, demonstrations=True)
-    batch = encoder.encode(["the movie was great", "a bad film"])
+    batch = encoder.encode(["the movie was great", "a bad film"]).to(backbone.device)
     captured = {}
     hook = backbone.input_embeddings.register_forward_hook(lambda _m, _i, out: captured.setdefault("e", out))
-    demo = torch.randn(2, 2, backbone.hidden_size)
+    demo = torch.randn(2, 2, backbone.hidden_size, device=backbone.device)
     seen = []
     layer0 = backbone.model.base_model.layers[0] if backbone.kind == "causal" else None
     handle = None
@@ -101,5 +101,18 @@ def test_demo_vectors_reach_the_model_at_the_placeholders(backbone):
             handle.remove()
     assert not torch.allclose(out_demo.hidden, out_plain.hidden)
     if seen:  # causal: the first decoder layer receives exactly the injected vectors there
-        rows = torch.arange(2)[:, None]
+        rows = torch.arange(2, device=backbone.device)[:, None]
         torch.testing.assert_close(seen[0][rows, batch.demo_index], demo)
+
+
+def test_the_default_device_comes_from_the_environment(monkeypatch):
+    from openbook.backbone import BackboneConfig, default_device, resolve_device
+
+    monkeypatch.delenv("OPENBOOK_DEVICE", raising=False)
+    assert BackboneConfig().device == default_device() == "cpu"
+    monkeypatch.setenv("OPENBOOK_DEVICE", "cuda:1")
+    assert BackboneConfig().device == "cuda:1"
+    assert BackboneConfig(device="cpu").device == "cpu"  # an explicit device wins
+    monkeypatch.setenv("OPENBOOK_DEVICE", "auto")
+    assert BackboneConfig().device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cuda:0") == "cuda:0"

@@ -143,3 +143,22 @@ def test_continual_cli_writes_records_and_resumes(tmp_path: Path, causal_dir: Pa
     args[args.index("--test-size") + 1] = "3"
     assert main(args) == 2
     assert "other stages or test sizes" in capsys.readouterr().err
+
+
+def test_processes_sharing_an_out_directory_keep_every_record(tmp_path: Path) -> None:
+    """Each process starts from what was on disk when it began; a record written since is kept."""
+    from openbook.continual import ContinualRecord, add_continual_record, read_continual_results
+
+    def record(method: str, seed: int) -> ContinualRecord:
+        return ContinualRecord(
+            method=method, seed=seed, stages=["a", "b"], test_size=4, accuracy=[[1.0], [0.5, 1.0]],
+            average_accuracy=0.75, forgetting=0.5, params=[], seconds=1.0,
+        )  # fmt: skip
+
+    for method in ("l2p", "prompt-ft", "retroprompt"):  # three processes, one method each
+        add_continual_record(record(method, 13), tmp_path, "# header\n")
+    add_continual_record(record("l2p", 13), tmp_path)  # a cell already there is not written twice
+    assert [(r.method, r.seed) for r in read_continual_results(tmp_path)] == [
+        ("l2p", 13), ("prompt-ft", 13), ("retroprompt", 13)
+    ]  # fmt: skip
+    assert "| retroprompt |" in (tmp_path / "continual.md").read_text()

@@ -122,11 +122,11 @@ def test_fluency_matches_a_per_row_reference(backbone: Backbone, monkeypatch: py
     with torch.no_grad():  # move the vectors off their initial words, so a mix-up would show
         prompt.template.add_(0.3 * torch.randn_like(prompt.template))
         prompt.labels.add_(0.3 * torch.randn_like(prompt.labels))
-    special = torch.tensor(backbone.tokenizer.all_special_ids)
+    special = torch.tensor(backbone.tokenizer.all_special_ids, device=backbone.device)
 
     def last_text_token(batch: EncodedBatch, _backbone: Backbone) -> tuple[torch.Tensor, torch.Tensor]:
         candidates = text_mask(batch) & ~torch.isin(batch.input_ids, special)
-        positions = torch.arange(candidates.shape[1]).expand_as(candidates)
+        positions = torch.arange(candidates.shape[1], device=candidates.device).expand_as(candidates)
         return positions.masked_fill(~candidates, -1).argmax(1), candidates.any(1)
 
     monkeypatch.setattr(dart_module, "choose_text_tokens", last_text_token)
@@ -144,12 +144,12 @@ def test_fluency_matches_a_per_row_reference(backbone: Backbone, monkeypatch: py
 def reference_fluency(classifier: Classifier, text: str, label: int, gold: int) -> torch.Tensor:
     backbone, prompt = classifier.backbone, classifier.prompt
     assert isinstance(prompt, DifferentiablePrompt)
-    batch = classifier.encoder.encode([text])  # one row: no padding
+    batch = classifier.encoder.encode([text]).to(backbone.device)  # one row: no padding
     assert batch.template_mask is not None
     ids = batch.input_ids[0]
     row = backbone.input_embeddings(ids).clone()  # (T, E)
     row[batch.template_mask[0]] = prompt.template
-    special = torch.tensor(backbone.tokenizer.all_special_ids)
+    special = torch.tensor(backbone.tokenizer.all_special_ids, device=backbone.device)
     chosen = int(torch.nonzero(text_mask(batch)[0] & ~torch.isin(ids, special)).max())
     if backbone.kind == "masked":
         row[int(batch.slot_index[0])] = prompt.labels[label]
@@ -157,7 +157,7 @@ def reference_fluency(classifier: Classifier, text: str, label: int, gold: int) 
     else:  # class vector first; the position before the chosen token (in the shifted row) predicts it
         row = torch.cat([prompt.labels[label][None], row])
     p = backbone.model(inputs_embeds=row[None]).logits[0, chosen].softmax(-1)[ids[chosen]]
-    return F.binary_cross_entropy(p, torch.tensor(float(label == gold)))
+    return F.binary_cross_entropy(p, torch.tensor(float(label == gold), device=p.device))
 
 
 def test_fluency_term_is_finite_and_changes_the_loss(backbone: Backbone) -> None:

@@ -75,7 +75,7 @@ def fresh(directory: Path, spec: str) -> tuple[Classifier, Method]:
 def instance_part(classifier: Classifier, texts: list[str]) -> torch.Tensor:
     """(B, k, E) the generated prompts minus the shared base vectors: what depends on the input."""
     assert isinstance(classifier.prompt, InstancePrompt)
-    batch = classifier.encoder.encode(texts)
+    batch = classifier.encoder.encode(texts).to(classifier.backbone.device)
     embeds = classifier.backbone.input_embeddings(batch.input_ids)
     with torch.no_grad():
         return classifier.prompt.generate(embeds, batch) - classifier.prompt.base
@@ -133,7 +133,10 @@ def test_padding_does_not_change_the_prompts(backbone: Backbone, spec: str) -> N
     padded = instance_part(classifier, [longer, "a bad film"])
     batch = classifier.encoder.encode([longer, "a bad film"])
     assert batch.attention_mask[1].sum() < batch.attention_mask.shape[1]  # the short row really is padded
-    assert relative_difference(padded[1], alone[0]) < 1e-5  # float noise only
+    # Float noise only. On a GPU, cuDNN picks LSTM and convolution kernels by batch shape, and may
+    # run them in TF32 (measured there: 3.4e-5), so the bound is looser than on a CPU.
+    noise = 1e-5 if backbone.device.type == "cpu" else 1e-3
+    assert relative_difference(padded[1], alone[0]) < noise
     assert relative_difference(padded[0], padded[1]) > 0.01
 
 
@@ -172,7 +175,7 @@ def test_pretrained_needs_its_table_and_loads_it(causal_backbone: Backbone) -> N
         Classifier(causal_backbone, TEMPLATE, VERBALIZER)
     )
     assert classifier.prompt is not None
-    saved = load_file(path)
+    saved = load_file(path, device=str(causal_backbone.device))
     for name, tensor in classifier.prompt.state_dict().items():
         assert torch.equal(tensor, saved[name])
     untrained = build_method("ipt/strategy=random").prepare(Classifier(causal_backbone, TEMPLATE, VERBALIZER))
@@ -190,7 +193,8 @@ def test_pretraining_lowers_the_loss_on_its_corpus(sharp_dir: Path) -> None:
             classifier = Classifier(backbone, corpus.template, corpus.verbalizer, prompt=prompt)
             with torch.no_grad():
                 log_probs, _ = classifier.label_scores(list(corpus.texts))
-            losses.append(float(torch.nn.functional.cross_entropy(log_probs, torch.as_tensor(corpus.labels))))
+            gold = torch.as_tensor(corpus.labels, device=log_probs.device)
+            losses.append(float(torch.nn.functional.cross_entropy(log_probs, gold)))
         return float(np.mean(losses))
 
     before = corpus_loss(build_prompt(config, backbone))  # what training starts from

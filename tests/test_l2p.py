@@ -135,7 +135,7 @@ def test_loading_trained_tensors_closes_a_task(causal_dir: Path) -> None:
     method.load_trained(classifier, tensors)  # e.g. the next stage of a continual sequence starts here
     pool = classifier.prompt
     assert isinstance(pool, PromptPool)
-    assert torch.equal(pool.previous_counts, torch.arange(10.0))
+    assert torch.equal(pool.previous_counts.cpu(), torch.arange(10.0))
     assert "previous_counts" not in method.trained_tensors(classifier)
 
 

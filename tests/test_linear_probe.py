@@ -58,7 +58,8 @@ def test_on_a_causal_backbone_the_probe_reads_the_unit_slot_vectors(causal_backb
         head.linear.weight.normal_(std=3.0)
         head.linear.bias.normal_()
     vectors = classifier.embed(TEXTS, vectors_only=True).vectors  # (N, H) unit-norm
-    logits = vectors @ head.linear.weight.detach().numpy().T + head.linear.bias.detach().numpy()
+    weight, bias = head.linear.weight.detach().cpu().numpy(), head.linear.bias.detach().cpu().numpy()
+    logits = vectors @ weight.T + bias
     expected = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     np.testing.assert_allclose(classifier.embed(TEXTS).lm_log_probs, expected, atol=1e-5)
 

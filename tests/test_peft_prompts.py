@@ -93,7 +93,8 @@ def test_prompt_tuning_starts_from_the_label_word_embeddings(backbone: Backbone)
     classifier, _ = fresh_with(backbone, "prompt-tuning/num-virtual-tokens=5")
     assert isinstance(classifier.prompt, VirtualTokens)
     label_ids = [t for word in classifier.encoder.label_token_ids for t in word]
-    expected = backbone.input_embeddings(torch.tensor((label_ids * 5)[:5]))  # cycled to fill P
+    cycled = torch.tensor((label_ids * 5)[:5], device=backbone.device)  # cycled to fill P
+    expected = backbone.input_embeddings(cycled)
     torch.testing.assert_close(classifier.prompt.encoder.embedding.weight, expected)
 
 

@@ -19,7 +19,7 @@ class PrependTokens(SoftPrompt):
         self.token_ids = torch.tensor(token_ids)
 
     def forward(self, embeds: torch.Tensor, batch: EncodedBatch, backbone: Backbone) -> PromptedInput:
-        virtual = backbone.input_embeddings(self.token_ids).expand(len(embeds), -1, -1)
+        virtual = backbone.input_embeddings(self.token_ids.to(embeds.device)).expand(len(embeds), -1, -1)
         return prepend_virtual_tokens(embeds, batch, virtual)
 
 
@@ -51,15 +51,15 @@ def test_prepended_tokens_equal_the_same_tokens_in_the_template(causal_backbone:
 
 def test_prepend_shifts_slot_mask_and_positions(masked_backbone: Backbone) -> None:
     encoder = masked_backbone.encoder(Template("{text} It was {mask} ."), Verbalizer.parse("0=bad,1=good"))
-    batch = encoder.encode(TEXTS)
+    batch = encoder.encode(TEXTS).to(masked_backbone.device)
     embeds = masked_backbone.input_embeddings(batch.input_ids)
-    virtual = torch.zeros(len(TEXTS), 3, embeds.shape[-1])
+    virtual = torch.zeros(len(TEXTS), 3, embeds.shape[-1], device=embeds.device)
     out = prepend_virtual_tokens(embeds, batch, virtual)
     assert out.embeds.shape == (len(TEXTS), batch.input_ids.shape[1] + 3, embeds.shape[-1])
     assert torch.equal(out.batch.slot_index, batch.slot_index + 3)
     assert torch.equal(
-        out.batch.input_ids[torch.arange(len(TEXTS)), out.batch.slot_index],
-        batch.input_ids[torch.arange(len(TEXTS)), batch.slot_index],
+        out.batch.input_ids[torch.arange(len(TEXTS), device=embeds.device), out.batch.slot_index],
+        batch.input_ids[torch.arange(len(TEXTS), device=embeds.device), batch.slot_index],
     )
     assert out.batch.attention_mask[:, :3].eq(1).all()
     assert out.batch.template_mask is not None and not out.batch.template_mask[:, :3].any()
@@ -82,7 +82,7 @@ def test_template_and_text_masks_partition_the_row(backbone: Backbone) -> None:
 
 def test_a_prompt_can_score_the_labels_itself(backbone: Backbone) -> None:
     encoder = backbone.encoder(Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good"))
-    head = LinearLabelHead(backbone.hidden_size, 2)
+    head = LinearLabelHead(backbone.hidden_size, 2).to(backbone.device)
     out = backbone.forward(encoder.encode(TEXTS), encoder.label_token_ids, prompt=head)
     assert out.label_log_probs.shape == (len(TEXTS), 2)
     out.label_log_probs[:, 1].sum().backward()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from openbook.artifacts import CheckpointError
 from openbook.backbone import BackboneConfig, load_backbone
 from openbook.checkpoints import load_classifier, save_classifier
@@ -174,3 +175,21 @@ def test_domain_bias_comes_from_the_untrained_weights(causal_dir: Path, spec: st
         classifier, method, TEXTS, LABELS, TEXTS, LABELS, dataclasses.replace(CONFIG, steps=2), progress=False
     )
     np.testing.assert_allclose(classifier.label_bias, mean_prediction_bias(with_demos), atol=1e-6)
+
+
+def test_a_non_finite_gradient_stops_training_before_the_weights_change(causal_dir: Path) -> None:
+    from openbook.training import TrainingDiverged
+
+    classifier, method = fresh_classifier(causal_dir, "prompt-ft")
+    before = weights_sha256(classifier.backbone.model)
+    finite_loss = method.loss
+
+    def loss_with_nan_gradient(classifier, batch):
+        loss = finite_loss(classifier, batch)
+        return loss + 0.0 * torch.sqrt(loss - loss)  # still finite going forward; d sqrt(x)/dx at 0 is inf
+
+    method.loss = loss_with_nan_gradient
+    with pytest.raises(TrainingDiverged, match=r"prompt-ft, step 1: the gradient norm is nan"):
+        train(classifier, method, TEXTS, LABELS, TEXTS, LABELS, CONFIG, progress=False)
+    assert weights_sha256(classifier.backbone.model) == before
+    assert not classifier.backbone.model.training

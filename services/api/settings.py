@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     max_text_chars: int = 5000
     max_body_bytes: int = 1_000_000
     api_key: str | None = None  # when set, write endpoints require it
-    device: str = "cpu"
+    device: str = "cpu"  # cpu, cuda, cuda:N, or auto (cuda when a GPU is visible)
     threads: int | None = None  # torch and FAISS threads; default: the machine's cores
     worker_name: str = "worker-1"
 

@@ -18,8 +18,9 @@ of its pieces at that slot (an approximation; prefer single-token words).
 from __future__ import annotations
 
 import inspect
+import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -31,13 +32,26 @@ from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
 from openbook.prompting.encoder import BackboneKind
 from openbook.soft_prompts import SoftPrompt
 
+DEVICE_ENV = "OPENBOOK_DEVICE"  # the default device everywhere: cpu (default), cuda, cuda:N or auto
+
+
+def resolve_device(name: str) -> str:
+    """A torch device name; ``auto`` is cuda when a GPU is visible, else cpu."""
+    if name != "auto":
+        return name
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_device() -> str:
+    return resolve_device(os.environ.get(DEVICE_ENV) or "cpu")
+
 
 @dataclass(frozen=True)
 class BackboneConfig:
     name: str = DEFAULT_BACKBONE
     layer: int = -1  # index into hidden_states: 0 = embeddings, -1 = last layer
     max_length: int = 256
-    device: str = "cpu"
+    device: str = field(default_factory=default_device)  # also "auto"
     kind: Literal["auto", "masked", "causal"] = "auto"
 
 
@@ -53,7 +67,7 @@ class Backbone:
         self.tokenizer = tokenizer
         self.kind = kind
         self.config = config
-        self.device = torch.device(config.device)
+        self.device = torch.device(resolve_device(config.device))
         params = inspect.signature(model.forward).parameters
         self._keeps_last_logits = kind == "causal" and "logits_to_keep" in params
 
@@ -90,7 +104,7 @@ class Backbone:
             if batch.demo_index is None:
                 raise ValueError("demonstration vectors given, but the batch was encoded without demo slots")
             rows = torch.arange(embeds.shape[0], device=self.device)[:, None]
-            embeds = embeds.index_put((rows, batch.demo_index), demo_vectors.to(embeds.dtype))
+            embeds = embeds.index_put((rows, batch.demo_index), demo_vectors.to(embeds.device, embeds.dtype))
         extra: dict[str, Any] = {}
         if prompt is not None:
             prompted = prompt(embeds, batch, self)
@@ -190,7 +204,7 @@ def _load_backbone(config: BackboneConfig) -> Backbone:
     kind = config.kind if config.kind != "auto" else detect_kind(model_config, tokenizer)
     auto_class = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
     model = auto_class.from_pretrained(path, dtype=torch.float32)
-    model.to(config.device).eval()
+    model.to(resolve_device(config.device)).eval()
     return Backbone(model, tokenizer, kind, config)
 
 

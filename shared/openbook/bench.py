@@ -44,12 +44,20 @@ def synthetic_sentences(count: int, seed: int = 0) -> list[str]:
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    """Median wall time of `fn`; on a GPU each call is timed to the end of its queued kernels."""
+
+    def sync() -> None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        sync()
         started = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -113,7 +121,10 @@ def run_store_bench(args: argparse.Namespace) -> None:
         built.add(np.arange(len(corpus)), embeddings.vectors, np.zeros(len(corpus), dtype=np.int64))
 
     # The raw reference runs the very same prompted token ids, so the ratio isolates our overhead.
-    batches = [encoder.encode(corpus[i : i + batch_size]) for i in range(0, len(corpus), batch_size)]
+    batches = [
+        encoder.encode(corpus[i : i + batch_size]).to(backbone.device)
+        for i in range(0, len(corpus), batch_size)
+    ]
 
     def raw(model: torch.nn.Module) -> Callable[[], None]:
         def run() -> None:

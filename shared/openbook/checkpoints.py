@@ -22,7 +22,7 @@ import numpy as np
 
 import openbook
 from openbook.artifacts import CheckpointError, load_checkpoint, write_checkpoint
-from openbook.backbone import Backbone, BackboneConfig, load_backbone
+from openbook.backbone import Backbone, BackboneConfig, default_device, load_backbone, resolve_device
 from openbook.classifier import Classifier
 from openbook.data import Example
 from openbook.demonstrations import DemoConfig
@@ -85,9 +85,15 @@ def save_classifier(
 
 
 def load_classifier(
-    path: str | Path, *, device: str = "cpu", backbone: Backbone | None = None
+    path: str | Path, *, device: str | None = None, backbone: Backbone | None = None
 ) -> tuple[Classifier, Method]:
-    """The classifier a checkpoint holds, and its method. `backbone` must carry the base weights."""
+    """The classifier a checkpoint holds, and its method. `backbone` must carry the base weights.
+
+    Tensors go to `device`, else to the given backbone's device, else to `$OPENBOOK_DEVICE` (cpu).
+    """
+    if device is None:
+        device = str(backbone.device) if backbone is not None else default_device()
+    device = resolve_device(device)
     checkpoint = load_checkpoint(path, device=device)
     manifest = checkpoint.manifest
     try:

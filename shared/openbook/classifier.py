@@ -88,7 +88,7 @@ class Classifier:
             )
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, *, device: str = "cpu") -> Classifier:
+    def from_checkpoint(cls, path: str | Path, *, device: str | None = None) -> Classifier:
         """The classifier saved by `openbook train` (checksums verified; see `checkpoints.py`)."""
         from openbook.checkpoints import load_classifier
 

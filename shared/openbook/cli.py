@@ -62,11 +62,9 @@ def _train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
 
 
 def _device(name: str) -> str:
-    if name != "auto":
-        return name
-    import torch
+    from openbook.backbone import resolve_device
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return resolve_device(name)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ from pathlib import Path
 from openbook.cli import _train_config
 from openbook.cli_eval import _checked_settings
 from openbook.prompting import Template
+from openbook.reports import locked
 
 
 def run_continual(args: argparse.Namespace, argv: Sequence[str]) -> None:
@@ -40,8 +41,9 @@ def run_continual(args: argparse.Namespace, argv: Sequence[str]) -> None:
 
     def save(record: continual.ContinualRecord) -> None:
         records.append(record)
-        continual.write_continual_results(records, args.out, header)
-        (Path(args.out) / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+        with locked(args.out):  # other processes may share --out, running other methods or seeds
+            continual.add_continual_record(record, args.out, header)
+            (Path(args.out) / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
 
     backbone = load_backbone(
         BackboneConfig(name=args.backbone, layer=args.layer, max_length=args.max_length, device=args.device)
@@ -60,4 +62,4 @@ def run_continual(args: argparse.Namespace, argv: Sequence[str]) -> None:
         done={(r.method, r.seed) for r in records},
         on_record=save,
     )
-    print(continual.continual_table(records))
+    print(continual.continual_table(continual.read_continual_results(args.out)))

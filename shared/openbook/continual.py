@@ -335,6 +335,18 @@ def write_continual_results(
     _atomic_write(out / "continual.md", header + continual_table(records))
 
 
+def add_continual_record(record: ContinualRecord, out_dir: str | Path, header: str = "") -> None:
+    """Append `record` to what is on disk now and rewrite; call it holding `reports.locked(out_dir)`.
+
+    Processes running other methods or seeds into the same directory may have written since this
+    one started, so the file is read again here; a method x seed already there is kept.
+    """
+    records = read_continual_results(out_dir)
+    if all((r.method, r.seed) != (record.method, record.seed) for r in records):
+        records.append(record)
+    write_continual_results(records, out_dir, header)
+
+
 def read_continual_results(out_dir: str | Path) -> list[ContinualRecord]:
     """The records of an earlier run in `out_dir` (none if it has no continual.json)."""
     path = Path(out_dir) / "continual.json"

@@ -74,7 +74,12 @@ def to_input_space(vectors: np.ndarray, embedding_weight: torch.Tensor) -> torch
 
     Each query's class vectors are centred on their mean over the classes present, so what is left
     is what tells the classes apart; that direction is placed at the mean token embedding, at the
-    typical distance of a token from it. A class with no neighbour stays the zero vector.
+    typical distance of a token from it.
+
+    A class with no neighbour (its examples not in the store yet, as in a continual run's new stage)
+    is placed at the mean token embedding: no evidence either way. An all-zero input row there made
+    the gradients of every SmolLM2 weight NaN while the loss stayed finite (continual SST-2 -> trec,
+    RetroPrompt, first trec step), so the zero vector is not used as "nothing".
     """
     table = embedding_weight.detach().float()
     token_mean = table.mean(0)  # (H,)
@@ -85,4 +90,5 @@ def to_input_space(vectors: np.ndarray, embedding_weight: torch.Tensor) -> torch
     centre = (demo * present).sum(1, keepdim=True) / count  # (B, 1, H)
     offset = demo - centre
     direction = offset / offset.norm(dim=-1, keepdim=True).clamp(min=1e-12)
-    return torch.where(present, token_mean + direction * token_spread, torch.zeros_like(demo))  # (B, C, H)
+    placed = token_mean + direction * token_spread
+    return torch.where(present, placed, token_mean.expand_as(demo))  # (B, C, H)

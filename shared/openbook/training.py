@@ -32,6 +32,10 @@ from openbook.store import KnowledgeStore
 _QUIET_EMBED = 512  # a store pass over more texts than this (the full-data runs) shows a progress bar
 
 
+class TrainingDiverged(ValueError):
+    """A step's gradients were not finite: training stops before they reach the weights."""
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 32
@@ -140,7 +144,13 @@ def train(
             loss = method.loss(classifier, TrainBatch([train_texts[i] for i in rows], gold_all[rows], rows))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm)
+            if not torch.isfinite(norm):  # one such step would turn every trained weight into NaN
+                _set_training(classifier, False)
+                raise TrainingDiverged(
+                    f"{method.spec}, step {step}: the gradient norm is {float(norm)} (loss "
+                    f"{float(loss.detach())}); stopped before this step changed any weight"
+                )
             optimizer.step()
             schedule.step()
             _set_training(classifier, False)

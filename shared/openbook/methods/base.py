@@ -121,7 +121,7 @@ def calibrated_logits(classifier: Classifier, log_probs: torch.Tensor) -> torch.
 
 def prompt_cross_entropy(logits: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
     """(B,) cross-entropy over the label words only, as in LM-BFF."""
-    return F.cross_entropy(logits, gold, reduction="none")
+    return F.cross_entropy(logits, gold.to(logits.device), reduction="none")
 
 
 class FullFineTuning(Method):

@@ -155,6 +155,7 @@ def fluency_loss(classifier: Classifier, texts: list[TextInput], gold: torch.Ten
     assert isinstance(prompt, DifferentiablePrompt)
     device = backbone.device
     batch = classifier.encoder.encode(texts).to(device)
+    gold = gold.to(device)
     embeds = prompt(backbone.input_embeddings(batch.input_ids), batch, backbone).embeds  # (B, T, E)
     rows, length, width = embeds.shape
     classes = len(prompt.labels)
