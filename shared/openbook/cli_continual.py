@@ -40,7 +40,6 @@ def run_continual(args: argparse.Namespace, argv: Sequence[str]) -> None:
     )
 
     def save(record: continual.ContinualRecord) -> None:
-        records.append(record)
         with locked(args.out):  # other processes may share --out, running other methods or seeds
             continual.add_continual_record(record, args.out, header)
             (Path(args.out) / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")

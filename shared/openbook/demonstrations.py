@@ -78,8 +78,8 @@ def to_input_space(vectors: np.ndarray, embedding_weight: torch.Tensor) -> torch
 
     A class with no neighbour (its examples not in the store yet, as in a continual run's new stage)
     is placed at the mean token embedding: no evidence either way. An all-zero input row there made
-    the gradients of every SmolLM2 weight NaN while the loss stayed finite (continual SST-2 -> trec,
-    RetroPrompt, first trec step), so the zero vector is not used as "nothing".
+    SmolLM2's weight gradients NaN while the loss stayed finite (continual SST-2 -> trec, RetroPrompt,
+    first trec step), so the zero vector is not used as "nothing".
     """
     table = embedding_weight.detach().float()
     token_mean = table.mean(0)  # (H,)
