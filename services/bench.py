@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
@@ -33,7 +34,9 @@ import httpx
 import redis
 import torch
 import uvicorn
-from openbook.bench import median_seconds, synthetic_sentences
+from openbook.classifier import Classifier
+from openbook.experiments.bench import median_seconds, synthetic_sentences
+from openbook.prompting import EncodedBatch
 
 from services.api.app import create_app
 from services.api.settings import Settings
@@ -142,13 +145,33 @@ class _Served:
         self.thread.join(timeout=30)
 
 
+@dataclass
+class _Bench:
+    """The stack every measurement runs on: one api replica with the `bench` task and 64 examples."""
+
+    bus_url: str
+    tmp: Path
+    settings: Callable[[], Settings]  # settings for another replica on the same bus
+    first: _Served
+    api: httpx.Client
+    classifier: Classifier
+    text: str  # the single text the latency and hot-swap measurements send
+
+    def bare_forward(self, batch: EncodedBatch) -> Callable[[], None]:
+        def run() -> None:
+            with torch.inference_mode():
+                self.classifier.backbone.forward(batch, self.classifier.encoder.label_token_ids)
+
+        return run
+
+
 def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, clients: int = 32) -> None:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(Path(tmp) / "redis") as bus:
 
-        def settings(**extra: object) -> Settings:
+        def settings() -> Settings:
             return Settings(
-                redis_url=bus.url, default_backbone=backbone, max_length=max_length, port=free_port(), **extra
+                redis_url=bus.url, default_backbone=backbone, max_length=max_length, port=free_port()
             )
 
         first = _Served(settings())
@@ -157,158 +180,169 @@ def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, c
         seed_texts = synthetic_sentences(64, seed=3)
         examples = [{"text": t, "label": str(i % 2), "id": i} for i, t in enumerate(seed_texts)]
         api.post("/v1/tasks/bench/examples", json={"examples": examples}).raise_for_status()
-        runtime = first.app.state.registry.runtimes["bench"]
-        classifier = runtime.classifier
-
+        classifier = first.app.state.registry.runtimes["bench"].classifier
         text = synthetic_sentences(1, seed=7)[0]
-        encoded = classifier.encoder.encode([text])
-
-        def bare_one() -> None:
-            with torch.inference_mode():
-                classifier.backbone.forward(encoded, classifier.encoder.label_token_ids)
-
-        # Bare forwards and requests alternate, so a drift in the machine's speed hits both alike.
-        lean = _connect(first.base)
-        bare_one(), _classify(lean, text)  # warm up
-        pairs = [(_seconds(bare_one), _seconds(lambda: _classify(lean, text))) for _ in range(requests)]
-        lean.close()
-        forward_s, request_s = (statistics.median(times) for times in zip(*pairs, strict=True))
-        print(
-            f"latency: one classify {request_s * 1e3:.1f} ms vs bare forward {forward_s * 1e3:.1f} ms"
-            f" -> {request_s / forward_s:.2f}x"
-        )
-
-        # The bare reference forwards the very texts the clients send, in batches of `clients`.
-        texts = synthetic_sentences(clients * 4, seed=13)
-        batches = [
-            classifier.encoder.encode(texts[start : start + clients])
-            for start in range(0, len(texts), clients)
-        ]
-
-        def bare_batches() -> None:
-            with torch.inference_mode():
-                for batch in batches:
-                    classifier.backbone.forward(batch, classifier.encoder.label_token_ids)
-
-        # Three rounds, each a bare pass over the texts then the clients sending them.
-        bare_s = served_s = forwards = forwarded = 0.0
-        spawn = multiprocessing.get_context("spawn")  # the clients never compete with the server's GIL
-        with ProcessPoolExecutor(1, mp_context=spawn) as load:
-            load.submit(_load, first.base, texts[:clients], clients).result()  # warm up connections and paths
-            for _ in range(3):
-                bare_s += _seconds(bare_batches)
-                forwards_before, texts_before = _forwards(api)
-                served_s += load.submit(_load, first.base, texts, clients).result()
-                forwards_after, texts_after = _forwards(api)
-                forwards += forwards_after - forwards_before
-                forwarded += texts_after - texts_before
-        bare_rate, served_rate = 3 * len(texts) / bare_s, 3 * len(texts) / served_s
-        print(
-            f"throughput: {clients} clients {served_rate:.1f} texts/s vs bare batched forward"
-            f" {bare_rate:.1f} texts/s -> {served_rate / bare_rate:.2f}x"
-            f" ({forwards:.0f} forwards of {forwarded / max(1, forwards):.1f} texts each)"
-        )
-
-        fresh, budgets = [], []
-        lean = _connect(first.base)
-        for i in range(5):
-            new_id, new_text = 10_000 + i, f"fresh example {i} {text}"
-            new_batch = classifier.encoder.encode([new_text])
-
-            def bare_new(new_batch=new_batch) -> None:
-                with torch.inference_mode():
-                    classifier.backbone.forward(new_batch, classifier.encoder.label_token_ids)
-
-            budgets.append(median_seconds(bare_new, repeats=5) + 0.020)  # one forward of this text + 20 ms
-            sent = time.perf_counter()
-            _post(
-                lean,
-                "/v1/tasks/bench/examples",
-                {"examples": [{"text": new_text, "label": "1", "id": new_id}]},
-            )
-            fresh.append(time.perf_counter() - sent)
-            seen = _post(lean, "/v1/tasks/bench/classify", {"texts": [new_text], "neighbours": True})
-            assert seen["predictions"][0]["neighbours"][0]["id"] == new_id, "a posted example was not visible"
-        lean.close()
-        post_s, budget_s = statistics.median(fresh), statistics.median(budgets)
-        print(
-            f"freshness: POST to acknowledged-and-in-store {post_s * 1e3:.1f} ms (median of 5), then"
-            f" visible; budget one forward of the posted text + 20 ms = {budget_s * 1e3:.1f} ms"
-            f" -> {post_s / budget_s:.2f}x"
-        )
-
+        bench = _Bench(bus.url, Path(tmp), settings, first, api, classifier, text)
+        measure_latency(bench, requests)
+        measure_throughput(bench, clients)
+        measure_freshness(bench)
         second = _Served(settings())
-        httpx.post(
-            f"{second.base}/v1/tasks/bench/classify", json={"texts": ["warm up"]}, timeout=600
-        ).raise_for_status()
-        failures, versions, stop = [], [], threading.Event()
-
-        def hammer(base: str) -> Callable[[], None]:
-            def run() -> None:
-                with httpx.Client(base_url=base, timeout=600) as client:
-                    while not stop.is_set():
-                        response = client.post("/v1/tasks/bench/classify", json={"texts": [text]})
-                        if response.status_code != 200:
-                            failures.append(response.status_code)
-                        else:
-                            versions.append((time.perf_counter(), response.json()["model_version"]))
-
-            return run
-
-        load = [threading.Thread(target=hammer(base)) for base in (first.base, second.base) for _ in range(4)]
-        for thread in load:
-            thread.start()
-        job = api.post(
-            "/v1/tasks/bench/train",
-            json={"method": "prompt-ft", "steps": 2, "batch_size": 8, "eval_every": 2},
-        ).json()
-        worker = Worker(redis.Redis.from_url(bus.url), Path(tmp) / "artifacts", max_length=max_length)
-        worker.run_once(block_ms=1000)
-        published_at = time.perf_counter()
-        record = api.get(f"/v1/jobs/{job['id']}").json()
-        version = record["published"]["version"]
-        deadline = time.monotonic() + 300
-        while not any(v == version for _, v in versions) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        served_at = min((t for t, v in versions if v == version), default=float("nan"))
-        time.sleep(1.0)
-        stop.set()
-        for thread in load:
-            thread.join()
-        print(
-            f"hot swap under load: {len(failures)} failed of {len(versions) + len(failures)} requests;"
-            f" publish -> first response on the new version {(served_at - published_at) * 1e3:.0f} ms"
-        )
-
-        burst = [{"text": t, "label": str(i % 2)} for i, t in enumerate(synthetic_sentences(48, seed=17))]
-        for start in range(0, len(burst), 8):
-            api.post(
-                "/v1/tasks/bench/examples", json={"examples": burst[start : start + 8]}
-            ).raise_for_status()
-        probe = {"texts": synthetic_sentences(8, seed=19), "neighbours": True}
-        a = httpx.post(f"{first.base}/v1/tasks/bench/classify", json=probe, timeout=600).json()
-        b = httpx.post(f"{second.base}/v1/tasks/bench/classify", json=probe, timeout=600).json()
-        ids = [
-            sorted(s.app.state.registry.runtimes["bench"].classifier.store.ids().tolist())
-            for s in (first, second)
-        ]
-        same_labels = [p["label"] for p in a["predictions"]] == [p["label"] for p in b["predictions"]]
-        same_neighbours = [[n["id"] for n in p["neighbours"]] for p in a["predictions"]] == [
-            [n["id"] for n in p["neighbours"]] for p in b["predictions"]
-        ]
-        gap = max(
-            abs(pa["probabilities"][k] - pb["probabilities"][k])
-            for pa, pb in zip(a["predictions"], b["predictions"], strict=True)
-            for k in pa["probabilities"]
-        )
-        same = (
-            ids[0] == ids[1] and same_labels and same_neighbours and a["model_version"] == b["model_version"]
-        )
-        print(
-            f"replicas: {len(ids[0])} vs {len(ids[1])} examples,"
-            f" same ids, versions, labels and neighbours: {same};"
-            f" largest probability difference {gap:.1e} (embedding batches differ in padding)"
-        )
+        measure_hot_swap(bench, second, max_length)
+        measure_replicas(bench, second)
         api.close()
         second.stop()
         first.stop()
+
+
+def measure_latency(bench: _Bench, requests: int) -> None:
+    """One classify request of one text vs a bare backbone forward of the same prompt."""
+    bare_one = bench.bare_forward(bench.classifier.encoder.encode([bench.text]))
+    # Bare forwards and requests alternate, so a drift in the machine's speed hits both alike.
+    lean = _connect(bench.first.base)
+    bare_one(), _classify(lean, bench.text)  # warm up
+    pairs = [(_seconds(bare_one), _seconds(lambda: _classify(lean, bench.text))) for _ in range(requests)]
+    lean.close()
+    forward_s, request_s = (statistics.median(times) for times in zip(*pairs, strict=True))
+    print(
+        f"latency: one classify {request_s * 1e3:.1f} ms vs bare forward {forward_s * 1e3:.1f} ms"
+        f" -> {request_s / forward_s:.2f}x"
+    )
+
+
+def measure_throughput(bench: _Bench, clients: int) -> None:
+    """`clients` concurrent clients vs the bare batched forward of the same texts (batches of `clients`)."""
+    texts = synthetic_sentences(clients * 4, seed=13)
+    forwards_of_batches = [
+        bench.bare_forward(bench.classifier.encoder.encode(texts[start : start + clients]))
+        for start in range(0, len(texts), clients)
+    ]
+
+    def bare_batches() -> None:
+        for forward in forwards_of_batches:
+            forward()
+
+    # Three rounds, each a bare pass over the texts then the clients sending them.
+    bare_s = served_s = forwards = forwarded = 0.0
+    spawn = multiprocessing.get_context("spawn")  # the clients never compete with the server's GIL
+    with ProcessPoolExecutor(1, mp_context=spawn) as load:
+        load.submit(_load, bench.first.base, texts[:clients], clients).result()  # warm up connections
+        for _ in range(3):
+            bare_s += _seconds(bare_batches)
+            forwards_before, texts_before = _forwards(bench.api)
+            served_s += load.submit(_load, bench.first.base, texts, clients).result()
+            forwards_after, texts_after = _forwards(bench.api)
+            forwards += forwards_after - forwards_before
+            forwarded += texts_after - texts_before
+    bare_rate, served_rate = 3 * len(texts) / bare_s, 3 * len(texts) / served_s
+    print(
+        f"throughput: {clients} clients {served_rate:.1f} texts/s vs bare batched forward"
+        f" {bare_rate:.1f} texts/s -> {served_rate / bare_rate:.2f}x"
+        f" ({forwards:.0f} forwards of {forwarded / max(1, forwards):.1f} texts each)"
+    )
+
+
+def measure_freshness(bench: _Bench) -> None:
+    """From sending a POST of one example to its acknowledgement, after which the next classify on the
+    replica sees it, vs one bare forward of that example's text + 20 ms."""
+    fresh, budgets = [], []
+    lean = _connect(bench.first.base)
+    for i in range(5):
+        new_id, new_text = 10_000 + i, f"fresh example {i} {bench.text}"
+        bare_new = bench.bare_forward(bench.classifier.encoder.encode([new_text]))
+        budgets.append(median_seconds(bare_new, repeats=5) + 0.020)
+        sent = time.perf_counter()
+        _post(
+            lean,
+            "/v1/tasks/bench/examples",
+            {"examples": [{"text": new_text, "label": "1", "id": new_id}]},
+        )
+        fresh.append(time.perf_counter() - sent)
+        seen = _post(lean, "/v1/tasks/bench/classify", {"texts": [new_text], "neighbours": True})
+        assert seen["predictions"][0]["neighbours"][0]["id"] == new_id, "a posted example was not visible"
+    lean.close()
+    post_s, budget_s = statistics.median(fresh), statistics.median(budgets)
+    print(
+        f"freshness: POST to acknowledged-and-in-store {post_s * 1e3:.1f} ms (median of 5), then"
+        f" visible; budget one forward of the posted text + 20 ms = {budget_s * 1e3:.1f} ms"
+        f" -> {post_s / budget_s:.2f}x"
+    )
+
+
+def measure_hot_swap(bench: _Bench, second: _Served, max_length: int) -> None:
+    """Failed requests on two replicas while a trained checkpoint is swapped in, and the time from
+    publishing to the first response served by the new version."""
+    httpx.post(
+        f"{second.base}/v1/tasks/bench/classify", json={"texts": ["warm up"]}, timeout=600
+    ).raise_for_status()
+    failures, versions, stop = [], [], threading.Event()
+
+    def hammer(base: str) -> Callable[[], None]:
+        def run() -> None:
+            with httpx.Client(base_url=base, timeout=600) as client:
+                while not stop.is_set():
+                    response = client.post("/v1/tasks/bench/classify", json={"texts": [bench.text]})
+                    if response.status_code != 200:
+                        failures.append(response.status_code)
+                    else:
+                        versions.append((time.perf_counter(), response.json()["model_version"]))
+
+        return run
+
+    load = [
+        threading.Thread(target=hammer(base)) for base in (bench.first.base, second.base) for _ in range(4)
+    ]
+    for thread in load:
+        thread.start()
+    job = bench.api.post(
+        "/v1/tasks/bench/train",
+        json={"method": "prompt-ft", "steps": 2, "batch_size": 8, "eval_every": 2},
+    ).json()
+    worker = Worker(redis.Redis.from_url(bench.bus_url), bench.tmp / "artifacts", max_length=max_length)
+    worker.run_once(block_ms=1000)
+    published_at = time.perf_counter()
+    record = bench.api.get(f"/v1/jobs/{job['id']}").json()
+    version = record["published"]["version"]
+    deadline = time.monotonic() + 300
+    while not any(v == version for _, v in versions) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    served_at = min((t for t, v in versions if v == version), default=float("nan"))
+    time.sleep(1.0)
+    stop.set()
+    for thread in load:
+        thread.join()
+    print(
+        f"hot swap under load: {len(failures)} failed of {len(versions) + len(failures)} requests;"
+        f" publish -> first response on the new version {(served_at - published_at) * 1e3:.0f} ms"
+    )
+
+
+def measure_replicas(bench: _Bench, second: _Served) -> None:
+    """Two api replicas on one Redis, after a burst of POSTs and the swap, hold the same ids and give
+    the same predictions."""
+    burst = [{"text": t, "label": str(i % 2)} for i, t in enumerate(synthetic_sentences(48, seed=17))]
+    for start in range(0, len(burst), 8):
+        bench.api.post(
+            "/v1/tasks/bench/examples", json={"examples": burst[start : start + 8]}
+        ).raise_for_status()
+    probe = {"texts": synthetic_sentences(8, seed=19), "neighbours": True}
+    a = httpx.post(f"{bench.first.base}/v1/tasks/bench/classify", json=probe, timeout=600).json()
+    b = httpx.post(f"{second.base}/v1/tasks/bench/classify", json=probe, timeout=600).json()
+    ids = [
+        sorted(s.app.state.registry.runtimes["bench"].classifier.store.ids().tolist())
+        for s in (bench.first, second)
+    ]
+    same_labels = [p["label"] for p in a["predictions"]] == [p["label"] for p in b["predictions"]]
+    same_neighbours = [[n["id"] for n in p["neighbours"]] for p in a["predictions"]] == [
+        [n["id"] for n in p["neighbours"]] for p in b["predictions"]
+    ]
+    gap = max(
+        abs(pa["probabilities"][k] - pb["probabilities"][k])
+        for pa, pb in zip(a["predictions"], b["predictions"], strict=True)
+        for k in pa["probabilities"]
+    )
+    same = ids[0] == ids[1] and same_labels and same_neighbours and a["model_version"] == b["model_version"]
+    print(
+        f"replicas: {len(ids[0])} vs {len(ids[1])} examples,"
+        f" same ids, versions, labels and neighbours: {same};"
+        f" largest probability difference {gap:.1e} (embedding batches differ in padding)"
+    )

@@ -10,7 +10,7 @@ import pytest
 import torch
 from openbook.backbone import Backbone
 from openbook.cli import main
-from openbook.continual import (
+from openbook.experiments.continual import (
     average_accuracy,
     build_stages,
     forgetting,
@@ -147,7 +147,7 @@ def test_continual_cli_writes_records_and_resumes(tmp_path: Path, causal_dir: Pa
 
 def test_processes_sharing_an_out_directory_keep_every_record(tmp_path: Path) -> None:
     """Each process starts from what was on disk when it began; a record written since is kept."""
-    from openbook.continual import ContinualRecord, add_continual_record, read_continual_results
+    from openbook.experiments.continual import ContinualRecord, add_continual_record, read_continual_results
 
     def record(method: str, seed: int) -> ContinualRecord:
         return ContinualRecord(

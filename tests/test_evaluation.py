@@ -3,8 +3,9 @@ import json
 import numpy as np
 import pytest
 from openbook.cli import main
-from openbook.evaluation import EvalRecord, accuracy, macro_f1
-from openbook.reports import add_record, locked, read_results, results_table, task_means_table
+from openbook.experiments.evaluation import EvalRecord, macro_f1
+from openbook.experiments.reports import add_record, locked, read_results, results_table, task_means_table
+from openbook.selection import accuracy
 
 POSITIVE = ["the movie was great and fun", "a good film with a great cast", "great fun", "a good film"]
 NEGATIVE = ["it was terrible and boring", "a bad film , it was awful", "boring and bad", "a terrible film"]
@@ -158,8 +159,9 @@ def test_processes_sharing_a_results_directory_keep_every_record(tmp_path):
 
 
 def test_knn_interp_chooses_lambda_alone_with_the_default_k_and_temperature():
-    from openbook.evaluation import LAMBDA_GRID, MethodInputs, Split, interpolation_grid, knn_interp
+    from openbook.experiments.evaluation import MethodInputs, knn_interp
     from openbook.knn import KnnConfig
+    from openbook.selection import LAMBDA_GRID, Split, interpolation_grid
     from openbook.store import SearchResult
 
     default = KnnConfig()

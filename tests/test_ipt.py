@@ -164,7 +164,7 @@ def test_pretrained_needs_its_table_and_loads_it(causal_backbone: Backbone) -> N
     from safetensors.torch import load_file
 
     missing = build_method("ipt/strategy=pretrained/corpus=nowhere")
-    with pytest.raises(MethodError, match=r"python -m openbook.methods.ipt_table .*corpus=nowhere"):
+    with pytest.raises(MethodError, match=r"python -m openbook.experiments.ipt_table .*corpus=nowhere"):
         missing.prepare(Classifier(causal_backbone, TEMPLATE, VERBALIZER))
     path = ensure_tiny_table(causal_backbone)
     with pytest.raises(MethodError, match="rank 8"):  # another size is another table
@@ -216,7 +216,7 @@ def test_trainable_parameters_stay_under_two_percent_of_smollm2(spec: str) -> No
 
 
 def test_corpus_reader_drops_kshot_texts_and_empty_lines(causal_backbone: Backbone, tmp_path: Path) -> None:
-    from openbook.methods.ipt_table import kshot_texts, read_full_corpus
+    from openbook.experiments.ipt_table import kshot_texts, read_full_corpus
 
     (tmp_path / "full").mkdir()
     lines = ["1 a fine film", "0 a dull film", "0", "1 the test text", "0 a Dev  Text", "1 a bright film"]
@@ -233,7 +233,7 @@ def test_corpus_reader_drops_kshot_texts_and_empty_lines(causal_backbone: Backbo
 
 @pytest.mark.skipif(not (SHARED_DATASETS / "full").is_dir(), reason="../shared/datasets not present")
 def test_real_corpus_sample_is_fixed_and_holds_out_kshot_texts(causal_backbone: Backbone) -> None:
-    from openbook.methods.ipt_table import _normalise, kshot_texts, read_full_corpus
+    from openbook.experiments.ipt_table import _normalise, kshot_texts, read_full_corpus
 
     held_out = kshot_texts(SHARED_DATASETS)
     assert len(held_out) > 4000  # the mpqa and sst-5 test sets alone hold 4210 texts

@@ -8,7 +8,6 @@ from math import comb
 
 import numpy as np
 import pytest
-from openbook.calibration import label_bias
 from openbook.data import read_split
 
 from tests.conftest import SHARED_DATASETS
@@ -34,7 +33,7 @@ def test_zero_shot_sst2_beats_chance_on_the_default_backbone():
     # Domain calibration (the eval default, chosen on dev): the mean prediction over the unlabelled
     # 16-shot training texts of one seed.
     train_texts = [e.text for e in read_split(SST2 / "16-13" / "train.tsv")]
-    classifier.label_bias = label_bias("domain", classifier, classifier.embed(train_texts).lm_log_probs)
+    classifier.label_bias = classifier.calibration_bias("domain", classifier.embed(train_texts).lm_log_probs)
     test = read_split(SST2 / "test.tsv")[:64]
     gold = classifier.label_indices([e.label for e in test])
     predictions = classifier.predict([e.text for e in test])

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from openbook import setfit_peer
+from openbook.experiments import setfit_peer
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.cli import main
+from openbook.experiments.setfit_peer import PeerUnavailable, SetFitConfig, evaluate_setfit
 from openbook.prompting import Template, Verbalizer
-from openbook.setfit_peer import PeerUnavailable, SetFitConfig, evaluate_setfit
 
 from tests.test_evaluation import make_toy_dataset
 

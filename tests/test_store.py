@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from openbook.store import KnowledgeStore, SearchResult
+from openbook.store_snapshot import read_snapshot, write_snapshot
 
 DIM = 16
 
@@ -245,9 +246,9 @@ def test_snapshot_round_trip_and_overwrite(tmp_path: Path):
     store.remove(ids[:10])
     queries = np.random.default_rng(17).standard_normal((10, DIM))
     snapshot = tmp_path / "snapshot"
-    store.save(snapshot, metadata={"log_offset": 1234})
+    write_snapshot(store, snapshot, metadata={"log_offset": 1234})
     assert store.metadata == {"log_offset": 1234}
-    loaded = KnowledgeStore.load(snapshot)
+    loaded = read_snapshot(snapshot)
     assert loaded.metadata == {"log_offset": 1234} and loaded.version == store.version
     assert len(loaded) == len(store) and loaded.kind == "flat" and loaded.dim == DIM
     np.testing.assert_array_equal(loaded.ids(), store.ids())
@@ -261,8 +262,8 @@ def test_snapshot_round_trip_and_overwrite(tmp_path: Path):
         np.testing.assert_array_equal(a.similarities, b.similarities)
     # Save again over the existing snapshot, with more data and without new metadata.
     loaded.add(ids[:10], vectors[:10], labels[:10])
-    loaded.save(snapshot)
-    reloaded = KnowledgeStore.load(snapshot)
+    write_snapshot(loaded, snapshot)
+    reloaded = read_snapshot(snapshot)
     assert len(reloaded) == 200 and reloaded.metadata == {"log_offset": 1234}
     np.testing.assert_array_equal(reloaded.search(queries, 5).ids, loaded.search(queries, 5).ids)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["snapshot"], "temp or old dirs left behind"
@@ -275,33 +276,33 @@ def test_save_refuses_to_replace_a_foreign_directory(tmp_path: Path):
     (tmp_path / "precious").mkdir()
     (tmp_path / "precious" / "notes.txt").write_text("keep me")
     with pytest.raises(FileExistsError):
-        store.save(tmp_path / "precious")
+        write_snapshot(store, tmp_path / "precious")
     assert (tmp_path / "precious" / "notes.txt").read_text() == "keep me"
     with pytest.raises(ValueError, match="JSON"):
-        store.save(tmp_path / "snap", metadata={"bad": object()})
+        write_snapshot(store, tmp_path / "snap", metadata={"bad": object()})
     assert store.metadata == {} and not (tmp_path / "snap").exists()
 
 
 def test_load_missing_or_corrupt_snapshot_raises(tmp_path: Path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        KnowledgeStore.load(tmp_path / "nowhere")
+        read_snapshot(tmp_path / "nowhere")
     store, _ = filled_store(100, seed=19, shard_size=32)
-    store.save(tmp_path / "snap")
+    write_snapshot(store, tmp_path / "snap")
     (tmp_path / "snap" / "index_0001.faiss").write_bytes(b"not a faiss index")
     with pytest.raises(ValueError, match="snap"):
-        KnowledgeStore.load(tmp_path / "snap")
-    store.save(tmp_path / "snap2")
+        read_snapshot(tmp_path / "snap")
+    write_snapshot(store, tmp_path / "snap2")
     (tmp_path / "snap2" / "store.json").write_text("{ truncated")
     with pytest.raises(ValueError, match="snap2"):
-        KnowledgeStore.load(tmp_path / "snap2")
-    store.save(tmp_path / "snap3")
+        read_snapshot(tmp_path / "snap2")
+    write_snapshot(store, tmp_path / "snap3")
     np.save(tmp_path / "snap3" / "ids.npy", np.arange(5))
     with pytest.raises(ValueError, match="snap3"):
-        KnowledgeStore.load(tmp_path / "snap3")
-    store.save(tmp_path / "snap4")  # right lengths, but ids assigned to the wrong shards
+        read_snapshot(tmp_path / "snap3")
+    write_snapshot(store, tmp_path / "snap4")  # right lengths, but ids assigned to the wrong shards
     np.save(tmp_path / "snap4" / "index_of.npy", np.zeros(len(store), dtype=np.int64))
     with pytest.raises(ValueError, match="snap4"):
-        KnowledgeStore.load(tmp_path / "snap4")
+        read_snapshot(tmp_path / "snap4")
 
 
 def clustered(count: int, dim: int, seed: int, num_clusters: int = 20):
@@ -341,8 +342,8 @@ def test_approximate_index_measures_recall_and_supports_mutation(tmp_path: Path)
     stored_label = store.labels_of(per_label.ids[per_label.ids >= 0])
     np.testing.assert_array_equal(stored_label, per_label.labels[per_label.ids >= 0])
     # The snapshot keeps the IVF index, its recall and its exact answers.
-    store.save(tmp_path / "ivf")
-    loaded = KnowledgeStore.load(tmp_path / "ivf")
+    write_snapshot(store, tmp_path / "ivf")
+    loaded = read_snapshot(tmp_path / "ivf")
     assert loaded.kind == "ivf" and loaded.approx_recall == store.approx_recall
     np.testing.assert_array_equal(loaded.search(queries, 10).ids, store.search(queries, 10).ids)
     # Shrinking below half the threshold goes back to exact search, which then matches brute force.

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from openbook.backbone import Backbone
-from openbook.calibration import label_bias
 from openbook.classifier import Classifier
 from openbook.knn import KnnConfig
 from openbook.prompting import Template, Verbalizer
@@ -46,5 +45,5 @@ def build_classifier(task: Task, backbone: Backbone) -> Classifier:
         verbalizer,
         knn=KnnConfig(task.knn.k, task.knn.temperature, task.knn.lam),
     )
-    classifier.label_bias = label_bias("content-free", classifier)  # no data yet: calibrate on "N/A"
+    classifier.label_bias = classifier.calibration_bias("content-free")  # no data yet: calibrate on "N/A"
     return classifier

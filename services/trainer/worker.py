@@ -21,12 +21,10 @@ import numpy as np
 import redis
 from openbook.artifacts import MANIFEST_NAME, sha256_file
 from openbook.backbone import BackboneConfig, load_backbone
-from openbook.checkpoints import save_classifier
+from openbook.fitting import LabelledTexts, StoreExamples, fit_and_save
 from openbook.methods import build_method, weights_sha256
 from openbook.prompting import TextInput
-from openbook.store import KnowledgeStore
-from openbook.training import TrainConfig, train
-from openbook.training_eval import choose_knn_on_dev
+from openbook.training import TrainConfig
 
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import Job, JobQueue, Published, publish_checkpoint
@@ -142,51 +140,33 @@ class Worker:
         base_sha = weights_sha256(backbone.model)
         method = build_method(job.method)
         classifier = method.prepare(dataclasses.replace(build_classifier(task, backbone), label_bias=None))
-        config = TrainConfig(**job.train_config)
-        labels = classifier.label_indices
 
-        def texts(ids: list[int]) -> list[TextInput]:
-            return [examples[i][0] for i in ids]
-
-        train_labels = labels([examples[i][1] for i in train_ids])
-        dev_labels = labels([examples[i][1] for i in dev_ids])
-        result = train(
-            classifier,
-            method,
-            texts(train_ids),
-            train_labels,
-            texts(dev_ids),
-            dev_labels,
-            config,
-            progress=False,
-            on_step=lambda step, steps, loss: self._report(job, step, steps, loss),
-        )
-        metrics: dict = {
-            "dev_accuracy": result.best.accuracy,
-            "best_step": result.best.step,
-            "train": len(train_ids),
-            "dev": len(dev_ids),
-        }
-        if method.inference == "knn-interp":
-            classifier.knn, metrics["dev_accuracy_with_knn"] = choose_knn_on_dev(
-                classifier, texts(dev_ids), dev_labels
+        def labelled(ids: list[int]) -> LabelledTexts:
+            return LabelledTexts(
+                [examples[i][0] for i in ids], classifier.label_indices([examples[i][1] for i in ids])
             )
-        else:
-            classifier.knn = dataclasses.replace(classifier.knn, lam=0.0)
+
         all_ids = sorted(examples)
-        classifier.store = KnowledgeStore(backbone.hidden_size)
-        classifier.add_examples(texts(all_ids), [examples[i][1] for i in all_ids], ids=np.array(all_ids))
         version = f"{time.strftime('%Y%m%d-%H%M%S')}-{job.id[:8]}"
-        path = save_classifier(
+        fitted = fit_and_save(
             self.artifacts_dir / job.task / version,
             classifier,
             method,
+            labelled(train_ids),
+            labelled(dev_ids),
+            TrainConfig(**job.train_config),
             base_weights_sha256=base_sha,
-            train_config=config,
             training_data_sha256=_examples_digest(examples),
-            dev_metrics=metrics,
+            # the served store holds every example under its log id, dev included
+            store_examples=StoreExamples(
+                [examples[i][0] for i in all_ids], [examples[i][1] for i in all_ids], np.array(all_ids)
+            ),
             extra={"task": job.task, "job": job.id, "version": version, "log_offset": offset},
+            progress=False,
+            on_step=lambda step, steps, loss: self._report(job, step, steps, loss),
         )
+        path = fitted.path
+        metrics = {**fitted.dev_metrics, "train": len(train_ids), "dev": len(dev_ids)}
         published = Published(version, str(path), sha256_file(path / MANIFEST_NAME), offset)
         publish_checkpoint(self.client, job.task, published)
         return published, metrics

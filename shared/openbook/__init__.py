@@ -1,7 +1,90 @@
 """OpenBook: retrieval-augmented prompt learning for few-shot text classification.
 
 The core library is pure: tensors, arrays and dataclasses in and out, no HTTP,
-no Redis. Services wrap it.
+no Redis. Services wrap it. The names below are its public API:
+
+    from openbook import BackboneConfig, Classifier, Template, Verbalizer, load_backbone
+
+Experiments (the evaluation harness, reports, benchmarks, continual learning,
+the SetFit peer) are in `openbook.experiments`; the command line is `openbook.cli`.
+The names load on first use, so importing a light module (`openbook.prompting`,
+`openbook.data`) does not import torch.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from openbook.backbone import Backbone, BackboneConfig, load_backbone
+    from openbook.checkpoints import load_classifier, save_classifier
+    from openbook.classifier import Classifier, Prediction
+    from openbook.demonstrations import DemoConfig
+    from openbook.fitting import LabelledTexts, fit_and_save
+    from openbook.knn import KnnConfig
+    from openbook.methods import METHODS, Method, build_method
+    from openbook.prompting import Template, Verbalizer
+    from openbook.runtime import configure
+    from openbook.store import KnowledgeStore
+    from openbook.training import TrainConfig, train
+    from openbook.version import __version__
+
+_EXPORTS = {
+    "Backbone": "openbook.backbone",
+    "BackboneConfig": "openbook.backbone",
+    "load_backbone": "openbook.backbone",
+    "load_classifier": "openbook.checkpoints",
+    "save_classifier": "openbook.checkpoints",
+    "Classifier": "openbook.classifier",
+    "Prediction": "openbook.classifier",
+    "DemoConfig": "openbook.demonstrations",
+    "LabelledTexts": "openbook.fitting",
+    "fit_and_save": "openbook.fitting",
+    "KnnConfig": "openbook.knn",
+    "METHODS": "openbook.methods",
+    "Method": "openbook.methods",
+    "build_method": "openbook.methods",
+    "Template": "openbook.prompting",
+    "Verbalizer": "openbook.prompting",
+    "configure": "openbook.runtime",
+    "KnowledgeStore": "openbook.store",
+    "TrainConfig": "openbook.training",
+    "train": "openbook.training",
+    "__version__": "openbook.version",
+}
+__all__ = [
+    "METHODS",
+    "Backbone",
+    "BackboneConfig",
+    "Classifier",
+    "DemoConfig",
+    "KnnConfig",
+    "KnowledgeStore",
+    "LabelledTexts",
+    "Method",
+    "Prediction",
+    "Template",
+    "TrainConfig",
+    "Verbalizer",
+    "__version__",
+    "build_method",
+    "configure",
+    "fit_and_save",
+    "load_backbone",
+    "load_classifier",
+    "save_classifier",
+    "train",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'openbook' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

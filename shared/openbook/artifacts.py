@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 from openbook.atomic import staged_directory
 from openbook.store import KnowledgeStore
 from openbook.store_snapshot import MANIFEST_NAME as STORE_MANIFEST_NAME
+from openbook.store_snapshot import read_snapshot, write_snapshot
 
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.safetensors"
@@ -90,7 +91,7 @@ def write_checkpoint(
     if target.exists() and not (target / MANIFEST_NAME).is_file():
         raise CheckpointError(f"{target}: exists but has no {MANIFEST_NAME}; not replacing it")
     with staged_directory(target) as staging:
-        store.save(staging / STORE_DIR)
+        write_snapshot(store, staging / STORE_DIR)
         cpu_tensors = {name: tensor.detach().cpu().contiguous() for name, tensor in tensors.items()}
         save_file(cpu_tensors, staging / WEIGHTS_NAME)
         written = {**manifest, "format": FORMAT_VERSION, "files": _listed_files(staging)}
@@ -139,7 +140,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Che
     manifest = verify_checkpoint(root)
     try:
         tensors = load_file(root / WEIGHTS_NAME, device=device)
-        store = KnowledgeStore.load(root / STORE_DIR)
+        store = read_snapshot(root / STORE_DIR)
     except (OSError, SafetensorError, ValueError) as error:
         # Reachable only if the files changed after verification or were rehashed after being damaged.
         raise CheckpointError(f"{root}: verified but could not be loaded: {error}") from error

@@ -1,8 +1,8 @@
-"""Publish a directory atomically: build it beside its target, fsync it, rename it into place.
+"""Publish a file or a directory atomically: build it beside its target, fsync it, rename it into place.
 
-Readers see the old directory or the new one, never a half-written one: every
-file is on disk before the rename publishes it, and an existing target is
-moved aside first (and put back if the final rename fails).
+Readers see the old version or the new one, never a half-written one: every
+file is on disk before the rename publishes it. Staging names start with
+`.<target name>.tmp-`, so what a crash leaves behind can be recognised and swept.
 """
 
 from __future__ import annotations
@@ -15,6 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def staging_name(target: Path) -> Path:
+    """A unique sibling of `target` (same filesystem, so the final rename is atomic)."""
+    return target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
+
+
 def fsync_path(path: Path) -> None:
     descriptor = os.open(path, os.O_RDONLY)
     try:
@@ -25,10 +30,12 @@ def fsync_path(path: Path) -> None:
 
 @contextmanager
 def staged_directory(target: Path) -> Iterator[Path]:
-    """Yield an empty staging directory; on a clean exit it replaces `target`, on an error it is removed."""
+    """Yield an empty staging directory; on a clean exit it replaces `target`, on an error it is removed.
+
+    An existing target is moved aside first, and put back if the final rename fails.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Same parent as the target, so the renames stay on one filesystem and are atomic.
-    staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
+    staging = staging_name(target)
     staging.mkdir()
     try:
         yield staging
@@ -49,3 +56,23 @@ def staged_directory(target: Path) -> Iterator[Path]:
         fsync_path(target.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # only still there if something failed
+
+
+@contextmanager
+def staged_file(target: Path) -> Iterator[Path]:
+    """Yield a path to write; on a clean exit the file replaces `target`, on an error it is removed."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = staging_name(target)
+    try:
+        yield staging
+        fsync_path(staging)
+        os.replace(staging, target)
+        fsync_path(target.parent)
+    finally:
+        staging.unlink(missing_ok=True)  # only still there if something failed
+
+
+def write_text(target: Path, text: str) -> None:
+    """Replace `target` with `text` (UTF-8), atomically."""
+    with staged_file(target) as staging:
+        staging.write_text(text, encoding="utf-8")

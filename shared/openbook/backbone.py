@@ -21,7 +21,7 @@ import inspect
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +30,6 @@ from torch import nn
 from openbook.models import DEFAULT_BACKBONE, resolve_backbone
 from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
 from openbook.prompting.encoder import BackboneKind
-from openbook.soft_prompts import SoftPrompt
 
 DEVICE_ENV = "OPENBOOK_DEVICE"  # the default device everywhere: cpu (default), cuda, cuda:N or auto
 
@@ -53,6 +52,23 @@ class BackboneConfig:
     max_length: int = 256
     device: str = field(default_factory=default_device)  # also "auto"
     kind: Literal["auto", "masked", "causal"] = "auto"
+
+
+@dataclass
+class PromptedInput:
+    embeds: torch.Tensor  # (B, T', E) what the backbone runs on
+    batch: EncodedBatch  # masks and indices that match `embeds`
+    model_kwargs: dict[str, Any] = field(default_factory=dict)  # extra inputs, e.g. past_key_values
+
+
+class InputPrompt(Protocol):
+    """What `Backbone.forward` asks of a trainable prompt; `soft_prompts.SoftPrompt` implements it."""
+
+    scores_labels: bool  # True: `label_logits` replaces the LM head's label-word scores
+
+    def __call__(self, embeds: torch.Tensor, batch: EncodedBatch, backbone: Backbone) -> PromptedInput: ...
+
+    def label_logits(self, features: torch.Tensor) -> torch.Tensor: ...  # (B, H) -> (B, C)
 
 
 @dataclass
@@ -96,7 +112,7 @@ class Backbone:
         batch: EncodedBatch,
         label_token_ids: list[list[int]],
         demo_vectors: torch.Tensor | None = None,  # (B, C, H), already in input-embedding space
-        prompt: SoftPrompt | None = None,  # trainable prompt vectors (see `soft_prompts.py`)
+        prompt: InputPrompt | None = None,  # trainable prompt vectors (see `soft_prompts.py`)
     ) -> SlotOutput:
         batch = batch.to(self.device)
         embeds = self.input_embeddings(batch.input_ids)  # (B, T, H)

@@ -12,13 +12,13 @@ softmax(score(x) - b):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from openbook.classifier import Classifier
+from openbook.prompting import TextInput
 
 CalibrationMode = Literal["none", "content-free", "domain"]
 CALIBRATION_MODES: tuple[CalibrationMode, ...] = ("none", "content-free", "domain")
@@ -39,18 +39,21 @@ def calibrated_p_lm(lm_log_probs: np.ndarray, bias: np.ndarray | None) -> np.nda
     return torch.softmax(scores, dim=-1).numpy()
 
 
-def content_free_lm_log_probs(classifier: Classifier) -> np.ndarray:
-    texts = [(t, t) if classifier.template.is_pair else t for t in CONTENT_FREE_INPUTS]
-    return classifier.embed(texts).lm_log_probs
+def content_free_texts(is_pair: bool) -> list[TextInput]:
+    return [(t, t) if is_pair else t for t in CONTENT_FREE_INPUTS]
 
 
 def label_bias(
-    mode: CalibrationMode, classifier: Classifier, domain_lm_log_probs: np.ndarray | None = None
+    mode: CalibrationMode,
+    lm_log_probs_of: Callable[[Sequence[TextInput]], np.ndarray],
+    is_pair: bool,
+    domain_lm_log_probs: np.ndarray | None = None,
 ) -> np.ndarray | None:
+    """The (C,) log-prior of `mode`; `lm_log_probs_of` scores the content-free inputs when it needs them."""
     if mode == "none":
         return None
     if mode == "content-free":
-        return mean_prediction_bias(content_free_lm_log_probs(classifier))
+        return mean_prediction_bias(lm_log_probs_of(content_free_texts(is_pair)))
     if domain_lm_log_probs is None:
         raise ValueError("domain calibration needs the label scores of some unlabelled in-domain texts")
     return mean_prediction_bias(domain_lm_log_probs)

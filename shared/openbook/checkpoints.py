@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-import openbook
 from openbook.artifacts import CheckpointError, load_checkpoint, write_checkpoint
 from openbook.backbone import Backbone, BackboneConfig, default_device, load_backbone, resolve_device
 from openbook.classifier import Classifier
@@ -30,6 +29,7 @@ from openbook.knn import KnnConfig
 from openbook.methods import METHODS, Method, MethodError, weights_sha256
 from openbook.prompting import Template, Verbalizer
 from openbook.training import TrainConfig
+from openbook.version import __version__
 
 
 def examples_sha256(examples: Sequence[Example]) -> str:
@@ -52,7 +52,7 @@ def save_classifier(
 ) -> Path:
     backbone = classifier.backbone
     manifest = {
-        "openbook_version": openbook.__version__,
+        "openbook_version": __version__,
         "method": method.name,
         "spec": method.spec,
         "method_config": dataclasses.asdict(method.config),

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from openbook.backbone import Backbone
-from openbook.calibration import calibrated_p_lm
+from openbook.calibration import CalibrationMode, calibrated_p_lm, label_bias
 from openbook.demonstrations import DemoConfig, retrieve_demonstrations, to_input_space
 from openbook.knn import KnnConfig, knn_mixture
 from openbook.prompting import PromptError, Template, TextInput, Verbalizer
@@ -87,16 +86,17 @@ class Classifier:
                 f"store dim {self.store.dim} != backbone hidden size {self.backbone.hidden_size}"
             )
 
-    @classmethod
-    def from_checkpoint(cls, path: str | Path, *, device: str | None = None) -> Classifier:
-        """The classifier saved by `openbook train` (checksums verified; see `checkpoints.py`)."""
-        from openbook.checkpoints import load_classifier
-
-        return load_classifier(path, device=device)[0]
-
     @property
     def labels(self) -> tuple[str, ...]:
         return self.verbalizer.labels
+
+    def calibration_bias(
+        self, mode: CalibrationMode, domain_lm_log_probs: np.ndarray | None = None
+    ) -> np.ndarray | None:
+        """The label bias that `mode` gives for this prompt (see `calibration.py`); not set here."""
+        return label_bias(
+            mode, lambda texts: self.embed(texts).lm_log_probs, self.template.is_pair, domain_lm_log_probs
+        )
 
     def label_indices(self, labels: Sequence[str]) -> np.ndarray:
         return np.array([self.verbalizer.index(label) for label in labels], dtype=np.int64)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import fcntl
 import importlib.metadata
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from openbook.atomic import staged_directory
 
 DEFAULT_BACKBONE = "smollm2-135m"
 
@@ -83,11 +83,6 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
         del config.quantization_config
     plain = AutoModelForCausalLM.from_config(config)
     plain.load_state_dict(quantized.state_dict())
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
+    with staged_directory(target) as staging:  # readers see the whole checkpoint or none of it
         plain.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        os.replace(staging, target)  # readers see the whole checkpoint or none of it
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise

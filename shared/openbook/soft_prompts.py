@@ -20,23 +20,12 @@ A classifier holds at most one soft prompt (`Classifier.prompt`); a method's
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from openbook.backbone import Backbone, PromptedInput
 from openbook.prompting import EncodedBatch
-
-if TYPE_CHECKING:
-    from openbook.backbone import Backbone
-
-
-@dataclass
-class PromptedInput:
-    embeds: torch.Tensor  # (B, T', E) what the backbone runs on
-    batch: EncodedBatch  # masks and indices that match `embeds`
-    model_kwargs: dict[str, Any] = field(default_factory=dict)  # extra inputs, e.g. past_key_values
 
 
 class SoftPrompt(nn.Module):

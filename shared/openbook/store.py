@@ -7,19 +7,12 @@ recall@10 of that approximation is measured and kept, so nobody has to guess wha
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import faiss
 import numpy as np
 import numpy.typing as npt
-
-# faiss-cpu 1.15 answers batches below `distance_compute_blas_threshold` queries (128000 in this
-# build) with its per-query kernel. Measured on 2 cores, dim 576, k=16, one flat index of 100k:
-# 32 queries take 236 ms that way and 36 ms through BLAS; 8 queries 62 ms vs 32 ms; 256 queries
-# 178 ms either way; 1 query 17 ms either way. The classic threshold of 20 is never slower here.
-faiss.cvar.distance_compute_blas_threshold = 20
 
 # A faiss flat index keeps its vectors in one growing buffer: removing a row moves everything after it,
 # and growing the buffer copies all of it. Sealing shards at this size bounds both copies to ~37 MB at
@@ -93,6 +86,18 @@ def _select_top(
     order = np.argsort(-similarities, axis=1, kind="stable")[:, :k]
     similarities = np.take_along_axis(similarities, order, axis=1)
     return similarities, np.take_along_axis(ids, order, axis=1)
+
+
+@dataclass
+class StoreState:
+    """What a snapshot holds besides the settings: the faiss indexes and the sorted id arrays."""
+
+    kind: str  # "flat" (sealed shards) or "ivf" (one index)
+    indexes: list[faiss.Index]
+    ids: np.ndarray  # int64 (N,), sorted
+    labels: np.ndarray  # int64 (N,), aligned with ids
+    index_of: np.ndarray  # int64 (N,), which index holds each id
+    ivf_built_at: int
 
 
 class KnowledgeStore:
@@ -383,30 +388,14 @@ class KnowledgeStore:
         self._label_cache = (key, params, selectors, counts)
         return params, counts
 
-    def save(self, path: str | os.PathLike[str], *, metadata: dict[str, Any] | None = None) -> None:
-        """Write a snapshot directory atomically; ``metadata``, if given, replaces ``self.metadata``."""
-        from openbook.store_snapshot import write_snapshot  # imported here: that module imports this one
+    def export_state(self) -> StoreState:
+        """The store's indexes and id arrays, for snapshots (``store_snapshot.py``); not copies."""
+        return StoreState(
+            self._kind, self._indexes, self._ids, self._labels, self._index_of, self._ivf_built_at
+        )
 
-        write_snapshot(self, path, metadata=metadata)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> KnowledgeStore:
-        """Restore a store written by :meth:`save`; it returns the same search results as the original."""
-        from openbook.store_snapshot import read_snapshot
-
-        return read_snapshot(path, store_class=cls)
-
-    def _export_state(self) -> tuple[list[faiss.Index], tuple[np.ndarray, np.ndarray, np.ndarray], int]:
-        """For snapshots: the faiss indexes, (ids, labels, index_of) and ivf_built_at; not copies."""
-        return self._indexes, (self._ids, self._labels, self._index_of), self._ivf_built_at
-
-    def _restore_state(
-        self,
-        kind: str,
-        indexes: list[faiss.Index],
-        arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
-        ivf_built_at: int,
-    ) -> None:
-        """For snapshots: install what :meth:`_export_state` returned, together with the index kind."""
-        self._kind, self._indexes, self._ivf_built_at = kind, indexes, ivf_built_at
-        self._ids, self._labels, self._index_of = arrays
+    def restore_state(self, state: StoreState) -> None:
+        """Install what :meth:`export_state` returned (read back from a snapshot)."""
+        self._kind, self._indexes, self._ivf_built_at = state.kind, state.indexes, state.ivf_built_at
+        self._ids, self._labels, self._index_of = state.ids, state.labels, state.index_of
+        self._label_cache = None

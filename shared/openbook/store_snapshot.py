@@ -16,7 +16,7 @@ import faiss
 import numpy as np
 
 from openbook.atomic import staged_directory
-from openbook.store import KnowledgeStore
+from openbook.store import KnowledgeStore, StoreState
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "store.json"
@@ -29,7 +29,8 @@ def write_snapshot(
     """Write a snapshot directory atomically; ``metadata``, if given, replaces ``store.metadata``."""
     target = Path(path)
     new_metadata = dict(store.metadata if metadata is None else metadata)
-    indexes, arrays, ivf_built_at = store._export_state()
+    state = store.export_state()
+    indexes, arrays = state.indexes, (state.ids, state.labels, state.index_of)
     index_files = [f"index_{position:04d}.faiss" for position in range(len(indexes))]
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -42,7 +43,7 @@ def write_snapshot(
         "seed": store.seed,
         "shard_size": store.shard_size,
         "approx_recall": store.approx_recall,
-        "ivf_built_at": ivf_built_at,
+        "ivf_built_at": state.ivf_built_at,
         "index_files": index_files,
         "metadata": new_metadata,
     }
@@ -61,9 +62,7 @@ def write_snapshot(
     store.metadata = new_metadata
 
 
-def read_snapshot(
-    path: str | os.PathLike[str], *, store_class: type[KnowledgeStore] = KnowledgeStore
-) -> KnowledgeStore:
+def read_snapshot(path: str | os.PathLike[str]) -> KnowledgeStore:
     """Restore a store written by :func:`write_snapshot`; it gives the same search results as the original."""
     source = Path(path)
     if not (source / MANIFEST_NAME).is_file():
@@ -72,7 +71,7 @@ def read_snapshot(
         manifest = json.loads((source / MANIFEST_NAME).read_text(encoding="utf-8"))
         if manifest["format_version"] != FORMAT_VERSION:
             raise ValueError(f"unsupported format_version {manifest['format_version']}")
-        store = store_class(
+        store = KnowledgeStore(
             manifest["dim"],
             approx_threshold=manifest["approx_threshold"],
             nprobe=manifest["nprobe"],
@@ -82,9 +81,11 @@ def read_snapshot(
         loaded = [np.load(source / name, allow_pickle=False) for name in ARRAY_FILES]
         ids, labels, index_of = (array.astype(np.int64) for array in loaded)
         indexes = [faiss.read_index(str(source / name)) for name in manifest["index_files"]]
-        kind, store.version = manifest["kind"], int(manifest["version"])
+        store.version = int(manifest["version"])
         store.approx_recall, store.metadata = manifest["approx_recall"], dict(manifest["metadata"])
-        store._restore_state(kind, indexes, (ids, labels, index_of), int(manifest["ivf_built_at"]))
+        store.restore_state(
+            StoreState(manifest["kind"], indexes, ids, labels, index_of, int(manifest["ivf_built_at"]))
+        )
         _check_consistency(store, int(manifest["count"]))
     except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"corrupt knowledge store snapshot at {source}: {error}") from error
@@ -93,7 +94,8 @@ def read_snapshot(
 
 def _check_consistency(store: KnowledgeStore, count: int) -> None:
     """Reject a restored store whose parts disagree; set the IVF nprobe once the store passes."""
-    indexes, (ids, labels, index_of), _ = store._export_state()
+    state = store.export_state()
+    indexes, ids, labels, index_of = state.indexes, state.ids, state.labels, state.index_of
     if store.kind not in ("flat", "ivf"):
         raise ValueError(f"unknown index kind {store.kind!r}")
     if not len(ids) == len(labels) == len(index_of) == count:

@@ -15,8 +15,7 @@ calibrated zero-shot classifier instead of the raw one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +24,7 @@ from tqdm.auto import tqdm
 
 from openbook.calibration import CalibrationMode, calibrated_p_lm, mean_prediction_bias
 from openbook.classifier import Classifier, Embeddings
-from openbook.methods import Method, TrainBatch
+from openbook.methods.base import Method, TrainBatch, only_these_train
 from openbook.prompting import PromptError, TextInput
 from openbook.store import KnowledgeStore
 
@@ -180,22 +179,6 @@ def train(
     reembed(classifier, train_texts, train_labels, progress=progress)  # the kept weights' keys
     result.seconds = time.perf_counter() - started
     return result
-
-
-@contextmanager
-def only_these_train(classifier: Classifier, parameters: list[torch.nn.Parameter]) -> Iterator[None]:
-    """Gradients for `parameters` alone (no backward work for frozen weights); restored afterwards."""
-    modules = [classifier.backbone.model] + ([classifier.prompt] if classifier.prompt is not None else [])
-    everything = [p for module in modules for p in module.parameters()]
-    before = [p.requires_grad for p in everything]
-    chosen = {id(p) for p in parameters}
-    for p in everything:
-        p.requires_grad_(id(p) in chosen)
-    try:
-        yield
-    finally:
-        for p, flag in zip(everything, before, strict=True):
-            p.requires_grad_(flag)
 
 
 def reembed(

@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -218,3 +219,19 @@ def _convert(raw: str, default: Any, where: str) -> Any:
         return converters[type(default)](raw)
     except (KeyError, ValueError):
         raise MethodError(f"{where}: {raw!r} is not a valid {type(default).__name__}") from None
+
+
+@contextmanager
+def only_these_train(classifier: Classifier, parameters: list[torch.nn.Parameter]) -> Iterator[None]:
+    """Gradients for `parameters` alone (no backward work for frozen weights); restored afterwards."""
+    modules = [classifier.backbone.model] + ([classifier.prompt] if classifier.prompt is not None else [])
+    everything = [p for module in modules for p in module.parameters()]
+    before = [p.requires_grad for p in everything]
+    chosen = {id(p) for p in parameters}
+    for p in everything:
+        p.requires_grad_(id(p) in chosen)
+    try:
+        yield
+    finally:
+        for p, flag in zip(everything, before, strict=True):
+            p.requires_grad_(flag)

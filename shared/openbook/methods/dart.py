@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from openbook.backbone import Backbone
+from openbook.backbone import Backbone, PromptedInput
 from openbook.classifier import Classifier
 from openbook.methods.base import (
     FullFineTuning,
@@ -72,7 +72,7 @@ from openbook.methods.base import (
     register_method,
 )
 from openbook.prompting import EncodedBatch, TextInput
-from openbook.soft_prompts import PromptedInput, SoftPrompt, prepend_virtual_tokens, text_mask
+from openbook.soft_prompts import SoftPrompt, prepend_virtual_tokens, text_mask
 
 PROMPT_PREFIX = "dart."  # checkpoint names of the prompt's tensors, beside the backbone's own names
 

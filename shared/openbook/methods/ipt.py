@@ -29,7 +29,7 @@ The paper's three families of generators are the `strategy` option:
   model cache, keyed by the backbone's weights and the corpus; `prepare`
   refuses to start without it. From a shell:
 
-      python -m openbook.methods.ipt_table --data ../shared/datasets --method ipt/strategy=pretrained
+      python -m openbook.experiments.ipt_table --data ../shared/datasets --method ipt/strategy=pretrained
 
 Adaptations. The paper does not prescribe how to start the generated prompts;
 here the base vectors start as the word embedding of a line break and the
@@ -43,7 +43,6 @@ the corpus without it (`corpus=trec+mpqa`) for honest numbers.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,9 +55,16 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from openbook.backbone import Backbone
+from openbook.atomic import staged_file
+from openbook.backbone import Backbone, PromptedInput
 from openbook.classifier import Classifier
-from openbook.methods.base import MethodError, prompt_cross_entropy, register_method, weights_sha256
+from openbook.methods.base import (
+    MethodError,
+    only_these_train,
+    prompt_cross_entropy,
+    register_method,
+    weights_sha256,
+)
 from openbook.methods.soft_prompt_method import (
     SoftPromptConfig,
     SoftPromptMethod,
@@ -66,7 +72,7 @@ from openbook.methods.soft_prompt_method import (
 )
 from openbook.models import model_cache_dir
 from openbook.prompting import EncodedBatch, Template, TextInput, Verbalizer
-from openbook.soft_prompts import PromptedInput, SoftPrompt, prepend_virtual_tokens, text_mask
+from openbook.soft_prompts import SoftPrompt, prepend_virtual_tokens, text_mask
 
 STRATEGIES = ("random", "encoder", "pretrained")
 ENCODERS = ("lstm", "cnn", "mlp")
@@ -279,7 +285,7 @@ def load_pretrained_table(prompt: InstancePrompt, backbone: Backbone, config: IP
         raise MethodError(
             f"ipt/strategy=pretrained needs a pretrained prompt table for backbone {backbone.config.name!r}, "
             f"corpus {config.corpus!r}, rank {config.rank}, {config.num_prompts} prompts; none at {path}. "
-            f"Build it with: python -m openbook.methods.ipt_table --data ../shared/datasets "
+            f"Build it with: python -m openbook.experiments.ipt_table --data ../shared/datasets "
             f"--backbone {backbone.config.name} --method {IPT(config).spec}"
         )
     try:
@@ -319,8 +325,6 @@ def pretrain_prompt_table(
     """
     from tqdm.auto import tqdm
 
-    from openbook.training import only_these_train  # imported here: openbook.training imports this package
-
     if not corpora or any(len(c.texts) < batch_size for c in corpora):
         raise ValueError(f"every corpus needs at least batch_size={batch_size} texts")
     table_config = dataclasses.replace(config, strategy="random")
@@ -344,8 +348,6 @@ def pretrain_prompt_table(
             optimizer.step()
             bar.set_postfix(task=corpus.name, loss=f"{float(loss.detach()):.3f}")
     path = pretrained_table_path(backbone, config)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     metadata = {
         "backbone": backbone.config.name,
         "corpora": ",".join(f"{c.name}:{len(c.texts)}" for c in corpora),
@@ -354,6 +356,7 @@ def pretrain_prompt_table(
         "seed": str(seed),
         "lr": str(lr),
     }
-    save_file({k: v.detach().cpu().contiguous() for k, v in prompt.state_dict().items()}, staging, metadata)
-    os.replace(staging, path)  # readers see the whole table or none
+    tensors = {k: v.detach().cpu().contiguous() for k, v in prompt.state_dict().items()}
+    with staged_file(path) as staging:  # readers see the whole table or none
+        save_file(tensors, staging, metadata)
     return path

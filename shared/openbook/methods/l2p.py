@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from openbook.backbone import Backbone
+from openbook.backbone import Backbone, PromptedInput
 from openbook.classifier import Classifier
 from openbook.methods.base import (
     Inference,
@@ -60,7 +60,7 @@ from openbook.methods.base import (
     register_method,
 )
 from openbook.prompting import EncodedBatch
-from openbook.soft_prompts import PromptedInput, SoftPrompt, prepend_virtual_tokens
+from openbook.soft_prompts import SoftPrompt, prepend_virtual_tokens
 
 INIT_SEED = 0  # the pool's initial values; a checkpoint overwrites them
 

@@ -46,7 +46,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
-from openbook.backbone import Backbone
+from openbook.backbone import Backbone, PromptedInput
 from openbook.classifier import Classifier
 from openbook.methods.base import MethodError, register_method
 from openbook.methods.soft_prompt_method import (
@@ -55,7 +55,7 @@ from openbook.methods.soft_prompt_method import (
     check_room_for_virtual_tokens,
 )
 from openbook.prompting import EncodedBatch
-from openbook.soft_prompts import PromptedInput, SoftPrompt, prepend_virtual_tokens
+from openbook.soft_prompts import SoftPrompt, prepend_virtual_tokens
 
 INIT_SEED = 0  # random initialisations do not depend on the caller's RNG state
 

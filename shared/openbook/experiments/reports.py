@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-
-from openbook.evaluation import EvalRecord
+from openbook.atomic import staged_file, write_text
+from openbook.experiments.evaluation import EvalRecord
 
 
 def results_table(records: Sequence[EvalRecord], method_order: Sequence[str] = ()) -> str:
@@ -91,13 +90,13 @@ def write_results(
     """results.json (one record per task x method x seed), results.md and results.png."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "results.json", json.dumps([asdict(r) for r in records], indent=2) + "\n")
+    write_text(out / "results.json", json.dumps([asdict(r) for r in records], indent=2) + "\n")
     table = results_table(records, method_order)
     if len({r.task for r in records}) > 1:
         table += "\nTest accuracy in %, mean over seeds per task:\n\n" + task_means_table(
             records, method_order
         )
-    _atomic_write(out / "results.md", header + table)
+    write_text(out / "results.md", header + table)
     if plot and records:
         plot_results(records, out / "results.png")
 
@@ -167,16 +166,6 @@ def plot_results(records: Sequence[EvalRecord], path: Path) -> None:
     axes.legend(fontsize="small", ncols=2)
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout()
-    temporary = path.with_name(f".{path.name}.tmp")
-    figure.savefig(temporary, format="png", dpi=120)
+    with staged_file(path) as staging:
+        figure.savefig(staging, format="png", dpi=120)
     plt.close(figure)
-    os.replace(temporary, path)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)

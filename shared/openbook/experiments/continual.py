@@ -44,16 +44,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
-
+from openbook.atomic import write_text
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.data import Example, fixed_sample, load_kshot
-from openbook.evaluation import INFERENCE_METHODS, accuracy, example_labels, method_inputs
+from openbook.experiments.evaluation import INFERENCE_METHODS, example_labels, method_inputs
 from openbook.methods import Method, build_method
 from openbook.prompting import PromptError, Template, Verbalizer
-from openbook.reports import _atomic_write
+from openbook.selection import accuracy
 from openbook.training import TrainConfig, train
+from tqdm.auto import tqdm
 
 # One cloze question for sentiment and question-type labels alike. Chosen on dev: untrained smollm2-135m,
 # no calibration, seed-13 dev of SST-2, trec and mpqa, each scored over all 10 labels (words below); mean
@@ -329,10 +329,8 @@ def write_continual_results(
     """continual.json (one record per method x seed, with the accuracy matrix) and continual.md."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(
-        out / "continual.json", json.dumps([dataclasses.asdict(r) for r in records], indent=2) + "\n"
-    )
-    _atomic_write(out / "continual.md", header + continual_table(records))
+    write_text(out / "continual.json", json.dumps([dataclasses.asdict(r) for r in records], indent=2) + "\n")
+    write_text(out / "continual.md", header + continual_table(records))
 
 
 def add_continual_record(record: ContinualRecord, out_dir: str | Path, header: str = "") -> None:

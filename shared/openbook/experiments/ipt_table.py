@@ -5,7 +5,7 @@ categorised corpus (one category per task, each with the task's preset prompt
 for the backbone), trains the table and saves it in the model cache, where
 `ipt/strategy=pretrained` finds it:
 
-    python -m openbook.methods.ipt_table --data ../shared/datasets --method ipt/strategy=pretrained
+    python -m openbook.experiments.ipt_table --data ../shared/datasets --method ipt/strategy=pretrained
 
 The corpus is the method's `corpus` option, task names joined by `+`. Each task
 contributes a fixed random sample of `--per-task` lines of its full training
@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-
 from openbook.backbone import Backbone
 from openbook.methods.ipt import IPTConfig, LabelledCorpus, pretrain_prompt_table
 from openbook.prompting import TextInput, get_preset
@@ -75,7 +74,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.methods import build_method
 
-    parser = argparse.ArgumentParser(prog="python -m openbook.methods.ipt_table", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m openbook.experiments.ipt_table", description=main.__doc__
+    )
     parser.add_argument("--data", required=True, help="datasets directory holding full/ and k-shot/")
     parser.add_argument("--method", default="ipt/strategy=pretrained", help="the spec the table is for")
     parser.add_argument("--backbone", default=BackboneConfig().name)

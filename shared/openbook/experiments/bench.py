@@ -28,7 +28,6 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-
 from openbook.knn import interpolate, knn_distribution
 from openbook.store import KnowledgeStore
 
@@ -153,7 +152,6 @@ def run_train_bench(args: argparse.Namespace) -> None:
     import dataclasses
 
     import torch.nn.functional as F
-
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.classifier import Classifier
     from openbook.methods import TrainBatch, build_method

@@ -1,4 +1,4 @@
-"""`openbook continual`: a class-incremental sequence of k-shot tasks (see `continual.py`)."""
+"""`openbook continual`: a class-incremental sequence of k-shot tasks (see `experiments/continual.py`)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,39 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from openbook.cli import _train_config
-from openbook.cli_eval import _checked_settings
+from openbook.cli.common import (
+    add_data_argument,
+    add_prompt_arguments,
+    add_training_arguments,
+    checked_settings,
+    train_config,
+)
 from openbook.prompting import Template
-from openbook.reports import locked
 
 
-def run_continual(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    from openbook import continual
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    continual = commands.add_parser(
+        "continual",
+        help="class-incremental sequence of k-shot tasks: average accuracy and forgetting",
+        description="Here --template is one template for every stage (default: the continual module's) "
+        "and --labels gives task:label=word pairs over the built-in words, e.g. 'SST-2:0=bad,SST-2:1=good'.",
+    )
+    add_data_argument(continual, "k-shot", "directory in the k-shot layout")
+    continual.add_argument("--stages", default="SST-2,trec,mpqa", help="tasks in the order they arrive")
+    continual.add_argument("--methods", default="l2p,prompt-ft,retroprompt", help="trainable methods")
+    continual.add_argument("--seeds", default="13")
+    continual.add_argument("--shots", type=int, default=16)
+    continual.add_argument("--test-size", type=int, default=300, help="fixed test sample per stage")
+    continual.add_argument("--calibration", choices=["none", "domain"], default="none")
+    continual.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
+    add_prompt_arguments(continual)
+    add_training_arguments(continual)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.experiments import continual
+    from openbook.experiments.reports import locked
     from openbook.methods import build_method
 
     stages = continual.build_stages(
@@ -29,7 +53,7 @@ def run_continual(args: argparse.Namespace, argv: Sequence[str]) -> None:
         build_method(spec)  # unknown methods and unreadable data fail before any model is loaded
     for seed in seeds:
         continual.load_stage_data(args.data, stages, seed, args.shots, args.test_size)
-    settings = _checked_settings(args) | {"stages": [s.task for s in stages], "test_size": args.test_size}
+    settings = checked_settings(args) | {"stages": [s.task for s in stages], "test_size": args.test_size}
     records = continual.read_continual_results(args.out)
     if any(r.stages != settings["stages"] or r.test_size != args.test_size for r in records):
         raise ValueError(f"{args.out} holds runs over other stages or test sizes; use another --out")
@@ -53,7 +77,7 @@ def run_continual(args: argparse.Namespace, argv: Sequence[str]) -> None:
         stages,
         specs,
         seeds,
-        dataclasses.replace(_train_config(args, seeds[0]), calibration=args.calibration),
+        dataclasses.replace(train_config(args, seeds[0]), calibration=args.calibration),
         template=Template(args.template or continual.DEFAULT_TEMPLATE),
         shots=args.shots,
         test_size=args.test_size,

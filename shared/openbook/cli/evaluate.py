@@ -1,4 +1,4 @@
-"""`openbook eval`: k-shot (or, with --full, fully supervised) evaluation, resumable (see `reports.py`)."""
+"""`openbook eval`: k-shot (or, with --full, fully supervised) evaluation, resumable."""
 
 from __future__ import annotations
 
@@ -11,20 +11,61 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from openbook.cli import _classifier, _train_config
+from openbook.calibration import CALIBRATION_MODES
+from openbook.cli.common import (
+    add_data_argument,
+    add_prompt_arguments,
+    add_training_arguments,
+    build_classifier,
+    checked_settings,
+    train_config,
+)
 
 if TYPE_CHECKING:
     from openbook.classifier import Classifier
     from openbook.data import KShotSplits
 
 
-def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    evaluate = commands.add_parser("eval", help="k-shot evaluation: select on dev, report on test")
+    add_data_argument(
+        evaluate, "k-shot", "directory in the k-shot layout (<task>/16-<seed>/...); with --full, full/"
+    )
+    evaluate.add_argument("--task", required=True, help="a task, or several separated by commas")
+    evaluate.add_argument(
+        "--methods",
+        default="zero-shot,knn,knn-interp",
+        help="inference methods and trainable methods (see `openbook methods`), e.g. prompt-ft,retroprompt",
+    )
+    evaluate.add_argument("--seeds", default="13,21,42,87,100")
+    evaluate.add_argument("--shots", type=int, default=16)
+    evaluate.add_argument(
+        "--full",
+        action="store_true",
+        help="fully supervised: --data is the full/ directory (label<space>text files, see data.FULL_LAYOUT);"
+        " trainable methods only, each seed a training seed",
+    )
+    evaluate.add_argument(
+        "--full-dev-size", type=int, default=256, help="with --full: dev examples sampled for the dev checks"
+    )
+    evaluate.add_argument(
+        "--test-size",
+        type=int,
+        help="score every run on a fixed sample (seed 0) of this many test examples; default: all",
+    )
+    evaluate.add_argument("--calibration", choices=CALIBRATION_MODES, default="domain")
+    evaluate.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
+    add_prompt_arguments(evaluate)
+    add_training_arguments(evaluate)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.data import DataError, fixed_sample, load_full, load_kshot
-    from openbook.evaluation import INFERENCE_METHODS, evaluate_task
+    from openbook.experiments.evaluation import INFERENCE_METHODS, evaluate_task
+    from openbook.experiments.reports import add_record, locked, read_results
+    from openbook.experiments.setfit_peer import PEER_NAME, evaluate_setfit, require_setfit
+    from openbook.experiments.training_eval import evaluate_trained
     from openbook.methods import MethodError, build_method
-    from openbook.reports import add_record, locked, read_results
-    from openbook.setfit_peer import PEER_NAME, evaluate_setfit, require_setfit
-    from openbook.training_eval import evaluate_trained
 
     tasks = [t.strip() for t in args.task.split(",") if t.strip()]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -60,7 +101,7 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
         for seed in seeds:
             loader(task)(seed)
     sampled = {} if args.test_size is None else {"test_size": args.test_size}  # recorded only when used
-    settings = _checked_settings(args, sampled)
+    settings = checked_settings(args, sampled)
     records = read_results(args.out)
     done = {(r.task, r.method, r.seed) for r in records}
     classifier = None
@@ -70,12 +111,12 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
         pending_peer = [s for s in seeds if peers and (task, PEER_NAME, s) not in done]
         if not pending_seeds and not pending_runs and not pending_peer:
             continue
-        classifier = _classifier(args, task)
+        classifier = build_classifier(args, task)
 
         def save(record, classifier=classifier):
             # another `openbook eval` may share this directory (disjoint seeds or tasks; reports.py)
             with locked(args.out) as out:
-                _checked_settings(args, sampled)
+                checked_settings(args, sampled)
                 (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
                 add_record(record, out, _eval_header(args, argv, classifier), method_order=methods)
 
@@ -99,7 +140,7 @@ def run_eval(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 task,
                 trainable,
                 sorted({s for _, s in pending_runs}, key=seeds.index),
-                _train_config(args, seeds[0]),
+                train_config(args, seeds[0]),
                 done=done,
                 on_record=save,
                 shots=args.shots,
@@ -131,30 +172,3 @@ def _eval_header(args: argparse.Namespace, argv: Sequence[str], classifier: Clas
         "`seconds / run` is the wall time of one method x seed run, training included.\n\n"
         f"Command: `openbook {shlex.join(argv)}`\n\n"
     )
-
-
-def _checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
-    """A results directory holds runs made with one set of settings; resuming with others is an error."""
-    keys = (
-        "data backbone template labels layer max_length batch_size device shots calibration "
-        "steps train_batch_size lr eval_every patience reembed_every"
-    ).split()
-    settings = {key: getattr(args, key) for key in keys}
-    # `eval --full` only (continual shares this); recorded only when used, so older results still resume
-    if getattr(args, "full", False):
-        settings |= {"full": True, "full_dev_size": args.full_dev_size}
-    settings |= extra or {}
-    path = Path(args.out) / "settings.json"
-    if path.exists():
-        saved = json.loads(path.read_text())
-        changed = {
-            k: (saved.get(k), v)
-            for k, v in settings.items()
-            if saved.get(k) != v and k not in ("device", "batch_size")
-        }
-        if changed:
-            details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
-            raise ValueError(
-                f"{args.out} holds results made with other settings ({details}); use another --out"
-            )
-    return settings

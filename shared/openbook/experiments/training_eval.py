@@ -18,28 +18,19 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import numpy as np
-from tqdm.auto import tqdm
-
-from openbook.calibration import calibrated_p_lm
 from openbook.classifier import Classifier
 from openbook.data import KShotSplits, load_kshot
-from openbook.evaluation import (
+from openbook.experiments.evaluation import (
     INFERENCE_METHODS,
-    K_GRID,
     EvalRecord,
-    Split,
-    accuracy,
     example_labels,
-    interpolation_grid,
     macro_f1,
     method_inputs,
-    select_on_dev,
 )
-from openbook.knn import KnnConfig
 from openbook.methods import Method, build_method
-from openbook.prompting import TextInput
+from openbook.selection import accuracy
 from openbook.training import TrainConfig, train
+from tqdm.auto import tqdm
 
 
 def evaluate_trained(
@@ -122,18 +113,6 @@ def evaluate_trained(
                 tqdm.write(f"{task} seed {seed}: {scores}")
     classifier.backbone.model.load_state_dict(initial)
     return records
-
-
-def choose_knn_on_dev(
-    classifier: Classifier, dev_texts: Sequence[TextInput], dev_labels: np.ndarray
-) -> tuple[KnnConfig, float]:
-    """k, T and lambda for a trained classifier's kNN interpolation, chosen on dev; with dev accuracy."""
-    dev = classifier.embed(dev_texts)
-    hits = classifier.store.search(dev.vectors, min(max(K_GRID), len(classifier.store)))
-    p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)
-    return select_on_dev(
-        p_lm_dev, Split(dev_labels, hits), interpolation_grid(len(classifier.store)), len(classifier.store)
-    )
 
 
 def _training_groups(specs: Sequence[str], methods: dict[str, Method]) -> list[list[str]]:

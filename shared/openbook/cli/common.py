@@ -1,0 +1,136 @@
+"""What the `openbook` subcommands share: their common arguments and the objects built from them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from openbook.data import DataError
+from openbook.models import DEFAULT_BACKBONE
+from openbook.prompting import PromptError, Template, Verbalizer, get_preset
+
+if TYPE_CHECKING:
+    from openbook.classifier import Classifier
+    from openbook.training import TrainConfig
+
+# The root of the evaluation data: k-shot/<task>/16-<seed>/ and full/<task>/ below it.
+DATA_ENV = "OPENBOOK_DATA"
+# Errors that are the user's to fix: printed in one line, exit status 2 (MethodError and
+# CheckpointError are ValueErrors).
+USER_ERRORS = (PromptError, DataError, FileNotFoundError, ValueError)
+
+
+def add_data_argument(parser: argparse.ArgumentParser, layout: str | None, help: str) -> None:
+    """--data, whose default is `$OPENBOOK_DATA/<layout>` (the root itself when `layout` is None)."""
+    parser.add_argument("--data", help=f"{help} (default: ${DATA_ENV}/{layout or ''})")
+    parser.set_defaults(data_layout=layout)
+
+
+def data_dir(args: argparse.Namespace) -> str:
+    if args.data:
+        return args.data
+    root = os.environ.get(DATA_ENV)
+    if not root:
+        raise DataError(f"give --data, or set {DATA_ENV} to the directory that holds k-shot/ and full/")
+    layout = "full" if getattr(args, "full", False) else args.data_layout  # eval --full reads full/
+    return str(Path(root) / layout) if layout else root
+
+
+def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backbone", default=DEFAULT_BACKBONE, help="registered name, local path or hub id")
+    parser.add_argument("--template", help="e.g. '{text} It was {mask}' (default: the task's preset)")
+    parser.add_argument("--labels", help="label=word pairs, e.g. '0=terrible,1=great' (default: preset)")
+    parser.add_argument("--layer", type=int, default=-1, help="hidden layer of the slot representation")
+    parser.add_argument("--max-length", type=int, default=128, help="tokens per prompt; longer texts are cut")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--device", type=device_name, default="auto", help="cpu, cuda, cuda:N; auto: cuda when present"
+    )
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    from openbook.training import TrainConfig
+
+    default = TrainConfig()
+    group = parser.add_argument_group("training (trainable methods)")
+    group.add_argument("--steps", type=int, default=default.steps, help="most optimiser steps per run")
+    group.add_argument("--train-batch-size", type=int, default=default.batch_size)
+    group.add_argument("--lr", type=float, default=default.lr)
+    group.add_argument("--eval-every", type=int, default=default.eval_every, help="steps between dev checks")
+    group.add_argument("--patience", type=int, default=default.patience, help="dev checks without gain")
+    group.add_argument("--reembed-every", type=int, help="steps between store re-embeddings (default: epoch)")
+
+
+def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
+    from openbook.training import TrainConfig
+
+    return TrainConfig(
+        steps=args.steps,
+        batch_size=args.train_batch_size,
+        lr=args.lr,
+        eval_every=args.eval_every,
+        patience=args.patience,
+        reembed_every=args.reembed_every,
+        seed=seed,
+    )
+
+
+def device_name(name: str) -> str:
+    from openbook.backbone import resolve_device
+
+    return resolve_device(name)
+
+
+def prompt_for(
+    task: str | None, template: str | None, labels: str | None, kind: str
+) -> tuple[Template, Verbalizer]:
+    if template and labels:
+        return Template(template), Verbalizer.parse(labels)
+    if task is None:
+        raise PromptError("give --task with a preset, or both --template and --labels")
+    preset = get_preset(task)
+    return (Template(template) if template else preset.template(kind)), (
+        Verbalizer.parse(labels) if labels else preset.verbalizer(kind)
+    )
+
+
+def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
+    """The backbone and prompt the arguments name, with an empty store."""
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.classifier import Classifier
+
+    backbone = load_backbone(
+        BackboneConfig(name=args.backbone, layer=args.layer, max_length=args.max_length, device=args.device)
+    )
+    template, verbalizer = prompt_for(task, args.template, args.labels, backbone.kind)
+    return Classifier(backbone, template, verbalizer, batch_size=args.batch_size)
+
+
+def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
+    """A results directory holds runs made with one set of settings; resuming with others is an error."""
+    keys = (
+        "data backbone template labels layer max_length batch_size device shots calibration "
+        "steps train_batch_size lr eval_every patience reembed_every"
+    ).split()
+    settings = {key: getattr(args, key) for key in keys}
+    # `eval --full` only (continual shares this); recorded only when used, so older results still resume
+    if getattr(args, "full", False):
+        settings |= {"full": True, "full_dev_size": args.full_dev_size}
+    settings |= extra or {}
+    path = Path(args.out) / "settings.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        changed = {
+            k: (saved.get(k), v)
+            for k, v in settings.items()
+            if saved.get(k) != v and k not in ("device", "batch_size")
+        }
+        if changed:
+            details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            raise ValueError(
+                f"{args.out} holds results made with other settings ({details}); use another --out"
+            )
+    return settings

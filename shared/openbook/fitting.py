@@ -1,0 +1,112 @@
+"""Train a method, decide how the trained classifier predicts, and save it: one path for every caller.
+
+`openbook train` and the service's trainer worker both run this sequence:
+
+1. `training.train` (the kept weights are the best on dev);
+2. how the classifier predicts: a method that interpolates with kNN gets its
+   k, T and lambda chosen on dev (`selection.py`), any other predicts from
+   the prompt alone (lambda = 0);
+3. optionally, the store rebuilt from other examples with the trained weights
+   (the worker stores every example under its log id, dev included);
+4. `checkpoints.save_classifier`, atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from openbook.checkpoints import save_classifier
+from openbook.classifier import Classifier
+from openbook.methods import Method
+from openbook.prompting import TextInput
+from openbook.selection import choose_knn_on_dev
+from openbook.store import KnowledgeStore
+from openbook.training import TrainConfig, TrainResult, train
+
+
+@dataclass(frozen=True)
+class LabelledTexts:
+    texts: Sequence[TextInput]
+    labels: np.ndarray  # (N,) label indices
+
+    def __post_init__(self) -> None:
+        if len(self.texts) != len(self.labels):
+            raise ValueError(f"{len(self.texts)} texts but {len(self.labels)} labels")
+
+
+@dataclass(frozen=True)
+class StoreExamples:
+    """What the saved store holds instead of the training examples."""
+
+    texts: Sequence[TextInput]
+    labels: Sequence[str]
+    ids: np.ndarray  # (N,) int64
+
+
+@dataclass(frozen=True)
+class Fitted:
+    path: Path
+    dev_metrics: dict[str, Any]  # accuracy, best_step, steps_run[, accuracy_with_knn]
+    result: TrainResult
+
+
+def fit_and_save(
+    path: str | Path,
+    classifier: Classifier,
+    method: Method,
+    train_set: LabelledTexts,
+    dev_set: LabelledTexts,
+    config: TrainConfig,
+    *,
+    base_weights_sha256: str,
+    training_data_sha256: str,
+    store_examples: StoreExamples | None = None,
+    extra: dict[str, Any] | None = None,  # more manifest entries (see `save_classifier`)
+    overwrite: bool = False,
+    progress: bool = True,
+    on_step: Callable[[int, int, float], None] | None = None,
+) -> Fitted:
+    """Train `classifier` (already `method.prepare`d) in place, choose its inference on dev, save it."""
+    result = train(
+        classifier,
+        method,
+        train_set.texts,
+        train_set.labels,
+        dev_set.texts,
+        dev_set.labels,
+        config,
+        progress=progress,
+        on_step=on_step,
+    )
+    dev_metrics: dict[str, Any] = {
+        "accuracy": result.best.accuracy,
+        "best_step": result.best.step,
+        "steps_run": result.steps_run,
+    }
+    if method.inference == "knn-interp":
+        classifier.knn, dev_metrics["accuracy_with_knn"] = choose_knn_on_dev(
+            classifier, dev_set.texts, dev_set.labels
+        )
+    else:
+        classifier.knn = dataclasses.replace(classifier.knn, lam=0.0)  # the prompt alone
+    if store_examples is not None:
+        classifier.store = KnowledgeStore(classifier.backbone.hidden_size)
+        classifier.add_examples(store_examples.texts, store_examples.labels, ids=store_examples.ids)
+    saved = save_classifier(
+        path,
+        classifier,
+        method,
+        base_weights_sha256=base_weights_sha256,
+        train_config=config,
+        training_data_sha256=training_data_sha256,
+        dev_metrics=dev_metrics,
+        overwrite=overwrite,
+        extra=extra,
+    )
+    return Fitted(saved, dev_metrics, result)
