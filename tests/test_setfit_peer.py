@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from openbook.experiments import setfit_peer
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.cli import main
+from openbook.experiments import setfit_peer
 from openbook.experiments.setfit_peer import PeerUnavailable, SetFitConfig, evaluate_setfit
 from openbook.prompting import Template, Verbalizer
 
