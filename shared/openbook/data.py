@@ -14,6 +14,7 @@ Labels stay the raw strings found in the file; mapping them to ids is the caller
 from __future__ import annotations
 
 import csv
+import os
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 TextInput = str | tuple[str, str]
+
+# The root of the evaluation data: k-shot/<task>/<shots>-<seed>/ and full/<task>/ below it.
+DATA_ENV = "OPENBOOK_DATA"
 
 INDEX_COLUMNS = frozenset({"index", "idx", "id"})
 LABEL_COLUMN = "label"
@@ -37,6 +41,14 @@ class Example:
 
 class DataError(ValueError):
     """Raised for malformed data; the message names the file and the 1-based line number."""
+
+
+def data_root(given: str | os.PathLike[str] | None = None) -> Path:
+    """`given`, else `$OPENBOOK_DATA`: the directory holding k-shot/ and full/."""
+    root = given or os.environ.get(DATA_ENV)
+    if not root:
+        raise DataError(f"give --data, or set {DATA_ENV} to the directory that holds k-shot/ and full/")
+    return Path(root)
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from openbook.data import DataError
+from openbook.data import DATA_ENV, DataError, data_root
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
 
@@ -16,8 +15,6 @@ if TYPE_CHECKING:
     from openbook.classifier import Classifier
     from openbook.training import TrainConfig
 
-# The root of the evaluation data: k-shot/<task>/16-<seed>/ and full/<task>/ below it.
-DATA_ENV = "OPENBOOK_DATA"
 # Errors that are the user's to fix: printed in one line, exit status 2 (MethodError and
 # CheckpointError are ValueErrors).
 USER_ERRORS = (PromptError, DataError, FileNotFoundError, ValueError)
@@ -32,11 +29,8 @@ def add_data_argument(parser: argparse.ArgumentParser, layout: str | None, help:
 def data_dir(args: argparse.Namespace) -> str:
     if args.data:
         return args.data
-    root = os.environ.get(DATA_ENV)
-    if not root:
-        raise DataError(f"give --data, or set {DATA_ENV} to the directory that holds k-shot/ and full/")
     layout = "full" if getattr(args, "full", False) else args.data_layout  # eval --full reads full/
-    return str(Path(root) / layout) if layout else root
+    return str(data_root() / layout) if layout else str(data_root())
 
 
 def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:

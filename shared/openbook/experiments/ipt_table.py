@@ -5,7 +5,7 @@ categorised corpus (one category per task, each with the task's preset prompt
 for the backbone), trains the table and saves it in the model cache, where
 `ipt/strategy=pretrained` finds it:
 
-    python -m openbook.experiments.ipt_table --data ../shared/datasets --method ipt/strategy=pretrained
+    python -m openbook.experiments.ipt_table --data $OPENBOOK_DATA --method ipt/strategy=pretrained
 
 The corpus is the method's `corpus` option, task names joined by `+`. Each task
 contributes a fixed random sample of `--per-task` lines of its full training
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 from openbook.backbone import Backbone
+from openbook.data import data_root
 from openbook.methods.ipt import IPTConfig, LabelledCorpus, pretrain_prompt_table
 from openbook.prompting import TextInput, get_preset
 
@@ -77,7 +78,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m openbook.experiments.ipt_table", description=main.__doc__
     )
-    parser.add_argument("--data", required=True, help="datasets directory holding full/ and k-shot/")
+    parser.add_argument(
+        "--data", help="datasets directory holding full/ and k-shot/ (default: $OPENBOOK_DATA)"
+    )
     parser.add_argument("--method", default="ipt/strategy=pretrained", help="the spec the table is for")
     parser.add_argument("--backbone", default=BackboneConfig().name)
     parser.add_argument("--per-task", type=int, default=256, help="lines drawn from each task's train file")
@@ -95,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown:
         raise SystemExit(f"no full training set for {unknown}; known: {', '.join(FULL_TRAIN_FILES)}")
     backbone = load_backbone(BackboneConfig(name=args.backbone, max_length=128, device=args.device))
-    datasets = Path(args.data)
+    datasets = data_root(args.data)
     held_out = kshot_texts(datasets)
     corpora = [
         read_full_corpus(datasets, t, backbone, per_task=args.per_task, seed=args.seed, held_out=held_out)
