@@ -1,4 +1,4 @@
-"""No Docker engine runs here, so docker-compose.yml and the Dockerfiles are cross-checked as files."""
+"""docker-compose.yml and the Dockerfiles, checked as files; building the images needs a Docker engine."""
 
 from __future__ import annotations
 
