@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -30,9 +31,10 @@ def free_port() -> int:
 
 
 class EmbeddedRedis:
-    def __init__(self, data_dir: str | Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: str | Path, port: int | None = None, **popen: Any) -> None:
         self.data_dir = Path(data_dir)
-        self.port = port or free_port()
+        self.port = port or free_port()  # kept across restarts, so clients find the server again
+        self.popen = popen  # more subprocess.Popen arguments, e.g. the descriptors a supervisor passes on
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -51,7 +53,9 @@ class EmbeddedRedis:
             "--save", "",
             "--logfile", "server.log",
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **self.popen
+        )
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
         deadline = time.monotonic() + timeout
         while True:
