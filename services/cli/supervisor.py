@@ -40,6 +40,7 @@ class Child:
     name: str
     start: Callable[[], subprocess.Popen]  # raising counts as a death: a start that failed
     on_death: Callable[[str], None] = lambda cause: None
+    last_words: Callable[[], str] = lambda: ""  # what it said about its death, e.g. in its log
     stop_timeout_s: float = 20.0  # after SIGTERM, before SIGKILL
     process: subprocess.Popen | None = None
     deaths: deque[float] = field(default_factory=deque)  # monotonic times, within the policy's window
@@ -110,7 +111,8 @@ class Supervisor:
         child.deaths.append(now)
         while now - child.deaths[0] > self.policy.window_s:
             child.deaths.popleft()
-        self.log(f"{child.name} {cause}")
+        words = child.last_words()
+        self.log(f"{child.name} {cause}" + (f"; its log says: {words}" if words else ""))
         try:
             child.on_death(cause)
         except Exception as error:  # cleaning up after it must not stop the supervision

@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from services.bus.server import EmbeddedRedis
 from services.cli.supervisor import Child, RestartPolicy, Supervisor
 
 LOCK_NAME = "openbook.lock"
@@ -69,13 +70,23 @@ def child_options(lock: int) -> dict[str, Any]:
     return {"pass_fds": (lock,), "start_new_session": True, "preexec_fn": _die_with_parent}
 
 
+def valkey_child(server: EmbeddedRedis) -> Child:
+    """The embedded server as a child: restarted on its port and AOF, its log's warnings said at its death."""
+
+    def start() -> subprocess.Popen:
+        server.start(timeout=120)  # a large AOF takes a while to load
+        assert server.process is not None
+        return server.process
+
+    return Child("valkey", start=start, last_words=lambda: " / ".join(server.warnings()))
+
+
 def run(args: argparse.Namespace) -> int:
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
     from services.api.settings import Settings
-    from services.bus.server import EmbeddedRedis
     from services.bus.workers import worker_died
 
     settings = Settings()
@@ -90,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if not (os.environ.get("OPENBOOK_REDIS_URL") or os.environ.get("REDIS_URL")):
         server = EmbeddedRedis(settings.data_dir / "redis", **options)
         env["OPENBOOK_REDIS_URL"] = server.url
-        children.append(Child("valkey", start=lambda: server.start(timeout=120).process))  # type: ignore[arg-type, return-value]
+        children.append(valkey_child(server))
         say(f"embedded Redis (AOF always) on {server.url}, data in {settings.data_dir}")
     url = env.get("OPENBOOK_REDIS_URL") or settings.redis_url
 

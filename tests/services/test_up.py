@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from services.bus.server import free_port
+from services.bus.examples_log import ExampleLog, NewExample
+from services.bus.server import EmbeddedRedis, free_port
+from services.cli.supervisor import RestartPolicy, Supervisor
+from services.cli.up import valkey_child
 from tests.chaos.stack import TASK, UpStack, wait_until
 
 # Long enough (about 5-10 s on a tiny model and one core) for the worker to be killed in the middle.
@@ -116,3 +124,32 @@ def test_up_gives_up_on_a_crash_loop_with_a_reason(tmp_path: Path, causal_dir: P
     assert code != 0
     assert "api exited with code" in log and "giving up: api died 2 times in" in log, log[-3000:]
     assert not up.pids()
+
+
+def test_valkey_exiting_on_a_failed_aof_write_is_restarted_and_says_why(tmp_path: Path) -> None:
+    def small_disk() -> None:  # a file size limit fails the AOF's writes as a full disk would
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64_000, 64_000))
+
+    server = EmbeddedRedis(tmp_path / "redis", preexec_fn=small_disk)
+    log: list[str] = []
+    stopping = threading.Event()
+    supervisor = Supervisor([valkey_child(server)], RestartPolicy(limit=3), log=log.append, poll_s=0.02)
+    thread = threading.Thread(target=supervisor.run, args=(stopping,))
+    thread.start()
+    try:
+        wait_until(lambda: server.process is not None, 30, "valkey started")
+        no_retry = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 0))
+        acknowledged = []
+        with pytest.raises(redis.ConnectionError):
+            for i in range(10_000):
+                ExampleLog(no_retry, "t").append([NewExample(f"text {i}", "0", id=i)])
+                acknowledged.append(i)
+        wait_until(lambda: [line[:14] for line in log].count("valkey started") == 2, 30, "valkey restarted")
+        entries = ExampleLog(redis.Redis.from_url(server.url), "t").read()
+    finally:
+        stopping.set()
+        thread.join(timeout=30)
+    assert acknowledged and {e.id for e in entries} >= set(acknowledged)  # every acknowledged write
+    died = next(line for line in log if line.startswith("valkey exited"))
+    assert "exited with code 1" in died and "Can't recover from AOF write error" in died, log
