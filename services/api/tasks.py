@@ -23,6 +23,7 @@ from openbook.classifier import Classifier, Prediction
 from openbook.demonstrations import DemoConfig, Demonstrations, retrieve_demonstrations
 from openbook.prompting import TextInput
 
+from services.bus.deletion import delete_task
 from services.bus.examples_log import ExampleLog, LogEntry
 from services.bus.jobs import Published
 from services.bus.replay import replay
@@ -166,12 +167,10 @@ class TaskRegistry:
     def all(self) -> list[Task]:
         return [Task.model_validate_json(raw) for _, raw in sorted(self.client.hgetall(TASKS_KEY).items())]
 
-    def delete(self, name: str) -> bool:
-        log = ExampleLog(self.client, name)
-        removed = self.client.hdel(TASKS_KEY, name)
-        self.client.delete(log.stream_key, log.ids_key, log.counter_key)
+    def delete(self, name: str, artifacts_dir: Path) -> bool:
+        removed = delete_task(self.client, name, artifacts_dir)  # everything the task owned, disk included
         self.runtimes.pop(name, None)
-        return bool(removed)
+        return removed
 
     def runtime(self, name: str) -> TaskRuntime | None:
         """The replica's classifier for a task, built on first use; the cached one while Redis is down."""

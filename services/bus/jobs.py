@@ -1,9 +1,23 @@
 """Training jobs and published checkpoints on the bus.
 
-Jobs are entries on one stream read by the `trainers` consumer group: a
-worker acknowledges (XACK) a job only after publishing its checkpoint, and a
-job left pending by a crashed worker is taken over with XAUTOCLAIM. A job's
-state, progress and result live in a hash the api reads.
+Jobs are entries on one stream read by the `trainers` consumer group. A job's
+state (queued, running, succeeded, failed, cancelled), progress and result
+live in a hash the api reads. Each change of state is a script that checks
+the state it moves from, so a cancelled job stays cancelled whatever its
+worker does next, and a worker whose job was taken over stops writing to it.
+
+Delivery: a worker acknowledges (XACK) a job once it is finished. A claim
+takes, in this order, the consumer's own pending entries (a worker restarted
+under its name resumes its job at once), entries another consumer left
+pending longer than `min_idle_ms` (XAUTOCLAIM: a crashed worker; a live one
+keeps its entry fresh with `touch` from its heartbeat, so a long job is not
+taken over), then new entries. When a worker is known to be gone, `release`
+marks its jobs queued and backdates its entries (XCLAIM ... IDLE), so any
+worker takes them at its next claim instead of after the idle time.
+
+A job belongs to one generation of its task (task_spec.GENERATIONS_KEY): a
+job whose task was deleted is not started, and its checkpoint is refused at
+publication (TaskGone), also when a task of the same name exists again.
 
 A checkpoint travels by pointer: its directory (written atomically on the
 shared artifacts volume) and the sha256 of its manifest, appended to the
@@ -20,12 +34,101 @@ from typing import Any
 
 import redis
 
+from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY
+
 JOBS_STREAM = "openbook:jobs"
 GROUP = "trainers"
+JOB_PREFIX = "openbook:job:"
+# What `release` backdates an entry's delivery by: more than any claimer's idle threshold.
+RELEASED_IDLE_MS = 24 * 3600 * 1000
+
+_SUBMIT = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  return redis.error_reply('NOTASK')
+end
+local generation = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
+redis.call('HSET', KEYS[3], 'id', ARGV[2], 'task', ARGV[1], 'method', ARGV[3], 'train_config', ARGV[4],
+  'state', 'queued', 'progress', '0.0', 'created', ARGV[5], 'generation', generation)
+redis.call('SADD', KEYS[4], ARGV[2])
+redis.call('XADD', KEYS[5], '*', 'job', ARGV[2])
+"""
+
+# A claimed job runs only if it is still queued or running and its task is the generation it was made for.
+_START = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then
+  return 'missing'
+end
+if state ~= 'queued' and state ~= 'running' then
+  return state
+end
+local task = redis.call('HGET', KEYS[1], 'task')
+local generation = redis.call('HGET', KEYS[1], 'generation') or '0'
+if redis.call('HEXISTS', KEYS[2], task) == 0 or (redis.call('HGET', KEYS[3], task) or '0') ~= generation then
+  redis.call('HSET', KEYS[1], 'state', 'cancelled', 'error', 'its task was deleted')
+  return 'cancelled'
+end
+redis.call('HSET', KEYS[1], 'state', 'running', 'progress', '0.0', 'started', ARGV[2], 'worker', ARGV[1])
+redis.call('HDEL', KEYS[1], 'error', 'loss')
+return 'running'
+"""
+
+_IF_RUNNING_BY = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'running' or redis.call('HGET', KEYS[1], 'worker') ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
+
+_REQUEUE = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'queued' and state ~= 'running' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'state', 'queued', 'progress', '0.0', 'error', ARGV[1])
+return 1
+"""
+
+# Acknowledge or refresh an entry only while it is this consumer's: once another took it over, it is theirs.
+_IF_MINE = """
+if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[3]) == 0 then
+  return 0
+end
+"""
+_ACK = (
+    _IF_MINE
+    + """
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])  -- done with: the stream keeps only unfinished jobs
+return 1
+"""
+)
+_TOUCH = (
+    _IF_MINE
+    + """
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'JUSTID')
+return 1
+"""
+)
+
+_PUBLISH = """
+local generation = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 or generation ~= ARGV[2] then
+  return 0
+end
+redis.call('XADD', KEYS[3], '*', unpack(ARGV, 4))
+redis.call('SET', KEYS[4], ARGV[3])
+return 1
+"""
 
 
 def job_key(job_id: str) -> str:
-    return f"openbook:job:{job_id}"
+    return f"{JOB_PREFIX}{job_id}"
+
+
+def task_jobs_key(task: str) -> str:
+    return f"openbook:task:{task}:jobs"
 
 
 def checkpoints_key(task: str) -> str:
@@ -36,12 +139,22 @@ def current_key(task: str) -> str:
     return f"openbook:task:{task}:current"
 
 
+class TaskGone(LookupError):
+    """The job's task was deleted since the job was submitted (a task of its name may exist again)."""
+
+    def __init__(self, task: str, checkpoint: str | None = None) -> None:
+        super().__init__(f"task {task!r} was deleted")
+        self.task = task
+        self.checkpoint = checkpoint  # the refused checkpoint's directory, when publishing was refused
+
+
 @dataclass(frozen=True)
 class Job:
     id: str
     task: str
     method: str
     train_config: dict[str, Any]
+    generation: str = "0"  # the task's generation when the job was submitted
 
 
 @dataclass(frozen=True)
@@ -52,7 +165,7 @@ class Published:
     log_offset: str  # the last example-log entry the checkpoint's store covers
 
 
-def _durable(client: redis.Redis) -> None:
+def wait_durable(client: redis.Redis) -> None:
     local, _ = client.execute_command("WAITAOF", 1, 0, 5000)
     if int(local) < 1:
         raise RuntimeError("Redis did not confirm the write on disk (is appendonly on?)")
@@ -61,23 +174,26 @@ def _durable(client: redis.Redis) -> None:
 class JobQueue:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        self._submit = client.register_script(_SUBMIT)
+        self._start = client.register_script(_START)
+        self._if_running_by = client.register_script(_IF_RUNNING_BY)
+        self._requeue = client.register_script(_REQUEUE)
+        self._ack = client.register_script(_ACK)
+        self._touch = client.register_script(_TOUCH)
 
     def submit(self, task: str, method: str, train_config: dict[str, Any]) -> str:
+        """Queue a job for an existing task (TaskGone otherwise); returns its id."""
         job_id = uuid.uuid4().hex
-        record = {
-            "id": job_id,
-            "task": task,
-            "method": method,
-            "train_config": json.dumps(train_config),
-            "state": "queued",
-            "progress": 0.0,
-            "created": time.time(),
-        }
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.hset(job_key(job_id), mapping=record)
-            pipe.xadd(JOBS_STREAM, {"job": job_id})
-            pipe.execute()
-        _durable(self.client)
+        try:
+            self._submit(
+                keys=[TASKS_KEY, GENERATIONS_KEY, job_key(job_id), task_jobs_key(task), JOBS_STREAM],
+                args=[task, job_id, method, json.dumps(train_config), time.time()],
+            )
+        except redis.ResponseError as error:
+            if "NOTASK" in str(error):
+                raise TaskGone(task) from None
+            raise
+        wait_durable(self.client)
         return job_id
 
     def get(self, job_id: str) -> dict[str, Any] | None:
@@ -93,47 +209,85 @@ class JobQueue:
         return record
 
     def update(self, job_id: str, **fields: Any) -> None:
-        encoded = {k: json.dumps(v) if isinstance(v, dict) else v for k, v in fields.items()}
-        self.client.hset(job_key(job_id), mapping=encoded)
+        self.client.hset(job_key(job_id), mapping=_encoded(fields))
+
+    def report(self, job_id: str, consumer: str, **fields: Any) -> bool:
+        """Update a job `consumer` runs; False (nothing written) once it was cancelled or taken over."""
+        args = [consumer, *(item for pair in _encoded(fields).items() for item in pair)]
+        return bool(self._if_running_by(keys=[job_key(job_id)], args=args))
 
     def claim(
         self, consumer: str, *, block_ms: int = 1000, min_idle_ms: int = 60_000
     ) -> tuple[str, Job] | None:
-        """The next job for `consumer`: one a crashed worker left pending too long, else a new one."""
+        """The next job for `consumer`, marked running; None when there is none to run now."""
         try:
             self.client.xgroup_create(JOBS_STREAM, GROUP, id="0", mkstream=True)
         except redis.ResponseError as error:
             if "BUSYGROUP" not in str(error):
                 raise
-        _, stale, _ = self.client.xautoclaim(JOBS_STREAM, GROUP, consumer, min_idle_ms, count=1)
-        entries = stale or [
-            entry
-            for _, batch in self.client.xreadgroup(
-                GROUP, consumer, {JOBS_STREAM: ">"}, count=1, block=block_ms
-            )
-            for entry in batch
-        ]
+        entries = (
+            self._read(consumer, "0", block_ms=None)  # its own: a previous life's, not finished
+            or self.client.xautoclaim(JOBS_STREAM, GROUP, consumer, min_idle_ms, count=1)[1]
+            or self._read(consumer, ">", block_ms=block_ms)
+        )
         if not entries:
             return None
-        entry_id, fields = entries[0]
-        record = self.get(fields[b"job"].decode())
-        if record is None:  # the job record is gone (e.g. its task was deleted): drop the entry
-            self.ack(entry_id.decode())
+        raw_id, fields = entries[0]
+        entry_id = raw_id.decode()
+        job_id = fields[b"job"].decode() if fields else None  # no fields: the entry was deleted
+        state = b"missing"
+        if job_id is not None:
+            keys = [job_key(job_id), TASKS_KEY, GENERATIONS_KEY]
+            state = self._start(keys=keys, args=[consumer, time.time()])
+        if state != b"running" or (record := self.get(job_id)) is None:  # type: ignore[arg-type]
+            self.ack(entry_id, consumer)  # finished, cancelled or gone: nothing to run
             return None
-        job = Job(record["id"], record["task"], record["method"], record["train_config"])
-        return entry_id.decode(), job
+        generation = record.get("generation", "0")  # a record from before generations counts as the first
+        job = Job(record["id"], record["task"], record["method"], record["train_config"], generation)
+        return entry_id, job
 
-    def ack(self, entry_id: str) -> None:
-        self.client.xack(JOBS_STREAM, GROUP, entry_id)
+    def _read(self, consumer: str, start: str, *, block_ms: int | None) -> list:
+        batches = self.client.xreadgroup(GROUP, consumer, {JOBS_STREAM: start}, count=1, block=block_ms)
+        return [entry for _, batch in batches or [] for entry in batch]
+
+    def ack(self, entry_id: str, consumer: str) -> bool:
+        """Acknowledge (and drop) an entry, if it is still `consumer`'s."""
+        return bool(self._ack(keys=[JOBS_STREAM], args=[GROUP, entry_id, consumer]))
+
+    def touch(self, entry_id: str, consumer: str) -> bool:
+        """Reset the entry's idle time while its worker lives, so no XAUTOCLAIM takes it over."""
+        return bool(self._touch(keys=[JOBS_STREAM], args=[GROUP, entry_id, consumer]))
+
+    def release(self, consumer: str, reason: str) -> list[str]:
+        """The jobs `consumer` holds (it died or stops) are queued again, claimable by anyone at once."""
+        released = []
+        pending = self.client.xpending_range(JOBS_STREAM, GROUP, "-", "+", 100, consumername=consumer)
+        for entry in pending:
+            entry_id = entry["message_id"].decode()
+            stored = self.client.xrange(JOBS_STREAM, entry_id, entry_id)
+            job_id = stored[0][1][b"job"].decode() if stored else None
+            if job_id is not None and self._requeue(keys=[job_key(job_id)], args=[reason]):
+                self.client.xclaim(
+                    JOBS_STREAM, GROUP, consumer, 0, [entry_id], idle=RELEASED_IDLE_MS, justid=True
+                )
+                released.append(job_id)
+            else:
+                self.ack(entry_id, consumer)
+        return released
 
 
-def publish_checkpoint(client: redis.Redis, task: str, published: Published) -> None:
+def _encoded(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: json.dumps(v) if isinstance(v, dict) else v for k, v in fields.items()}
+
+
+def publish_checkpoint(client: redis.Redis, job: Job, published: Published) -> None:
+    """Point the job's task at a checkpoint; TaskGone if the task is not the one the job was made for."""
     fields = asdict(published)
-    with client.pipeline(transaction=True) as pipe:
-        pipe.xadd(checkpoints_key(task), fields)
-        pipe.set(current_key(task), json.dumps(fields))
-        pipe.execute()
-    _durable(client)
+    keys = [TASKS_KEY, GENERATIONS_KEY, checkpoints_key(job.task), current_key(job.task)]
+    args = [job.task, job.generation, json.dumps(fields), *(item for pair in fields.items() for item in pair)]
+    if not client.register_script(_PUBLISH)(keys=keys, args=args):
+        raise TaskGone(job.task, published.path)
+    wait_durable(client)
 
 
 def current_checkpoint(client: redis.Redis, task: str) -> Published | None:

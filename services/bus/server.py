@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -30,10 +31,16 @@ def free_port() -> int:
 
 
 class EmbeddedRedis:
-    def __init__(self, data_dir: str | Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: str | Path, port: int | None = None, **popen: Any) -> None:
         self.data_dir = Path(data_dir)
-        self.port = port or free_port()
+        self.port = port or free_port()  # kept across restarts, so clients find the server again
+        self.popen = popen  # more subprocess.Popen arguments, e.g. the descriptors a supervisor passes on
         self.process: subprocess.Popen[bytes] | None = None
+        self._log_start = 0  # where the current run's lines begin in server.log
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "server.log"
 
     @property
     def url(self) -> str:
@@ -41,6 +48,7 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         command = [
             str(server_binary()),
             "--port", str(self.port),
@@ -51,7 +59,9 @@ class EmbeddedRedis:
             "--save", "",
             "--logfile", "server.log",
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **self.popen
+        )
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
         deadline = time.monotonic() + timeout
         while True:
@@ -61,12 +71,20 @@ class EmbeddedRedis:
             except redis.ConnectionError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    log = self.data_dir / "server.log"
-                    tail = log.read_text()[-2000:] if log.exists() else ""
-                    raise RuntimeError(f"embedded redis on port {self.port} did not start:\n{tail}") from None
+                    said = " / ".join(self.warnings()) or "nothing in its log"
+                    raise RuntimeError(f"embedded redis on port {self.port} did not start: {said}") from None
                 time.sleep(0.05)
             finally:
                 client.close()
+
+    def warnings(self, count: int = 3) -> list[str]:
+        """The last warnings logged since the server was last started: why it exited, when it did."""
+        if not self.log_path.exists():
+            return []
+        with open(self.log_path, errors="replace") as log:
+            log.seek(self._log_start)
+            # A line reads "<pid>:<role> <date> <time> <level> <message>"; level `#` is a warning.
+            return [line.split(" # ", 1)[1] for line in log.read().splitlines() if " # " in line][-count:]
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM: the server finishes its AOF write and exits."""

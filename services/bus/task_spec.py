@@ -11,8 +11,12 @@ from openbook.prompting import Template, Verbalizer
 from pydantic import BaseModel, Field, StringConstraints
 
 TASKS_KEY = "openbook:tasks"  # hash: task name -> spec JSON
+# hash: task name -> how many times a task of that name was deleted. Never deleted itself, so a job or
+# checkpoint made for an earlier task of the same name can be told from one of the task that exists now.
+GENERATIONS_KEY = "openbook:task-generations"
+TASK_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # also what makes a name safe as a directory name
 
-TaskName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+TaskName = Annotated[str, StringConstraints(pattern=TASK_NAME_PATTERN)]
 
 
 class KnnSettings(BaseModel):

@@ -6,13 +6,23 @@ checks that keep the best weights and for choosing k, T and lambda; after
 training, the store is rebuilt from all the examples, under their log ids,
 with the trained weights. The checkpoint is written atomically under
 `artifacts_dir/<task>/<version>`, and published only then; the job is
-acknowledged after publishing, so a crash before that leaves it pending for
-another worker to claim.
+acknowledged after publishing, so a crash before that leaves it pending: the
+worker takes it back when it restarts, and any worker does once the crash is
+known (jobs.JobQueue.release) or the entry has been idle for a minute.
+
+While it runs, a worker sends a heartbeat (services.bus.workers) that also
+keeps its job's entry fresh, and checks at each training step that the job is
+still its own: a job cancelled meanwhile (its task deleted) stops there. At
+start it sweeps the staging directories that writers killed mid-write left
+behind (services.trainer.staging).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -27,8 +37,12 @@ from openbook.prompting import TextInput
 from openbook.training import TrainConfig
 
 from services.bus.examples_log import ExampleLog
-from services.bus.jobs import Job, JobQueue, Published, publish_checkpoint
+from services.bus.jobs import Job, JobQueue, Published, TaskGone, publish_checkpoint
 from services.bus.task_spec import TASKS_KEY, Task, build_classifier
+from services.bus.workers import beat, forget
+from services.trainer.staging import sweep_staging, writing
+
+logger = logging.getLogger(__name__)
 
 
 class JobError(ValueError):
@@ -67,6 +81,10 @@ class Interrupted(Exception):
     """The worker was asked to stop in the middle of a job."""
 
 
+class NotOurs(Exception):
+    """The job was cancelled (its task deleted) or taken over by another worker while this one trained it."""
+
+
 class Worker:
     def __init__(
         self,
@@ -76,6 +94,7 @@ class Worker:
         consumer: str = "worker-1",
         device: str = "cpu",
         max_length: int = 128,
+        heartbeat_ttl_s: float = 10.0,
     ) -> None:
         self.client = client
         self.queue = JobQueue(client)
@@ -83,7 +102,9 @@ class Worker:
         self.consumer = consumer
         self.device = device
         self.max_length = max_length
+        self.heartbeat_ttl_s = heartbeat_ttl_s
         self.stop: threading.Event | None = None  # set by run_forever: a stop request ends a job early
+        self.current: tuple[str, Job] | None = None  # (entry id, job) while a job runs
 
     def run_once(self, block_ms: int = 1000) -> str | None:
         """Claim and run one job; returns its id, or None when there was none."""
@@ -91,39 +112,77 @@ class Worker:
         if claimed is None:
             return None
         entry_id, job = claimed
-        self.queue.update(job.id, state="running", started=time.time(), worker=self.consumer)
+        self.current = claimed
         try:
-            published, metrics = self.train_and_publish(job)
+            with writing(self.artifacts_dir, job.task):
+                published, metrics = self.train_and_publish(job)
         except Interrupted:
-            # Not acknowledged: the entry stays pending, and a worker takes it over (XAUTOCLAIM) once
-            # it has been idle long enough, this one after a restart included.
-            self.queue.update(job.id, state="queued", progress=0.0, error="interrupted: its worker stopped")
+            # Not acknowledged, and queued again at once: any worker takes it, this one after a restart too.
+            self.queue.release(self.consumer, "interrupted: its worker stopped")
             return job.id
+        except NotOurs:
+            pass  # its record already says why (cancelled, or running on another worker)
+        except TaskGone as gone:  # deleted while it trained: the record says cancelled; the checkpoint goes
+            if gone.checkpoint is not None:
+                shutil.rmtree(gone.checkpoint, ignore_errors=True)
+        except redis.ConnectionError:
+            raise  # Redis is away: the entry stays pending, and this worker takes the job back first
         except Exception as error:  # the record says why; the job is not retried forever
-            self.queue.update(job.id, state="failed", error=f"{type(error).__name__}: {error}")
+            self.queue.report(job.id, self.consumer, state="failed", error=f"{type(error).__name__}: {error}")
         else:
-            self.queue.update(
+            self.queue.report(
                 job.id,
+                self.consumer,
                 state="succeeded",
                 progress=1.0,
                 metrics=metrics,
                 published=dataclasses.asdict(published),
             )
-        self.queue.ack(entry_id)
+        finally:
+            self.current = None
+        self.queue.ack(entry_id, self.consumer)
         return job.id
 
     def run_forever(self, stop: threading.Event) -> None:
         self.stop = stop
-        while not stop.is_set():
-            try:
-                self.run_once(block_ms=500)
-            except redis.ConnectionError:
-                time.sleep(1.0)  # Redis is away: wait, then reconnect on the next call
+        for path in sweep_staging(self.artifacts_dir):
+            logger.warning("removed %s: staged by a checkpoint writer that did not finish", path)
+        beating = threading.Thread(target=self._beat_until, args=(stop,), daemon=True)
+        beating.start()
+        try:
+            while not stop.is_set():
+                try:
+                    self.run_once(block_ms=500)
+                except redis.ConnectionError:
+                    stop.wait(1.0)  # Redis is away: wait, then reconnect on the next call
+        finally:
+            beating.join(timeout=30)
+            with contextlib.suppress(redis.RedisError):
+                forget(self.client, self.consumer)  # a clean stop: not alive any more, at once
+
+    def heartbeat(self) -> None:
+        """Say this worker is alive, and keep the entry of the job it runs from looking abandoned."""
+        current = self.current
+        beat(self.client, self.consumer, ttl_s=self.heartbeat_ttl_s, job=current[1].id if current else None)
+        if current is not None:
+            self.queue.touch(current[0], self.consumer)
+
+    def _beat_until(self, stop: threading.Event) -> None:
+        while True:
+            with contextlib.suppress(redis.RedisError):  # Redis is away: the next beat tries again
+                self.heartbeat()
+            if stop.wait(self.heartbeat_ttl_s / 3):
+                return
 
     def _report(self, job: Job, step: int, steps: int, loss: float) -> None:
         if self.stop is not None and self.stop.is_set():
             raise Interrupted(job.id)
-        self.queue.update(job.id, progress=round(step / steps, 4), loss=loss)
+        try:
+            ours = self.queue.report(job.id, self.consumer, progress=round(step / steps, 4), loss=loss)
+        except redis.ConnectionError:
+            return  # progress is best effort while Redis is away; the training goes on
+        if not ours:
+            raise NotOurs(job.id)
 
     def train_and_publish(self, job: Job) -> tuple[Published, dict]:
         raw = self.client.hget(TASKS_KEY, job.task)
@@ -168,7 +227,7 @@ class Worker:
         path = fitted.path
         metrics = {**fitted.dev_metrics, "train": len(train_ids), "dev": len(dev_ids)}
         published = Published(version, str(path), sha256_file(path / MANIFEST_NAME), offset)
-        publish_checkpoint(self.client, job.task, published)
+        publish_checkpoint(self.client, job, published)
         return published, metrics
 
 

@@ -13,8 +13,9 @@ from fastapi.testclient import TestClient
 
 from services.api.app import create_app
 from services.api.settings import Settings
-from services.bus.jobs import JobQueue, Published, current_checkpoint, publish_checkpoint
+from services.bus.jobs import Job, JobQueue, Published, current_checkpoint, publish_checkpoint
 from services.bus.server import EmbeddedRedis
+from services.bus.task_spec import TASKS_KEY, Task
 from services.trainer.worker import Worker
 
 TASK = {"name": "reviews", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
@@ -122,7 +123,7 @@ def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal
         good = current_checkpoint(client, "reviews")
         assert good is not None and good.version == version
         bad = Published("corrupt", good.path, "0" * 64, good.log_offset)
-        publish_checkpoint(client, "reviews", bad)
+        publish_checkpoint(client, Job("by-hand", "reviews", "retroprompt", {}), bad)
         wait_for(lambda: api.app.state.registry.runtimes["reviews"].swap_error)
         assert (
             api.post("/v1/tasks/reviews/classify", json={"texts": ["x"]}).json()["model_version"] == version
@@ -147,22 +148,29 @@ def test_a_job_that_cannot_train_fails_with_a_reason(server, causal_dir, tmp_pat
         assert 'openbook_jobs{state="failed"} 1.0' in api.get("/metrics").text
 
 
-def test_a_crashed_workers_job_is_claimed_by_another(server) -> None:
+def seeded_queue(server) -> tuple[redis.Redis, JobQueue]:
+    """A queue on a server that knows the task `reviews` (jobs are only taken for an existing task)."""
     client = redis.Redis.from_url(server.url)
-    queue = JobQueue(client)
+    client.hset(TASKS_KEY, "reviews", Task(**TASK, backbone="tiny").model_dump_json())
+    return client, JobQueue(client)
+
+
+def test_a_crashed_workers_job_is_claimed_by_another(server) -> None:
+    _, queue = seeded_queue(server)
     job_id = queue.submit("reviews", "prompt-ft", {"steps": 1})
     first = queue.claim("worker-a", block_ms=100)
     assert first is not None and first[1].id == job_id  # worker-a dies without XACK
     assert queue.claim("worker-b", block_ms=100, min_idle_ms=60_000) is None  # not idle long enough
     taken = queue.claim("worker-b", block_ms=100, min_idle_ms=0)
     assert taken is not None and taken[1].id == job_id
-    queue.ack(taken[0])
+    assert not queue.ack(first[0], "worker-a")  # no longer worker-a's to acknowledge
+    assert queue.ack(taken[0], "worker-b")
     assert queue.claim("worker-c", block_ms=100, min_idle_ms=0) is None
 
 
 def test_a_stopped_worker_leaves_its_job_for_another(server, causal_dir, tmp_path) -> None:
-    # A stop request during training ends the job at the next step without acknowledging it, so another
-    # worker can take it over (here at once; in service, after XAUTOCLAIM's idle time of a minute).
+    # A stop request during training ends the job at the next step without acknowledging it, queued
+    # again: another worker takes it over at once, without waiting out XAUTOCLAIM's idle time.
     with _api_with_examples(server, causal_dir) as api:
         job_id = api.post("/v1/tasks/reviews/train", json=TRAIN).json()["id"]
 
@@ -177,5 +185,73 @@ def test_a_stopped_worker_leaves_its_job_for_another(server, causal_dir, tmp_pat
         taking_over = Worker(
             redis.Redis.from_url(server.url), tmp_path / "artifacts", consumer="worker-2", max_length=48
         )
-        claimed = taking_over.queue.claim("worker-2", block_ms=100, min_idle_ms=0)
+        claimed = taking_over.queue.claim("worker-2", block_ms=100)
         assert claimed is not None and claimed[1].id == job_id  # still pending: not acknowledged
+
+
+def test_a_restarted_worker_takes_its_own_job_back_at_once(server) -> None:
+    _, queue = seeded_queue(server)
+    job_id = queue.submit("reviews", "prompt-ft", {"steps": 1})
+    assert queue.claim("worker-1", block_ms=100) is not None  # worker-1 dies without XACK
+    # Restarted under its name, it resumes the job now, not after the idle time of a minute.
+    again = queue.claim("worker-1", block_ms=100)
+    assert again is not None and again[1].id == job_id
+    assert queue.get(job_id)["state"] == "running"
+
+
+def test_a_dead_workers_job_is_queued_again_at_once(server) -> None:
+    from services.bus.workers import worker_died
+
+    client, queue = seeded_queue(server)
+    job_id = queue.submit("reviews", "prompt-ft", {"steps": 1})
+    assert queue.claim("worker-a", block_ms=100) is not None
+    assert queue.get(job_id)["state"] == "running"
+    assert worker_died(client, "worker-a", "its worker was killed by SIGKILL") == [job_id]
+    record = queue.get(job_id)
+    assert record["state"] == "queued" and record["progress"] == 0.0 and "SIGKILL" in record["error"]
+    taken = queue.claim("worker-b", block_ms=100)  # with the default idle time of a minute
+    assert taken is not None and taken[1].id == job_id
+    assert queue.get(job_id)["state"] == "running" and queue.get(job_id)["worker"] == "worker-b"
+
+
+def test_a_finished_job_whose_ack_was_lost_is_not_run_again(server) -> None:
+    _, queue = seeded_queue(server)
+    job_id = queue.submit("reviews", "prompt-ft", {"steps": 1})
+    assert queue.claim("worker-a", block_ms=100) is not None
+    queue.update(job_id, state="succeeded", progress=1.0)  # ... and the worker dies before XACK
+    assert queue.claim("worker-a", block_ms=100) is None
+    assert queue.claim("worker-b", block_ms=100, min_idle_ms=0) is None
+    assert queue.get(job_id)["state"] == "succeeded"
+
+
+def test_a_live_workers_heartbeat_keeps_its_job_and_says_it_is_alive(server, tmp_path) -> None:
+    from services.bus.workers import live_workers
+
+    client, queue = seeded_queue(server)
+    job_id = queue.submit("reviews", "prompt-ft", {"steps": 1})
+    worker = Worker(client, tmp_path / "artifacts", consumer="worker-a")
+    worker.current = queue.claim("worker-a", block_ms=100)  # what run_once holds while it trains
+    time.sleep(0.3)
+    worker.heartbeat()
+    # A long job is not idle while its worker lives: nobody takes it over.
+    assert queue.claim("worker-b", block_ms=100, min_idle_ms=250) is None
+    assert [(w["name"], w["job"]) for w in live_workers(client)] == [("worker-a", job_id)]
+
+
+def test_a_worker_sweeps_staging_left_by_a_crash_but_not_a_live_writers(server, tmp_path) -> None:
+    from services.trainer.staging import writing
+
+    artifacts = tmp_path / "artifacts"
+    stale = artifacts / "reviews" / f".20250101-000000-abcdef12.tmp-{'a' * 32}"
+    stale.mkdir(parents=True)
+    (stale / "weights.safetensors").write_bytes(b"0" * 4096)
+    published = artifacts / "reviews" / "20250101-000000-abcdef12"
+    published.mkdir()
+    (published / "manifest.json").write_text("{}")
+    held = artifacts / "other" / f".20250101-000001-12345678.tmp-{'b' * 32}"
+    held.mkdir(parents=True)
+    stop = threading.Event()
+    stop.set()  # start up, then stop at once
+    with writing(artifacts, "other"):  # a live writer is putting task `other`'s checkpoint together
+        Worker(redis.Redis.from_url(server.url), artifacts).run_forever(stop)
+    assert not stale.exists() and published.exists() and held.exists()

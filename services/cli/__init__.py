@@ -1,0 +1,44 @@
+"""`openbook up | serve | worker | bench api`, the service commands; every other command is the library's.
+
+One module per command: `up` (the whole stack, supervised), `serve` (the
+api), `worker` (the trainer) and `bench_api`. Each imports what it needs only
+when it runs, so `openbook --help` stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+SERVICE_COMMANDS = ("up", "serve", "worker")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["bench", "api"]:
+        from services.cli.bench_api import run_bench_api
+
+        return run_bench_api(argv[2:])
+    if not argv or argv[0] not in SERVICE_COMMANDS:
+        from openbook.cli import main as library_main
+
+        if argv and argv[0] in ("-h", "--help"):
+            print("service commands: openbook up [--demo] | serve | worker | bench api\n")
+        return library_main(argv)
+    parser = argparse.ArgumentParser(prog=f"openbook {argv[0]}")
+    parser.add_argument("--demo", action="store_true", help="up: create a demo task seeded with examples")
+    args = parser.parse_args(argv[1:])
+    return importlib.import_module(f"services.cli.{argv[0]}").run(args)
+
+
+def fit_threads(threads: int | None) -> None:
+    """torch and FAISS each use one thread per core (or `OPENBOOK_THREADS`), not more."""
+    import faiss
+    import torch
+
+    count = threads or os.cpu_count() or 1
+    torch.set_num_threads(count)
+    faiss.omp_set_num_threads(count)

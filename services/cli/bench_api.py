@@ -1,0 +1,20 @@
+"""`openbook bench api`: the service's overheads, measured in-process (services/bench.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def run_bench_api(argv: list[str]) -> int:
+    from openbook.models import DEFAULT_BACKBONE
+
+    from services.bench import run_api_bench
+
+    parser = argparse.ArgumentParser(prog="openbook bench api", description="service overheads as ratios")
+    parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--requests", type=int, default=20, help="timed single requests (median reported)")
+    parser.add_argument("--clients", type=int, default=32)
+    args = parser.parse_args(argv)
+    run_api_bench(args.backbone, max_length=args.max_length, requests=args.requests, clients=args.clients)
+    return 0

@@ -1,0 +1,160 @@
+"""`openbook up` supervises its children: a dead one is restarted, and a crash loop ends with a reason."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from services.bus.examples_log import ExampleLog, NewExample
+from services.bus.server import EmbeddedRedis, free_port
+from services.cli.supervisor import RestartPolicy, Supervisor
+from services.cli.up import valkey_child
+from tests.chaos.stack import TASK, UpStack, wait_until
+
+# Long enough (about 5-10 s on a tiny model and one core) for the worker to be killed in the middle.
+LONG_JOB = {"method": "prompt-ft", "steps": 500, "batch_size": 4, "lr": 1e-3, "eval_every": 500}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, causal_dir: Path):
+    up = UpStack(tmp_path_factory.mktemp("up"), causal_dir).start()
+    try:
+        up.wait_ready()
+        assert up.http.post("/v1/tasks", json=TASK).status_code == 201
+        yield up
+    finally:
+        code = up.stop()
+    assert code == 0, up.log()[-3000:]  # SIGTERM stops the stack cleanly
+    assert not up.pids()
+
+
+def post(stack: UpStack, ids: range) -> None:
+    examples = [{"text": f"a {('bad', 'good')[i % 2]} film {i}", "label": str(i % 2), "id": i} for i in ids]
+    response = stack.http.post("/v1/tasks/reviews/examples", json={"examples": examples})
+    assert response.status_code == 201, response.text
+
+
+def stored_ids(stack: UpStack) -> set[int]:
+    page = stack.http.get("/v1/tasks/reviews/examples", params={"limit": 1000}).json()
+    return {example["id"] for example in page["examples"]}
+
+
+def test_a_second_stack_on_the_same_data_dir_is_refused(stack: UpStack) -> None:
+    second = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "up"],
+        env={**stack.env, "OPENBOOK_PORT": str(free_port())},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # so that whatever it starts can be stopped with it
+    )
+    try:
+        output, _ = second.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(second.pid, signal.SIGKILL)
+        second.communicate()
+        raise AssertionError("a second `openbook up` on the same data directory kept running") from None
+    assert second.returncode != 0
+    assert b"another openbook stack" in output and stack.env["OPENBOOK_DATA_DIR"].encode() in output
+    assert stack.ready()  # the first one is untouched
+
+
+def test_a_killed_api_is_restarted(stack: UpStack) -> None:
+    old = stack.kill("api")
+    stack.wait_restarted("api", old)
+    stack.wait_ready()
+    assert "api was killed by signal SIGKILL" in stack.log()
+
+
+def test_a_killed_valkey_is_restarted_on_its_aof_without_losing_a_write(stack: UpStack) -> None:
+    post(stack, range(100, 120))  # acknowledged: on disk
+    old = stack.kill("valkey")
+    stack.wait_restarted("valkey", old)
+    wait_until(lambda: stack.http.get("/readyz").status_code == 200, 60, "readyz after the restart")
+    post(stack, range(120, 125))
+    assert set(range(100, 125)) <= stored_ids(stack)
+    assert "valkey was killed by signal SIGKILL" in stack.log()
+
+
+def test_a_killed_workers_job_is_queued_again_at_once_and_finishes(stack: UpStack) -> None:
+    post(stack, range(0, 16))
+    job = stack.http.post("/v1/tasks/reviews/train", json=LONG_JOB).json()
+
+    def record() -> dict:
+        return stack.http.get(f"/v1/jobs/{job['id']}").json()
+
+    wait_until(lambda: record()["progress"] > 0, 60, "the job running", poll=0.02)
+    old = stack.kill("worker")
+    killed = time.monotonic()
+    requeued = wait_until(lambda: (r := record())["state"] == "queued" and r, 5, "the job queued again", 0.02)
+    assert time.monotonic() - killed < 3 and "SIGKILL" in requeued["error"]
+    readyz = wait_until(lambda: (r := stack.http.get("/readyz").json()).get("workers") == [] and r, 5, "")
+    assert "no trainer worker" in readyz["warning"]  # readyz says what is down
+
+    stack.wait_restarted("worker", old)
+    final = wait_until(lambda: (r := record())["state"] in ("succeeded", "failed") and r, 120, "the job")
+    assert final["state"] == "succeeded", final
+    assert stack.wait_ready()["workers"] == ["worker-1"]
+
+
+def test_up_gives_up_on_a_crash_loop_with_a_reason(tmp_path: Path, causal_dir: Path) -> None:
+    with socket.socket() as taken:  # the api's port is taken: it can never start
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        up = UpStack(tmp_path, causal_dir, restart_limit="2", restart_backoff_s="0.1")
+        up.env["OPENBOOK_PORT"] = str(taken.getsockname()[1])
+        up.start()
+        assert up.process is not None
+        try:
+            code = up.process.wait(timeout=120)
+        finally:
+            up.stop()
+    log = up.log()
+    assert code != 0
+    assert "api exited with code" in log and "giving up: api died 2 times in" in log, log[-3000:]
+    assert not up.pids()
+
+
+def test_valkey_exiting_on_a_failed_aof_write_is_restarted_and_says_why(tmp_path: Path) -> None:
+    def small_disk() -> None:  # a file size limit fails the AOF's writes as a full disk would
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64_000, 64_000))
+
+    server = EmbeddedRedis(tmp_path / "redis", preexec_fn=small_disk)
+    log: list[str] = []
+
+    def starts() -> int:
+        return sum(line.startswith("valkey started") for line in log)
+
+    stopping = threading.Event()
+    supervisor = Supervisor([valkey_child(server)], RestartPolicy(limit=3), log=log.append, poll_s=0.02)
+    thread = threading.Thread(target=supervisor.run, args=(stopping,))
+    thread.start()
+    try:
+        wait_until(lambda: starts() == 1, 30, "valkey started and answering")
+        no_retry = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 0))
+        acknowledged = []
+        with pytest.raises(redis.ConnectionError):
+            for i in range(10_000):
+                ExampleLog(no_retry, "t").append([NewExample(f"text {i}", "0", id=i)])
+                acknowledged.append(i)
+        wait_until(lambda: starts() == 2, 30, "valkey restarted")
+        entries = ExampleLog(redis.Redis.from_url(server.url), "t").read()
+    finally:
+        stopping.set()
+        thread.join(timeout=30)
+    assert len(acknowledged) >= 50  # the disk filled up, not a server still starting
+    assert {e.id for e in entries} >= set(acknowledged)  # every acknowledged write
+    died = next(line for line in log if line.startswith("valkey exited"))
+    assert "exited with code 1" in died and "Can't recover from AOF write error" in died, log
