@@ -35,10 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def fit_threads(threads: int | None) -> None:
-    """torch and FAISS each use one thread per core (or `OPENBOOK_THREADS`), not more."""
-    import faiss
-    import torch
+    """torch and FAISS each use one thread per core (or `OPENBOOK_THREADS`), not more (`openbook.runtime`)."""
+    from openbook.runtime import configure
 
-    count = threads or os.cpu_count() or 1
-    torch.set_num_threads(count)
-    faiss.omp_set_num_threads(count)
+    configure(threads or os.cpu_count() or 1)
