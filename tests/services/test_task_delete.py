@@ -95,16 +95,17 @@ def test_a_job_of_a_deleted_task_does_not_publish_into_its_successor(
         job_id = api.post("/v1/tasks/reviews/train", json=TRAIN).json()["id"]
 
         written: list[Path] = []
-        save = worker_module.save_classifier
+        fit_and_save = worker_module.fit_and_save
 
         def save_then_recreate(path, *args, **kwargs):
             # The task is deleted and re-created while its job writes the checkpoint.
-            written.append(save(path, *args, **kwargs))
+            fitted = fit_and_save(path, *args, **kwargs)
+            written.append(fitted.path)
             assert api.delete("/v1/tasks/reviews").status_code == 204
             create_with_examples(api)
-            return written[-1]
+            return fitted
 
-        monkeypatch.setattr(worker_module, "save_classifier", save_then_recreate)
+        monkeypatch.setattr(worker_module, "fit_and_save", save_then_recreate)
         assert Worker(client, artifacts, max_length=48).run_once(block_ms=100) == job_id
 
         record = api.get(f"/v1/jobs/{job_id}").json()
