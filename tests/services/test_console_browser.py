@@ -7,12 +7,15 @@ $OPENBOOK_TEST_ARTIFACTS/console), printed by the walkthrough.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +23,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import uvicorn
+from fastapi import FastAPI
 
+from services.api.console import mount_console
 from services.bus.server import free_port
 from services.client import wait_ready
 
@@ -123,20 +129,45 @@ class Console:
         return [url for url in self.requests if urlsplit(url)[:2] != origin]
 
 
-@pytest.fixture()
-def console(browser, stack: Stack) -> Iterator[Console]:
+@contextlib.contextmanager
+def _console(browser, base: str) -> Iterator[Console]:
     shots = Path(os.environ.get("OPENBOOK_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "console"
     shots.mkdir(parents=True, exist_ok=True)
     context = browser.new_context(viewport={"width": 1280, "height": 800})  # a fresh sessionStorage
     context.set_default_timeout(WAIT_MS)
     page = context.new_page()
-    opened = Console(page, stack.base, shots)
+    opened = Console(page, base, shots)
     context.on("request", lambda request: opened.requests.append(request.url))
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     yield opened
     context.close()
     assert not errors, f"uncaught errors in the page: {errors}"
+
+
+@pytest.fixture()
+def console(browser, stack: Stack) -> Iterator[Console]:
+    with _console(browser, stack.base) as opened:
+        yield opened
+
+
+@pytest.fixture()
+def static_console(browser) -> Iterator[Console]:
+    """The console's files alone, on an app with no task, Redis or model: for the page's own code."""
+    app = FastAPI()
+    mount_console(app)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "the static server did not start"
+        time.sleep(0.05)
+    try:
+        with _console(browser, f"http://127.0.0.1:{server.config.port}") as opened:
+            yield opened
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def open_console(console: Console) -> None:
@@ -311,6 +342,7 @@ def test_planned_panels_light_up_when_the_api_offers_them(console: Console, stac
             ("/v1/tasks/{task}/labels", "post"),
         ]:
             document["paths"][path] = {method: {"responses": {}}}
+        document["components"]["schemas"]["TaskCreate"]["properties"]["every"] = {"type": "integer"}
         route.fulfill(json=document)
 
     versions = {
@@ -335,12 +367,17 @@ def test_planned_panels_light_up_when_the_api_offers_them(console: Console, stac
         ]
     }
     promoted: list[str] = []
+    new_labels: list[dict] = []
     page.route("**/openapi.json", openapi)
     page.route("**/v1/tasks/planned/versions", lambda route: route.fulfill(json=versions))
     page.route("**/v1/tasks/planned/suggestions?n=10", lambda route: route.fulfill(json=suggestions))
     page.route(
         "**/v1/tasks/planned/versions/*/promote",
         lambda route: (promoted.append(route.request.url), route.fulfill(json={"version": "v1"})),
+    )
+    page.route(
+        "**/v1/tasks/planned/labels",
+        lambda route: (new_labels.append(route.request.post_data_json), route.fulfill(status=201, json={})),
     )
     open_console(console)
     expect(page.locator("#task-select")).to_have_value("planned")
@@ -363,10 +400,15 @@ def test_planned_panels_light_up_when_the_api_offers_them(console: Console, stac
     expect(page.locator("#versions-status")).to_contain_text("Promoted v1")
     assert promoted and promoted[0].endswith("/v1/tasks/planned/versions/v1/promote")
     console.tab("Teach")
-    expect(page.locator("#label-form")).to_be_visible()
+    page.locator("#new-label").fill("2")
+    page.locator("#new-label-word").fill("neutral")
+    page.get_by_role("button", name="Add label").click()
+    expect(page.locator("#label-status")).to_contain_text("Added label 2")
+    assert new_labels == [{"label": "2", "word": "neutral"}]
 
     # Deleting a task asks first; the api then no longer has it.
     console.tab("Tasks")
+    expect(page.get_by_label("Train automatically every N new examples")).to_be_visible()
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Delete this task…").click()
     expect(page.locator("#task-delete-status")).to_contain_text("Deleted planned")
@@ -374,10 +416,58 @@ def test_planned_panels_light_up_when_the_api_offers_them(console: Console, stac
     assert not console.foreign_requests()
 
 
-def test_upload_checks_and_helpers_in_the_browser(console: Console) -> None:
-    """The page's own parsing and arithmetic, run by the browser's JavaScript engine."""
+def test_a_failed_job_and_a_refused_upload_are_shown(console: Console, stack: Stack) -> None:
+    from playwright.sync_api import expect
+
+    task = {"name": "failing", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
+    assert stack.http.post("/v1/tasks", json=task).status_code == 201
+    page = console.page
+    page.add_init_script(f"sessionStorage.setItem('openbook.apiKey', {json.dumps(KEY)});")
+    page.add_init_script("sessionStorage.setItem('openbook.task', 'failing');")
     open_console(console)
-    result = console.page.evaluate(
+
+    console.tab("Training")  # no examples: the worker takes the job and fails it
+    page.locator("#train-method").fill("prompt-ft")
+    page.locator("#train-steps").fill("2")
+    page.get_by_role("button", name="Start training").click()
+    job = page.locator("#jobs tbody tr").first
+    expect(job).to_have_attribute("data-state", "failed", timeout=TRAINING_WAIT_MS)
+    expect(job.locator(".job-result")).to_contain_text("at least 2 labels")
+
+    # A server that refuses the second batch (say, a smaller body limit): the upload stops there.
+    posts = []
+
+    def second_batch_refused(route) -> None:
+        posts.append(route.request.method)
+        if route.request.method == "POST" and posts.count("POST") == 2:
+            route.fulfill(status=413, json={"detail": "body of 4000 bytes is over the limit of 3000"})
+        else:
+            route.continue_()
+
+    page.route("**/v1/tasks/failing/examples", second_batch_refused)
+    console.tab("Teach")
+    rows = [(f"film {i}", str(i % 2), i) for i in range(70)]
+    page.locator("#upload-file").set_input_files(csv_file("big.csv", rows))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#upload-status")).to_contain_text(
+        "Stopped at batch 2 of 2 (rows 65–70): 413 body of 4000 bytes is over the limit of 3000"
+    )
+    assert [e["id"] for e in stack.examples("failing")] == list(range(64))
+    assert not console.foreign_requests()
+
+
+def fnv1a_53(text: str) -> int:
+    """The reference for the console's example ids: 64-bit FNV-1a over UTF-8, the low 53 bits."""
+    digest = 0xCBF29CE484222325
+    for byte in text.encode():
+        digest = ((digest ^ byte) * 0x100000001B3) % 2**64
+    return digest % 2**53
+
+
+def test_upload_checks_and_helpers_in_the_browser(static_console: Console) -> None:
+    """The page's own parsing and arithmetic, run by the browser's JavaScript engine."""
+    open_console(static_console)
+    result = static_console.page.evaluate(
         """async () => {
           const upload = await import("/console/js/upload.js");
           const util = await import("/console/js/util.js");
@@ -390,10 +480,14 @@ def test_upload_checks_and_helpers_in_the_browser(console: Console) -> None:
                         {line: 11, text: "y", label: "1", id: "2e3"}];
           const big = upload.checkRows(rows.concat(more), task, false);
           const many = Array.from({length: 130}, (_, i) => ({text: "t" + i, label: "0", id: i}));
+          const pairs = upload.readRows("p.csv", "text_a,text_b,label\\nit rains,it is wet,1\\n,x,0\\n");
+          const pairChecks = upload.checkRows(pairs, task, true);
+          const array = upload.readRows("a.json", '[{"text": "fine", "label": 1, "id": 3}, 5]');
           return {
             rows, tsv, errors: big.errors.map((r) => [r.line, r.error]),
+            pairs: pairChecks.rows.map((r) => [r.text, r.error]), array,
             sizes: upload.batches(many).map((b) => b.length),
-            ids: [util.textId("plain"), util.textId("plain"), util.textId("plain ")],
+            ids: [util.textId("plain"), util.textId(["it rains", "it pours"]), util.textId("café ☕")],
             p50: health.quantile(0.5, new Map([[0.1, 2], [0.2, 4], [Infinity, 4]])),
           };
         }"""
@@ -408,7 +502,11 @@ def test_upload_checks_and_helpers_in_the_browser(console: Console) -> None:
         [10, "the same text as line 4"],
         [11, 'id "2e3" is not a whole number ≥ 0'],
     ]
+    assert result["pairs"] == [[["it rains", "it is wet"], None], [["", "x"], "empty text"]]
+    assert result["array"] == [
+        {"line": 1, "text": "fine", "label": 1, "id": 3},
+        {"line": 2, "text": "", "label": "", "error": "not a JSON object"},
+    ]
     assert result["sizes"] == [64, 64, 2]
-    first, again, other = result["ids"]
-    assert first == again != other and 0 <= first < 2**53
+    assert result["ids"] == [fnv1a_53("plain"), fnv1a_53("it rains\0it pours"), fnv1a_53("café ☕")]
     assert result["p50"] == pytest.approx(0.1)

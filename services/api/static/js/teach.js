@@ -83,8 +83,9 @@ async function remove(example) {
     examples = examples.filter((e) => e.id !== example.id);
     renderCounts();
     renderExamples();
+    say($("examples-status"), `Deleted example #${example.id}.`, "ok");
   } catch (error) {
-    window.alert(`Not deleted: ${error.status} ${formatDetail(error.detail)}`);
+    say($("examples-status"), `Not deleted: ${error.status || ""} ${formatDetail(error.detail)}`, "error");
   }
 }
 
@@ -224,7 +225,9 @@ export function init(shared, wired) {
     shownRows = ROWS_SHOWN;
     renderExamples();
   });
-  $("examples-refresh").addEventListener("click", () => loadExamples().catch((e) => window.alert(e.message)));
+  $("examples-refresh").addEventListener("click", () =>
+    loadExamples().catch((error) => say($("examples-status"), `Not read: ${error.message}`, "error")),
+  );
   $("examples-more").addEventListener("click", () => {
     shownRows += ROWS_SHOWN;
     renderExamples();
@@ -239,7 +242,7 @@ export function taskChanged() {
   pending = null;
   $("upload-send").disabled = true;
   $("upload-preview").replaceChildren();
-  for (const id of ["upload-summary", "upload-status", "add-status"]) say($(id), "");
+  for (const id of ["upload-summary", "upload-status", "add-status", "examples-status"]) say($(id), "");
   $("add-label").replaceChildren(
     ...Object.entries(state.task?.labels ?? {}).map(([label, word]) => el("option", { value: label }, `${label} · ${word}`)),
   );
@@ -247,6 +250,6 @@ export function taskChanged() {
 
 export function shown(tab) {
   if (tab === "teach" && state.task && loadedFor !== state.task.name) {
-    loadExamples().catch((error) => say($("add-status"), `Examples not read: ${error.message}`, "error"));
+    loadExamples().catch((error) => say($("examples-status"), `Examples not read: ${error.message}`, "error"));
   }
 }

@@ -4,6 +4,7 @@ import { LIMITS, formatDetail, post, taskPath } from "./api.js";
 import { $, el, isPairTask, percent, say, showText, table, textId, textLength } from "./util.js";
 
 const DEMONSTRATIONS_SHOWN = 5; // cards whose demonstrations load at once; the rest load when opened
+const PAIR_SEPARATOR = /\t|\|\|/; // a tab, or "||" since Tab moves the focus out of a text box
 
 let state;
 
@@ -14,9 +15,9 @@ function parseLines() {
   $("try-texts").value.split("\n").forEach((raw, index) => {
     const line = raw.trim();
     if (!line) return;
-    const text = pair ? line.split("\t").map((part) => part.trim()) : line;
+    const text = pair ? line.split(PAIR_SEPARATOR).map((part) => part.trim()) : line;
     if (pair && (text.length !== 2 || !text[0] || !text[1])) {
-      problems.push(`line ${index + 1}: a pair task takes two texts separated by a tab`);
+      problems.push(`line ${index + 1}: a pair task takes two texts separated by a tab or ||`);
     } else if (textLength(text) > LIMITS.maxTextChars) {
       problems.push(`line ${index + 1}: over ${LIMITS.maxTextChars} characters`);
     } else texts.push(text);
@@ -197,5 +198,5 @@ export function init(shared) {
 export function taskChanged() {
   $("try-results").replaceChildren();
   say($("try-status"), "");
-  $("try-pair-hint").textContent = isPairTask(state.task) ? "(two texts per line, separated by a tab)" : "";
+  $("try-pair-hint").textContent = isPairTask(state.task) ? "(two texts per line, separated by a tab or ||)" : "";
 }

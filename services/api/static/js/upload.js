@@ -90,9 +90,21 @@ function fromJsonLines(content) {
   return rows;
 }
 
+// A JSON array of objects: rows numbered by their place in the array.
+function fromJsonArray(content) {
+  let values;
+  try {
+    values = JSON.parse(content);
+  } catch (error) {
+    throw new Error(`not JSON (${error.message})`);
+  }
+  return fromJsonLines(values.map((value) => JSON.stringify(value)).join("\n"));
+}
+
 // Rows of a file as {line, text, label, id}; a row that cannot be read carries `error`.
 export function readRows(name, content) {
   content = content.replace(/^\uFEFF/, "");
+  if (content.trimStart().startsWith("[")) return fromJsonArray(content);
   const jsonLines = /\.(jsonl|ndjson|json)$/i.test(name) || content.trimStart().startsWith("{");
   return jsonLines ? fromJsonLines(content) : fromTable(content);
 }
