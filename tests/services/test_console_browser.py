@@ -304,7 +304,7 @@ def test_walkthrough_from_a_new_task_to_a_trained_version(console: Console, stac
     assert version != "base"
 
     console.tab("Health")
-    expect(page.locator("#health-ready")).to_contain_text("ready")
+    expect(page.locator("#health-ready")).to_contain_text("ready · 1 task · trainer: worker-1")
     expect(page.locator('#health-tasks tr[data-task="reviews"]')).to_contain_text(version)
     expect(page.locator("#health-latency")).to_contain_text("POST /v1/tasks/{task}/classify")
     console.shot("health")

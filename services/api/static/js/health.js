@@ -20,6 +20,8 @@ async function checkReady() {
     const body = await response.json().catch(() => ({}));
     ready = response.ok;
     text = ready ? `ready · ${body.tasks ?? "?"} task${body.tasks === 1 ? "" : "s"}` : `not ready: ${body.reason ?? response.status}`;
+    if (body.workers?.length) text += ` · trainer${body.workers.length > 1 ? "s" : ""}: ${body.workers.join(", ")}`;
+    if (body.warning) text += ` · ${body.warning}`;
   } catch {
     text = "the api does not answer";
   }
