@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install test lint chaos run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 ipt-table bench clean
+.PHONY: install test test-setup lint chaos run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 ipt-table bench clean
 
 install: $(STAMP)
 
@@ -25,8 +25,20 @@ lint: install
 	$(BIN)/ruff check shared services tests
 	$(BIN)/ruff format --check shared services tests
 
-test: lint
+test: lint test-setup
 	$(BIN)/python -m pytest
+
+# The console's browser tests drive Debian's Chromium. Installed here when absent and this runs as root
+# with apt-get; when that cannot be done the tests skip with the reason, so this step never fails.
+test-setup:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium for the console's browser tests"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+			|| echo "chromium could not be installed: the console's browser tests will skip"; \
+	else \
+		echo "chromium is absent and cannot be installed here (needs root and apt-get): the console's browser tests will skip"; \
+	fi
 
 # The long chaos profile: a real `openbook up` on a tiny model, 8 writers, and three rounds of SIGKILLs
 # of the api, the worker and valkey; prints acknowledged / found / lost per kill and each recovery time.

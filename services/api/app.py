@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.api import schemas
 from services.api.batching import MicroBatcher
+from services.api.console import mount_console
 from services.api.deps import Registry, Runtime, Writer
 from services.api.metrics import Metrics
 from services.api.settings import Settings
@@ -270,6 +271,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(404, f"no job {job_id!r}")
         return schemas.JobOut.model_validate(record)
 
+    mount_console(app)
     return app
 
 

@@ -1,0 +1,255 @@
+// Teach: add examples one by one or from a file, browse, search and delete them, count them per label.
+
+import { del, formatDetail, get, post, taskPath } from "./api.js";
+import { batches, checkRows, readRows } from "./upload.js";
+import { $, el, isPairTask, say, showText, table, textId } from "./util.js";
+
+const PAGE_SIZE = 1000; // examples per GET (the api's largest page)
+const MAX_PAGES = 50; // past 50,000 examples the browser shows the first ones only
+const ROWS_SHOWN = 100; // table rows rendered per "Show more"
+const PREVIEW_ROWS = 200;
+
+let state;
+let actions;
+let examples = []; // the loaded examples of the selected task
+let loadedFor = null;
+let shownRows = ROWS_SHOWN;
+let pending = null; // a checked upload waiting for its button
+let complete = true; // every page was read (false past MAX_PAGES)
+
+async function loadExamples() {
+  const task = state.task;
+  if (!task) return;
+  loadedFor = task.name;
+  const loaded = [];
+  let after = -1;
+  complete = false;
+  for (let page = 0; page < MAX_PAGES; page++) {
+    const answer = await get(taskPath(task.name, `/examples?after=${after}&limit=${PAGE_SIZE}`));
+    if (state.task?.name !== task.name) return; // another task was selected meanwhile
+    loaded.push(...answer.examples);
+    if (answer.next_after === null) {
+      complete = true;
+      break;
+    }
+    after = answer.next_after;
+  }
+  examples = loaded;
+  renderCounts();
+  renderExamples();
+}
+
+function renderCounts() {
+  $("example-total").textContent = `(${examples.length}${complete ? "" : "+, the first ones shown"})`;
+  const counts = Object.fromEntries(Object.keys(state.task.labels).map((label) => [label, 0]));
+  for (const example of examples) counts[example.label] = (counts[example.label] ?? 0) + 1;
+  $("label-counts").replaceChildren(
+    ...Object.entries(counts).map(([label, count]) =>
+      el("span", { class: "count", dataset: { label } }, el("strong", {}, String(count)), ` ${label} · ${state.task.labels[label] ?? "?"}`),
+    ),
+  );
+}
+
+function matches(example, query) {
+  if (!query) return true;
+  const q = query.toLowerCase();
+  return showText(example.text).toLowerCase().includes(q) || example.label.toLowerCase() === q || String(example.id) === q;
+}
+
+function renderExamples() {
+  const query = $("example-search").value.trim();
+  const found = examples.filter((e) => matches(e, query));
+  const rows = found.slice(0, shownRows).map((example) =>
+    el(
+      "tr",
+      { dataset: { id: String(example.id) } },
+      el("td", { class: "num" }, String(example.id)),
+      el("td", {}, showText(example.text)),
+      el("td", {}, example.label),
+      el("td", {}, el("button", { type: "button", class: "secondary small", "aria-label": `Delete example ${example.id}`, onclick: () => remove(example) }, "Delete")),
+    ),
+  );
+  $("examples-table").replaceChildren(
+    found.length ? table(["id", "text", "label", ""], rows, "Examples") : el("p", { class: "muted" }, examples.length ? "Nothing matches." : "No examples yet."),
+  );
+  $("examples-more").hidden = found.length <= shownRows;
+  $("examples-more").textContent = `Show more (${found.length - shownRows} hidden)`;
+}
+
+async function remove(example) {
+  if (!window.confirm(`Delete example #${example.id}: “${showText(example.text).slice(0, 80)}”?`)) return;
+  try {
+    await del(taskPath(state.task.name, `/examples/${example.id}`));
+    examples = examples.filter((e) => e.id !== example.id);
+    renderCounts();
+    renderExamples();
+    say($("examples-status"), `Deleted example #${example.id}.`, "ok");
+  } catch (error) {
+    say($("examples-status"), `Not deleted: ${error.status || ""} ${formatDetail(error.detail)}`, "error");
+  }
+}
+
+async function addOne(event) {
+  event.preventDefault();
+  const status = $("add-status");
+  const pair = isPairTask(state.task);
+  const text = pair ? [$("add-text").value.trim(), $("add-text-b").value.trim()] : $("add-text").value.trim();
+  const { examples: valid, errors } = checkRows([{ line: 1, text, label: $("add-label").value }], state.task, pair);
+  if (errors.length) {
+    say(status, errors[0].error, "error");
+    return;
+  }
+  try {
+    const ack = await post(taskPath(state.task.name, "/examples"), { examples: valid });
+    const [first] = ack.examples;
+    say(status, first.created ? `Added example #${first.id}.` : `Already there as example #${first.id}.`, "ok");
+    $("add-text").value = "";
+    $("add-text-b").value = "";
+    $("add-text").focus();
+    await loadExamples();
+  } catch (error) {
+    const message = error.status === 409
+      ? `This text is already in the book with another label (example #${textId(text)}).`
+      : `Not added: ${error.status || ""} ${formatDetail(error.detail)}`;
+    say(status, message, "error");
+  }
+}
+
+function renderPreview(checked) {
+  const withErrors = checked.rows.filter((r) => r.error);
+  const shown = [...withErrors, ...checked.rows.filter((r) => !r.error)].slice(0, PREVIEW_ROWS);
+  const rows = shown.map((row) =>
+    el(
+      "tr",
+      { class: row.error ? "bad" : "" },
+      el("td", { class: "num" }, String(row.line)),
+      el("td", {}, showText(row.text)),
+      el("td", {}, String(row.label ?? "")),
+      el("td", { class: "num" }, row.id === undefined ? "" : String(row.id)),
+      el("td", {}, row.error ?? "ok"),
+    ),
+  );
+  $("upload-preview").replaceChildren(table(["line", "text", "label", "id", "check"], rows, "Upload preview"));
+}
+
+async function readFile() {
+  const file = $("upload-file").files[0];
+  const summary = $("upload-summary");
+  pending = null;
+  $("upload-send").disabled = true;
+  $("upload-preview").replaceChildren();
+  $("upload-progress").hidden = true;
+  say($("upload-status"), "");
+  if (!file || !state.task) return;
+  let rows;
+  try {
+    rows = readRows(file.name, await file.text());
+  } catch (error) {
+    say(summary, `${file.name}: ${error.message}`, "error");
+    return;
+  }
+  const checked = checkRows(rows, state.task, isPairTask(state.task));
+  renderPreview(checked);
+  if (checked.errors.length) {
+    say(summary, `${file.name}: ${checked.errors.length} of ${checked.rows.length} rows have errors; nothing will be written until they are fixed.`, "error");
+    return;
+  }
+  if (!checked.examples.length) {
+    say(summary, `${file.name}: no rows.`, "error");
+    return;
+  }
+  pending = checked.examples;
+  say(summary, `${file.name}: ${pending.length} rows, all good.`, "ok");
+  $("upload-send").disabled = false;
+}
+
+// Batches go one after another; the first refusal stops the upload. Batches already acknowledged
+// stay written, and since every row has an id, sending the file again after a fix adds each row once.
+async function send() {
+  if (!pending) return;
+  const task = state.task;
+  const status = $("upload-status");
+  const progress = $("upload-progress");
+  const parts = batches(pending);
+  $("upload-send").disabled = true;
+  progress.hidden = false;
+  progress.max = pending.length;
+  progress.value = 0;
+  let sent = 0;
+  let created = 0;
+  for (const [index, batch] of parts.entries()) {
+    say(status, `Sending batch ${index + 1} of ${parts.length}…`);
+    try {
+      const ack = await post(taskPath(task.name, "/examples"), { examples: batch });
+      created += ack.examples.filter((e) => e.created).length;
+    } catch (error) {
+      say(status, `Stopped at batch ${index + 1} of ${parts.length} (rows ${sent + 1}–${sent + batch.length}): ${error.status || ""} ${formatDetail(error.detail)}. ${sent} rows before it were written.`, "error");
+      await loadExamples();
+      return;
+    }
+    sent += batch.length;
+    progress.value = sent;
+  }
+  say(status, `Uploaded ${sent} rows: ${created} new, ${sent - created} already there.`, "ok");
+  pending = null;
+  $("upload-file").value = "";
+  $("upload-preview").replaceChildren();
+  await loadExamples();
+}
+
+async function addLabel(event) {
+  event.preventDefault();
+  const status = $("label-status");
+  try {
+    await post(taskPath(state.task.name, "/labels"), { label: $("new-label").value.trim(), word: $("new-label-word").value.trim() });
+    say(status, `Added label ${$("new-label").value.trim()}.`, "ok");
+    $("new-label").value = "";
+    $("new-label-word").value = "";
+    await actions.refreshTasks(state.task.name);
+  } catch (error) {
+    say(status, `Not added: ${error.status || ""} ${formatDetail(error.detail)}`, "error");
+  }
+}
+
+export function init(shared, wired) {
+  state = shared;
+  actions = wired;
+  $("add-form").addEventListener("submit", addOne);
+  // Cleared on each pick so that choosing the same file again (after fixing it) reads it again.
+  $("upload-file").addEventListener("click", (event) => {
+    event.target.value = "";
+  });
+  $("upload-file").addEventListener("change", readFile);
+  $("upload-send").addEventListener("click", send);
+  $("example-search").addEventListener("input", () => {
+    shownRows = ROWS_SHOWN;
+    renderExamples();
+  });
+  $("examples-refresh").addEventListener("click", () =>
+    loadExamples().catch((error) => say($("examples-status"), `Not read: ${error.message}`, "error")),
+  );
+  $("examples-more").addEventListener("click", () => {
+    shownRows += ROWS_SHOWN;
+    renderExamples();
+  });
+  $("label-form").hidden = !state.caps.has("POST", "/v1/tasks/{}/labels");
+  $("label-form").addEventListener("submit", addLabel);
+}
+
+export function taskChanged() {
+  examples = [];
+  loadedFor = null;
+  pending = null;
+  $("upload-send").disabled = true;
+  $("upload-preview").replaceChildren();
+  for (const id of ["upload-summary", "upload-status", "add-status", "examples-status"]) say($(id), "");
+  $("add-label").replaceChildren(
+    ...Object.entries(state.task?.labels ?? {}).map(([label, word]) => el("option", { value: label }, `${label} · ${word}`)),
+  );
+}
+
+export function shown(tab) {
+  if (tab === "teach" && state.task && loadedFor !== state.task.name) {
+    loadExamples().catch((error) => say($("examples-status"), `Examples not read: ${error.message}`, "error"));
+  }
+}
