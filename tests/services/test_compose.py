@@ -25,6 +25,7 @@ def test_services_volumes_and_ports_fit_together() -> None:
     assert "--appendonly yes" in redis_command and "--appendfsync always" in redis_command
     declared = set(spec["volumes"])
     for name, service in services.items():
+        assert service.get("restart") == "unless-stopped", f"{name} is not restarted when it dies"
         for mount in service.get("volumes", []):
             assert mount.split(":")[0] in declared, f"{name} mounts an undeclared volume {mount}"
     api_env = services["api"]["environment"]
