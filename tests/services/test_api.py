@@ -87,7 +87,7 @@ def test_malformed_json_and_conflicts(api: TestClient) -> None:
     other = api.post("/v1/tasks", json={**TASK, "template": "{text} Overall: {mask}"})
     assert other.status_code == 409
     bad = api.post("/v1/tasks", json={**TASK, "name": "other", "template": "{mask} first {text}"})
-    assert bad.status_code == 422 and "last" in bad.json()["detail"]
+    assert bad.status_code == 422 and "last" in bad.json()["detail"][0]["msg"]
     assert api.post("/v1/tasks", json={**TASK, "name": "../etc"}).status_code == 422
 
 
@@ -98,7 +98,8 @@ def test_api_key_guards_writes(make_client) -> None:
         assert (
             client.post("/v1/tasks", json=TASK, headers={"Authorization": "Bearer s3cret"}).status_code == 201
         )
-        assert client.get("/v1/tasks").json()[0]["name"] == "reviews"  # reads need no key
+        listed = client.get("/v1/tasks", headers={"X-API-Key": "s3cret"})  # the write key reads too
+        assert listed.json()[0]["name"] == "reviews"
 
 
 def test_two_replicas_converge_and_redis_down_keeps_classify_serving(
@@ -251,7 +252,8 @@ def test_concurrent_first_requests_build_one_runtime(server: EmbeddedRedis, caus
     from services.api.tasks import TaskRegistry
     from services.bus.task_spec import Task
 
-    registry = TaskRegistry(redis.Redis.from_url(server.url), max_length=48, device="cpu")
+    client = redis.Redis.from_url(server.url)
+    registry = TaskRegistry(client, max_length=48, device="cpu", default_backbone=str(causal_dir))
     registry.create(Task(**{**TASK, "backbone": str(causal_dir)}))
     registry.runtimes.clear()
     with ThreadPoolExecutor(4) as pool:

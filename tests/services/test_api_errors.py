@@ -44,7 +44,7 @@ def validation_messages(response) -> str:
     [
         ("/v1/tasks/reviews/classify", '{"texts": NaN}', "list"),
         ("/v1/tasks/reviews/classify", '{"texts": [Infinity]}', "string"),
-        ("/v1/tasks/reviews/examples", '{"examples": [{"text": "a", "label": "1", "id": NaN}]}', "integer"),
+        ("/v1/tasks/reviews/examples", '{"examples": [{"text": "a", "label": "1", "id": NaN}]}', "finite"),
         ("/v1/tasks/reviews/train", '{"lr": NaN}', "finite"),
         ("/v1/tasks", json.dumps({**TASK, "name": "nan", "knn": {"temperature": float("nan")}}), "finite"),
         ("/v1/tasks", json.dumps({**TASK, "name": "inf", "knn": {"temperature": float("inf")}}), "finite"),
