@@ -170,20 +170,25 @@ class TaskRegistry:
                 for task in self.all():
                     try:
                         runtime = self.runtime(task.name)
-                    except BrokenTask as broken:
-                        logger.warning("%s", broken)  # the others load; this one answers 409
-                        continue
-                    if runtime is not None:
-                        runtime.catch_up()
+                        if runtime is not None:
+                            runtime.catch_up()
+                    except (BrokenTask, ValueError) as error:  # e.g. a log entry the store cannot take
+                        logger.warning("task %s not loaded: %s", task.name, error)  # the others are
             except redis.ConnectionError:
                 stop.wait(1.0)  # Redis is not there yet: try again
                 continue
             self.warmed.set()
             return
 
-    def catch_up_all(self) -> None:
+    def catch_up_all(self) -> dict[str, str]:
+        """Bring every loaded store level with its log; returns the tasks whose log could not be applied."""
+        failed = {}
         for runtime in list(self.runtimes.values()):
-            runtime.catch_up()
+            try:
+                runtime.catch_up()
+            except ValueError as error:  # an entry the store cannot take (stored before it was refused)
+                failed[runtime.task.name] = f"its log cannot be replayed: {error}"
+        return failed
 
     def check_backbone(self, name: str) -> None:
         """Raise InvalidSpec unless `name` is a backbone this service may load without reaching out.

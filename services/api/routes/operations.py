@@ -33,14 +33,17 @@ async def livez() -> dict:
 async def readyz(registry: Registry, threads: Threads) -> JSONResponse:
     """Ready: Redis answers, every task is loaded, and every store has caught up with its log.
 
-    A task that cannot be served (its stored spec no longer valid) is listed under `broken` and does
-    not hold readiness back: the others are served.
+    A task that cannot be served (its stored spec no longer valid, or a log entry its store cannot
+    take) is listed under `broken` with why, and does not hold readiness back: the others are served.
     """
     if not registry.warmed.is_set():
         return JSONResponse({"status": "not ready", "reason": "loading tasks and replaying their logs"}, 503)
     try:
-        await threads.read(registry.catch_up_all)
+        unreplayable = await threads.read(registry.catch_up_all)
         _, broken = await threads.read(registry.survey)
     except redis.ConnectionError as error:
         return JSONResponse({"status": "not ready", "reason": f"Redis unreachable: {error}"}, 503)
-    return JSONResponse({"status": "ready", "tasks": len(registry.runtimes), "broken": broken})
+    broken |= unreplayable
+    return JSONResponse(
+        {"status": "ready", "tasks": len(registry.runtimes) - len(unreplayable), "broken": broken}
+    )
