@@ -17,21 +17,26 @@ TEMPLATES = {False: "{text} It was {mask}", True: "{text_a} ? {text_b} Answer: {
 
 @schemathesis.hook
 def map_path_parameters(context, path_parameters: dict | None) -> dict | None:
-    # A random task name only ever reaches the 404: steer most cases onto the tasks that exist, but
-    # never a task deletion, which would leave the rest of the run nothing to reach.
+    # A random task name only ever reaches the 404: steer most cases onto the tasks that exist.
     if path_parameters and "task" in path_parameters:
         name = str(path_parameters["task"])
-        operation = context.operation
-        if (
-            operation is not None
-            and operation.method.upper() == "DELETE"
-            and operation.path == "/v1/tasks/{task}"
-        ):
-            if name in TASKS:
-                path_parameters["task"] = f"{name}-not"
-        elif not name.endswith("7"):
+        if not name.endswith("7"):
             path_parameters["task"] = list(TASKS)[len(name) % 2]
     return path_parameters
+
+
+def _spare_the_known_tasks(case) -> None:
+    # The rest of the run needs them as created: no case deletes one, or creates one anew with other labels.
+    path, method = case.operation.path, case.method.upper()
+    if path == "/v1/tasks/{task}" and method == "DELETE" and case.path_parameters.get("task") in TASKS:
+        case.path_parameters["task"] += "-other"
+    if (
+        path == "/v1/tasks"
+        and method == "POST"
+        and isinstance(case.body, dict)
+        and case.body.get("name") in TASKS
+    ):
+        case.body["name"] += "-other"
 
 
 def _fit(text, pair: bool):
@@ -43,6 +48,7 @@ def _fit(text, pair: bool):
 
 @schemathesis.hook
 def map_case(context, case):
+    _spare_the_known_tasks(case)
     if case.meta is None or not case.meta.generation.mode.is_positive or not isinstance(case.body, dict):
         return case
     path, body = case.operation.path, case.body

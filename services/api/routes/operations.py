@@ -31,11 +31,9 @@ async def livez() -> dict:
     },
 )
 async def readyz(registry: Registry, threads: Threads) -> JSONResponse:
-    """Ready: Redis answers, every task is loaded, and every store has caught up with its log.
-
-    A task that cannot be served (its stored spec no longer valid, or a log entry its store cannot
-    take) is listed under `broken` with why, and does not hold readiness back: the others are served.
-    """
+    """Ready: Redis answers, every task is loaded, and every store has caught up with its log."""
+    # A task that cannot be served (its stored spec no longer valid, or a log entry its store cannot
+    # take) is listed under `broken` with why, and does not hold readiness back: the others are served.
     if not registry.warmed.is_set():
         return JSONResponse({"status": "not ready", "reason": "loading tasks and replaying their logs"}, 503)
     try:

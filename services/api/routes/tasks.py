@@ -18,7 +18,7 @@ BROKEN_TASKS = "OpenBook-Broken-Tasks"
 async def create_task(
     body: schemas.TaskCreate, registry: Registry, settings: SettingsDep, threads: Threads
 ) -> schemas.Task:
-    """Create a task; the same spec again is a no-op. The spec is checked in full before it is stored."""
+    # The same spec again is a no-op; a spec is checked in full (registry.build) before it is stored.
     task = schemas.Task(**{**body.model_dump(), "backbone": body.backbone or settings.default_backbone})
     try:
         await threads.write(registry.create, task)
@@ -60,6 +60,6 @@ async def get_task(runtime: Runtime) -> schemas.Task:
 
 @router.delete("/{task}", status_code=204, dependencies=[Writer], responses=declare(401, 403, 404, 503))
 async def delete_task(task: str, registry: Registry, threads: Threads) -> None:
-    """Delete a task, its examples and its log; a task whose stored spec broke can be deleted too."""
+    # Needs no runtime, so a task whose stored spec broke can be deleted too.
     if not await threads.write(registry.delete, task):
         raise HTTPException(404, f"no task {task!r}")
