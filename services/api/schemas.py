@@ -30,7 +30,7 @@ class ExampleIn(BaseModel):
 
 
 class ExamplesIn(BaseModel):
-    examples: list[ExampleIn] = Field(min_length=1)
+    examples: list[ExampleIn] = Field(min_length=1, description="the ids given, if any, differ")
 
     @field_validator("examples")
     @classmethod

@@ -247,7 +247,7 @@ class TaskRegistry:
             raise InvalidSpec("method", str(error)) from None
         try:
             backbone = self.backbone(task.backbone)
-        except OSError as error:
+        except (OSError, ValueError) as error:  # missing files; a config transformers cannot read
             raise InvalidSpec("backbone", f"backbone {task.backbone!r} cannot be loaded: {error}") from None
         try:
             method.check_backbone(backbone)

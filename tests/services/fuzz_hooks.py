@@ -28,15 +28,14 @@ def map_path_parameters(context, path_parameters: dict | None) -> dict | None:
 def _spare_the_known_tasks(case) -> None:
     # The rest of the run needs them as created: no case deletes one, or creates one anew with other labels.
     path, method = case.operation.path, case.method.upper()
-    if path == "/v1/tasks/{task}" and method == "DELETE" and case.path_parameters.get("task") in TASKS:
-        case.path_parameters["task"] += "-other"
-    if (
-        path == "/v1/tasks"
-        and method == "POST"
-        and isinstance(case.body, dict)
-        and case.body.get("name") in TASKS
-    ):
-        case.body["name"] += "-other"
+    if path == "/v1/tasks/{task}" and method == "DELETE":
+        name = (case.path_parameters or {}).get("task")
+        if isinstance(name, str) and name in TASKS:
+            case.path_parameters["task"] = f"{name}-other"
+    if path == "/v1/tasks" and method == "POST" and isinstance(case.body, dict):
+        name = case.body.get("name")
+        if isinstance(name, str) and name in TASKS:
+            case.body["name"] = f"{name}-other"
 
 
 def _fit(text, pair: bool):
@@ -63,9 +62,11 @@ def map_case(context, case):
         return case
     pair, labels = TASKS[task]
     if path.endswith("/examples"):
-        for example in body.get("examples", []):
+        for i, example in enumerate(body.get("examples", [])):
             example["text"] = _fit(example["text"], pair)
             example["label"] = labels[len(str(example.get("label"))) % 2]
+            if example.get("id") is not None:  # ids must differ within a batch, which JSON Schema cannot say
+                example["id"] = example["id"] // 64 * 64 + i
     elif path.endswith("/classify"):
         body["texts"] = [_fit(text, pair) for text in body.get("texts", [])]
     elif path.endswith("/demonstrations"):

@@ -43,6 +43,24 @@ def test_a_chunked_body_is_cut_at_the_limit(make_client) -> None:
         assert "over the limit of 100000" in body["detail"]
 
 
+def test_a_chunked_body_over_the_limit_gets_a_413_over_http(make_client) -> None:
+    import httpx
+
+    from tests.services.harness import serving
+
+    def chunks():  # 300 kB without a Content-Length: httpx sends it chunked
+        yield b'{"texts": ["'
+        for _ in range(300):
+            yield b"a" * 1000
+
+    with serving(make_client(max_body_bytes=100_000).app) as base:
+        response = httpx.post(
+            f"{base}/v1/tasks", content=chunks(), headers={"content-type": "application/json"}
+        )
+    assert response.request.headers["transfer-encoding"] == "chunked"
+    assert response.status_code == 413 and "over the limit of 100000" in response.json()["detail"]
+
+
 def test_blocked_writes_never_stall_reads(make_client, monkeypatch: pytest.MonkeyPatch) -> None:
     # Writes that wait on a slow log (here: one that blocks until released) take every thread they are
     # allowed; reads have threads of their own and still answer at once.
