@@ -70,7 +70,8 @@ def test_the_live_api_keeps_its_openapi_contract(tmp_path: Path, causal_dir: Pat
             after = _answered(base)
     server_errors = after.get("5xx", 0) - before.get("5xx", 0)
     report = json.loads((tmp_path / "report.json").read_text())
-    summary = run.stdout[run.stdout.find("SUMMARY") - 40 :] if "SUMMARY" in run.stdout else run.stdout
+    at = run.stdout.find("SUMMARY")
+    summary = run.stdout[run.stdout.rfind("\n", 0, at) + 1 :] if at >= 0 else run.stdout
     print(f"\n{summary}")
     print(
         f"fuzz: {report['test_cases']['generated']} requests generated "
