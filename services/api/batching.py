@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from openbook.classifier import Prediction
 from openbook.prompting import TextInput
@@ -35,6 +36,7 @@ from openbook.prompting import TextInput
 from services.api.tasks import TaskRuntime
 
 Result = tuple[list[Prediction], str, str]  # predictions, model version, store version
+Offload = Callable[..., Awaitable[Any]]  # runs a blocking call in a worker thread: offload(fn, *args)
 
 
 @dataclass
@@ -52,8 +54,10 @@ class MicroBatcher:
         max_wait: float,  # the longest gap between two arrivals that still joins them in one forward
         max_delay: float,  # the longest a request waits for others
         on_forward: Callable[[int], None] | None = None,  # texts per forward, for the metrics
+        offload: Offload = asyncio.to_thread,
     ) -> None:
         self.runtime = runtime
+        self.offload = offload
         self.max_batch = max_batch
         self.max_wait = max_wait
         self.max_delay = max(max_delay, max_wait)
@@ -111,9 +115,7 @@ class MicroBatcher:
             if self.on_forward is not None:
                 self.on_forward(len(texts))
             try:
-                predictions, model_version, store_version = await asyncio.to_thread(
-                    self.runtime.predict, texts
-                )
+                predictions, model_version, store_version = await self.offload(self.runtime.predict, texts)
             except Exception as error:  # every waiting request gets the error, the consumer lives on
                 for request in batch:
                     if not request.future.done():
@@ -130,3 +132,27 @@ class MicroBatcher:
         self.consumer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.consumer
+
+
+class Batchers:
+    """One MicroBatcher per task, replaced when the task's runtime is (a task deleted and re-created)."""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options  # MicroBatcher's keyword arguments
+        self.batchers: dict[str, MicroBatcher] = {}
+        self.retiring: set[asyncio.Task] = set()  # asyncio keeps only weak references to tasks
+
+    def batcher_for(self, runtime: TaskRuntime) -> MicroBatcher:
+        batcher = self.batchers.get(runtime.task.name)
+        if batcher is None or batcher.runtime is not runtime:
+            if batcher is not None:  # the old one answers what it holds, then stops
+                batcher.retire()
+                self.retiring.add(batcher.consumer)
+                batcher.consumer.add_done_callback(self.retiring.discard)
+            batcher = MicroBatcher(runtime, **self.options)
+            self.batchers[runtime.task.name] = batcher
+        return batcher
+
+    async def close(self) -> None:
+        for batcher in self.batchers.values():
+            await batcher.close()

@@ -1,52 +1,105 @@
-"""Dependencies shared by the routes: the settings, the task registry, a task's runtime, the API key."""
+"""Dependencies the routes declare: the app's shared state (on `app.state`), a task's runtime, the keys.
+
+Routes take these as `Annotated` aliases (`Registry`, `Runtime`, `Threads`, ...) and guard themselves
+with `Reader` or `Writer`; who may read and who may write is told in `settings.py`. They are all async:
+FastAPI would run a plain `def` in its default thread pool, a hop per dependency for nothing.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import hmac
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, Request
-from openbook.prompting import PromptError
+from fastapi import Depends, HTTPException, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from services.api.batching import Batchers
+from services.api.metrics import Metrics
+from services.api.pools import Pools
 from services.api.settings import Settings
 from services.api.tasks import TaskRegistry, TaskRuntime
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_registry(request: Request) -> TaskRegistry:
+async def get_registry(request: Request) -> TaskRegistry:
     return request.app.state.registry
+
+
+async def get_pools(request: Request) -> Pools:
+    return request.app.state.pools
+
+
+async def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+async def get_batchers(request: Request) -> Batchers:
+    return request.app.state.batchers
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 Registry = Annotated[TaskRegistry, Depends(get_registry)]
+Threads = Annotated[Pools, Depends(get_pools)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+BatchersDep = Annotated[Batchers, Depends(get_batchers)]
+
+_api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="the read or the write key")
+_bearer = HTTPBearer(auto_error=False, description="the read or the write key")
 
 
-def require_key(
-    settings: SettingsDep,
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
-) -> None:
-    if settings.api_key is None:
+async def _presented(
+    api_key: Annotated[str | None, Security(_api_key)],
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+) -> str | None:
+    return api_key or (bearer.credentials if bearer else None)
+
+
+Presented = Annotated[str | None, Depends(_presented)]
+
+
+def _check(presented: str | None, keys: list[str], doing: str) -> None:
+    """Pass when no key guards this, or when `presented` is one of `keys` (compared in constant time)."""
+    if not keys:
         return
-    given = x_api_key or (authorization.removeprefix("Bearer ").strip() if authorization else None)
-    if given is None:
-        raise HTTPException(401, "this write needs an API key (X-API-Key or Authorization: Bearer)")
-    if given != settings.api_key:
-        raise HTTPException(403, "wrong API key")
+    if presented is None:
+        raise HTTPException(
+            401, f"{doing} needs a key (X-API-Key or Authorization: Bearer)", {"WWW-Authenticate": "Bearer"}
+        )
+    given = presented.encode("latin-1")  # header values arrive as latin-1: these are the bytes sent
+    # Every key is compared, so the time taken does not tell which one came close.
+    if not any([hmac.compare_digest(given, key.encode()) for key in keys]):
+        raise HTTPException(403, f"this key does not allow {doing}")
 
 
-async def get_runtime(task: str, registry: Registry) -> TaskRuntime:
-    try:
-        runtime = await asyncio.to_thread(registry.runtime, task)
-    except PromptError as error:
-        raise HTTPException(422, str(error)) from None
+def _read_keys(settings: Settings) -> list[str]:
+    return [key for key in (settings.read_key, settings.api_key) if key]
+
+
+async def require_read(settings: SettingsDep, presented: Presented) -> None:
+    _check(presented, _read_keys(settings), "reading")
+
+
+async def require_write(settings: SettingsDep, presented: Presented) -> None:
+    _check(presented, [settings.api_key] if settings.api_key else [], "writing")
+
+
+async def require_metrics_key(settings: SettingsDep, presented: Presented) -> None:
+    if settings.metrics_need_key:
+        _check(presented, _read_keys(settings), "reading metrics")
+
+
+Reader = Depends(require_read)
+Writer = Depends(require_write)
+
+
+async def get_runtime(task: str, registry: Registry, threads: Threads) -> TaskRuntime:
+    runtime = await threads.read(registry.runtime, task)  # BrokenTask: a 409 (errors.py)
     if runtime is None:
         raise HTTPException(404, f"no task {task!r}")
     return runtime
 
 
 Runtime = Annotated[TaskRuntime, Depends(get_runtime)]
-Writer = Depends(require_key)

@@ -2,26 +2,44 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints, field_validator
 
-from services.bus.task_spec import KnnSettings, Task, TaskCreate
+from services.bus.task_spec import KnnSettings, NonBlank, Task, TaskCreate
 
 __all__ = ["KnnSettings", "Task", "TaskCreate"]
 
-Text = Annotated[str, StringConstraints(min_length=1)]
+# A text sent in (anything but whitespace alone, which leaves the prompt nothing to read); how long it
+# may be and how many go in one request are the app's settings, written into the OpenAPI it serves.
+Text = NonBlank
 TextOrPair = Text | tuple[Text, Text]
+_Stored = Annotated[str, StringConstraints(min_length=1)]
+StoredText = _Stored | tuple[_Stored, _Stored]  # as the log holds it (texts stored before the rule above)
 
 
 class ExampleIn(BaseModel):
     text: TextOrPair
     label: str
-    id: int | None = Field(None, ge=0, le=2**63 - 1, description="client-chosen; makes a retry idempotent")
+    # At most 2**53-1, the integers JSON carries exactly everywhere (RFC 8259, section 6): a JavaScript
+    # client, or a tool that reads numbers as doubles, would turn a larger id into another one.
+    id: int | None = Field(
+        None, ge=0, le=2**53 - 1, description="client-chosen (0 to 2^53-1); makes a retry idempotent"
+    )
 
 
 class ExamplesIn(BaseModel):
-    examples: list[ExampleIn] = Field(min_length=1)
+    examples: list[ExampleIn] = Field(min_length=1, description="the ids given, if any, differ")
+
+    @field_validator("examples")
+    @classmethod
+    def _ids_once(cls, examples: list[ExampleIn]) -> list[ExampleIn]:
+        counts = Counter(e.id for e in examples if e.id is not None)
+        repeated = [example_id for example_id, count in counts.items() if count > 1]
+        if repeated:  # the log would refuse the batch; say so before anything is sent to it
+            raise ValueError(f"example id {repeated[0]} appears twice in the batch")
+        return examples
 
 
 class ExampleAck(BaseModel):
@@ -36,7 +54,7 @@ class ExamplesAck(BaseModel):
 
 class Example(BaseModel):
     id: int
-    text: TextOrPair
+    text: StoredText
     label: str
 
 
@@ -52,7 +70,7 @@ class ClassifyIn(BaseModel):
 
 class NeighbourOut(BaseModel):
     id: int
-    text: TextOrPair | None
+    text: StoredText | None
     label: str
     similarity: float
 
@@ -76,7 +94,7 @@ class TrainIn(BaseModel):
     method: str | None = Field(None, description="default: the task's method", examples=["retroprompt"])
     steps: int = Field(32, ge=1, le=100_000)
     batch_size: int = Field(8, ge=1, le=1024)
-    lr: float = Field(1e-5, gt=0, lt=1)
+    lr: float = Field(1e-5, gt=0, lt=1, allow_inf_nan=False)
     eval_every: int = Field(8, ge=1)
     patience: int = Field(2, ge=1)
 
@@ -85,8 +103,9 @@ class JobOut(BaseModel):
     id: str
     task: str
     method: str
-    state: str  # queued, running, succeeded, failed
+    state: str  # queued, running, succeeded, failed, cancelled (its task was deleted)
     progress: float
+    loss: float | None = None  # the training loss at the last step reported
     train_config: dict
     metrics: dict | None = None
     published: dict | None = None  # the checkpoint: version, path, manifest sha256, log offset
@@ -99,7 +118,7 @@ class DemonstrationsIn(BaseModel):
 
 class DemoNeighbour(BaseModel):
     id: int
-    text: TextOrPair | None
+    text: StoredText | None
     similarity: float
     weight: float  # its share of the class's demonstration vector
 
@@ -113,3 +132,12 @@ class DemonstrationsOut(BaseModel):
     demonstrations: list[ClassDemonstration]
     model_version: str
     store_version: str
+
+
+class Readiness(BaseModel):
+    status: str  # ready, not ready
+    reason: str | None = None  # why not ready
+    tasks: int | None = None  # tasks loaded
+    broken: dict[str, str] | None = None  # tasks stored but not served, with why
+    workers: list[str] | None = None  # trainer workers with a live heartbeat
+    warning: str | None = None  # e.g. no worker alive: jobs wait (the api still serves)

@@ -1,4 +1,16 @@
-"""Service settings from the environment (prefix `OPENBOOK_`), built in `create_app`, never at import."""
+"""Service settings from the environment (prefix `OPENBOOK_`), built in `create_app`, never at import.
+
+Who may do what. Writes (create or delete a task, add or delete examples, start training) need the
+write key `OPENBOOK_API_KEY` when it is set; reads (list tasks and examples, classify, demonstrations,
+jobs) need the read key `OPENBOOK_READ_KEY` or the write key as soon as either is set, because a read
+returns the stored texts. A key travels as `X-API-Key: <key>` or `Authorization: Bearer <key>`.
+`/livez` and `/readyz` are always open: orchestrators probe them without credentials, and they tell
+nothing about the data. `/metrics` is open too unless `OPENBOOK_METRICS_NEED_KEY` is set: scrapers seldom
+carry keys, and it holds task names, counts and versions, not texts.
+
+With no key set everything is open, which is safe only where nobody else can connect: hence the default
+host 127.0.0.1, and a warning in the log when the api listens on any other address without a write key.
+"""
 
 from __future__ import annotations
 
@@ -19,17 +31,26 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Path("openbook-data")  # the embedded Redis and the artifacts live under it
     artifacts_dir: Path | None = None  # default: data_dir/artifacts (shared by api and trainer)
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # loopback: with no keys set, nobody else can reach the api
     port: int = 8000
     default_backbone: str = DEFAULT_BACKBONE
+    # Where a task may name its backbone by path: model directories (each with a config.json) under
+    # these, besides the model cache. Other names must be registered backbones (openbook.models).
+    model_dirs: list[Path] = []
     max_length: int = 128  # tokens per prompt; longer inputs are cut and flagged
     max_batch: int = 64  # texts per classify request, examples per POST
     batch_max_texts: int = 64  # texts per backbone forward when concurrent requests are batched
     batch_max_wait_ms: float = 2.0  # under load, a forward waits this long for one more request to join
     batch_max_delay_ms: float = 50.0  # ... and at most this long after its first request arrived
-    max_text_chars: int = 5000
-    max_body_bytes: int = 1_000_000
-    api_key: str | None = None  # when set, write endpoints require it
+    max_text_chars: int = 5000  # characters per text (each text of a pair)
+    max_body_bytes: int = 1_000_000  # larger bodies get a 413, chunked ones as soon as they pass it
+    api_key: str | None = None  # the write key: writes need it; it grants reads too
+    read_key: str | None = None  # reads need it (or the write key); see the module docstring
+    metrics_need_key: bool = False  # True: /metrics needs the read key (or the write key) too
+    # Worker threads for blocking calls, in two pools so that writes waiting on Redis's fsync or on a
+    # store being replayed never hold the threads reads need.
+    read_threads: int = Field(16, ge=1)
+    write_threads: int = Field(8, ge=1)
     device: str = "cpu"  # cpu, cuda, cuda:N, or auto (cuda when a GPU is visible)
     threads: int | None = None  # torch and FAISS threads; default: the machine's cores
     worker_name: str = "worker-1"  # the trainer's consumer name on the jobs stream: one per live worker
@@ -40,7 +61,7 @@ class Settings(BaseSettings):
     restart_window_s: float = Field(60.0, gt=0)
     restart_backoff_s: float = Field(0.5, ge=0)
 
-    @field_validator("api_key")
+    @field_validator("api_key", "read_key")
     @classmethod
     def _empty_key_is_none(cls, value: str | None) -> str | None:
         return value or None  # compose passes an unset key as ""

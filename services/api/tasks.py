@@ -10,6 +10,7 @@ worker threads, off the event loop.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,10 @@ from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier, Prediction
 from openbook.demonstrations import DemoConfig, Demonstrations, retrieve_demonstrations
-from openbook.prompting import TextInput
+from openbook.methods import build_method
+from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
+from openbook.prompting import PromptError, Template, TextInput, Verbalizer
+from pydantic import ValidationError
 
 from services.bus.deletion import delete_task
 from services.bus.examples_log import ExampleLog, LogEntry
@@ -29,9 +33,30 @@ from services.bus.jobs import Published
 from services.bus.replay import replay
 from services.bus.task_spec import TASKS_KEY, Task, build_classifier
 
+logger = logging.getLogger(__name__)
+
 
 class TaskExists(ValueError):
     pass
+
+
+class InvalidSpec(ValueError):
+    """A task spec that cannot be served; `field` is the part of the spec at fault ("" for their mix)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class BrokenTask(Exception):
+    """A stored task that cannot be served: its spec no longer validates, or no classifier can be built."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(
+            f"task {name!r} is stored but no longer valid ({reason}); delete it and create it again"
+        )
+        self.name = name
+        self.reason = reason
 
 
 def _order(offset: str) -> tuple[int, int]:
@@ -112,13 +137,28 @@ class TaskRuntime:
 
 
 class TaskRegistry:
-    """Task specs in one Redis hash; classifiers built on first use, one backbone per name."""
+    """Task specs in one Redis hash; classifiers built on first use, one backbone per name.
 
-    def __init__(self, client: redis.Redis, *, max_length: int, device: str) -> None:
+    A stored spec that no longer validates, or whose classifier cannot be built, breaks its own task
+    only: that task answers BrokenTask (and can be deleted), the others and readiness carry on.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        max_length: int,
+        device: str,
+        default_backbone: str = DEFAULT_BACKBONE,
+        model_dirs: Sequence[Path] = (),
+    ) -> None:
         self.client = client
         self.max_length = max_length
         self.device = device
+        self.default_backbone = default_backbone
+        self.model_dirs = [model_cache_dir(), *model_dirs]
         self.runtimes: dict[str, TaskRuntime] = {}
+        self.unbuildable: dict[str, str] = {}  # task -> why its classifier could not be built
         self._backbones: dict[str, Backbone] = {}
         self._lock = threading.Lock()  # guards _backbones
         self._building = threading.Lock()  # guards building runtimes
@@ -129,18 +169,50 @@ class TaskRegistry:
         while not stop.is_set():
             try:
                 for task in self.all():
-                    runtime = self.runtime(task.name)
-                    if runtime is not None:
-                        runtime.catch_up()
+                    try:
+                        runtime = self.runtime(task.name)
+                        if runtime is not None:
+                            runtime.catch_up()
+                    except (BrokenTask, ValueError) as error:  # e.g. a log entry the store cannot take
+                        logger.warning("task %s not loaded: %s", task.name, error)  # the others are
             except redis.ConnectionError:
                 stop.wait(1.0)  # Redis is not there yet: try again
                 continue
             self.warmed.set()
             return
 
-    def catch_up_all(self) -> None:
+    def catch_up_all(self) -> dict[str, str]:
+        """Bring every loaded store level with its log; returns the tasks whose log could not be applied."""
+        failed = {}
         for runtime in list(self.runtimes.values()):
-            runtime.catch_up()
+            try:
+                runtime.catch_up()
+            except ValueError as error:  # an entry the store cannot take (stored before it was refused)
+                failed[runtime.task.name] = f"its log cannot be replayed: {error}"
+        return failed
+
+    def check_backbone(self, name: str) -> None:
+        """Raise InvalidSpec unless `name` is a backbone this service may load without reaching out.
+
+        That is a registered backbone (openbook.models), the service's default, or a model directory
+        (with a config.json) under the model cache or `model_dirs`. Anything else would be looked up on a
+        model hub, which takes long offline and lets a client make the server fetch models; and a path
+        outside those directories lets a client probe the server's files.
+        """
+        if name in PACKAGED_MODELS or name == self.default_backbone:
+            return
+        path = Path(name)
+        if path.is_absolute():
+            resolved = path.resolve()
+            for root in self.model_dirs:
+                if resolved.is_relative_to(root.resolve()) and (resolved / "config.json").is_file():
+                    return
+        known = ", ".join(sorted({*PACKAGED_MODELS, self.default_backbone}))
+        where = ", ".join(str(d) for d in self.model_dirs)
+        raise InvalidSpec(
+            "backbone",
+            f"unknown backbone {name!r}: use one of {known}, or the path of a model directory under {where}",
+        )
 
     def backbone(self, name: str) -> Backbone:
         with self._lock:
@@ -149,31 +221,94 @@ class TaskRegistry:
                 self._backbones[name] = load_backbone(config)
             return self._backbones[name]
 
+    def build(self, task: Task) -> Classifier:
+        """The task's untrained classifier, after every check a spec must pass; raises InvalidSpec.
+
+        Each part is checked on its own first, so that the error names the field at fault; then
+        together, on the backbone's tokenizer (a causal model needs the slot last, label words must
+        tokenize, the template must leave room for the text).
+        """
+        try:  # what is stored must read back as the same spec (a float that is not finite would not)
+            if Task.model_validate_json(task.model_dump_json()) != task:
+                raise ValueError("it reads back as another spec")
+        except ValueError as error:
+            raise InvalidSpec("", f"the spec cannot be stored: {error}") from None
+        self.check_backbone(task.backbone)
+        try:
+            Template(task.template)
+        except PromptError as error:
+            raise InvalidSpec("template", str(error)) from None
+        try:
+            Verbalizer(tuple(task.labels), tuple(task.labels.values()))
+        except PromptError as error:
+            raise InvalidSpec("labels", str(error)) from None
+        try:
+            method = build_method(task.method)
+        except ValueError as error:
+            raise InvalidSpec("method", str(error)) from None
+        try:
+            backbone = self.backbone(task.backbone)
+        except (OSError, ValueError) as error:  # missing files; a config transformers cannot read
+            raise InvalidSpec("backbone", f"backbone {task.backbone!r} cannot be loaded: {error}") from None
+        try:
+            method.check_backbone(backbone)
+            return build_classifier(task, backbone)
+        except ValueError as error:
+            raise InvalidSpec("", str(error)) from None
+
     def create(self, task: Task) -> bool:
-        """Store a new task (False if the same spec exists); a different spec under the name raises."""
-        build_classifier(task, self.backbone(task.backbone))  # a bad template or label fails here
+        """Store a new task (False if the same spec exists); a different spec under the name raises.
+
+        The spec is checked in full first (InvalidSpec), so only specs that can be served are stored.
+        """
+        self.build(task)
         spec = task.model_dump_json()
         if not self.client.hsetnx(TASKS_KEY, task.name, spec):
             existing = self.client.hget(TASKS_KEY, task.name)
-            if existing is not None and Task.model_validate_json(existing) != task:
-                raise TaskExists(f"task {task.name!r} exists with another spec")
+            if existing is not None:
+                try:
+                    same = Task.model_validate_json(existing) == task
+                except ValidationError:
+                    raise TaskExists(
+                        f"task {task.name!r} is stored with a spec that is no longer valid; delete it first"
+                    ) from None
+                if not same:
+                    raise TaskExists(f"task {task.name!r} exists with another spec")
             return False
         return True
 
     def get(self, name: str) -> Task | None:
+        """The task's spec; BrokenTask if the stored spec no longer validates."""
         raw = self.client.hget(TASKS_KEY, name)
-        return None if raw is None else Task.model_validate_json(raw)
+        return None if raw is None else _read_spec(name, raw)
+
+    def survey(self) -> tuple[list[Task], dict[str, str]]:
+        """Every stored task whose spec reads, and every task that cannot be served, with why."""
+        tasks, broken = [], {}
+        for raw_name, raw in sorted(self.client.hgetall(TASKS_KEY).items()):
+            name = raw_name.decode()
+            try:
+                tasks.append(_read_spec(name, raw))
+            except BrokenTask as error:
+                broken[name] = error.reason
+        broken.update({t.name: self.unbuildable[t.name] for t in tasks if t.name in self.unbuildable})
+        return tasks, broken
 
     def all(self) -> list[Task]:
-        return [Task.model_validate_json(raw) for _, raw in sorted(self.client.hgetall(TASKS_KEY).items())]
+        """The stored tasks whose specs read (a broken one is left out: see `survey`)."""
+        return self.survey()[0]
 
     def delete(self, name: str, artifacts_dir: Path) -> bool:
         removed = delete_task(self.client, name, artifacts_dir)  # everything the task owned, disk included
         self.runtimes.pop(name, None)
-        return removed
+        self.unbuildable.pop(name, None)
+        return bool(removed)
 
     def runtime(self, name: str) -> TaskRuntime | None:
-        """The replica's classifier for a task, built on first use; the cached one while Redis is down."""
+        """The replica's classifier for a task, built on first use; the cached one while Redis is down.
+
+        Raises BrokenTask when the stored spec no longer validates or its classifier cannot be built.
+        """
         try:
             task = self.get(name)
         except redis.ConnectionError:
@@ -188,7 +323,21 @@ class TaskRegistry:
             with self._building:  # concurrent first requests (and the warm-up) build one runtime, not several
                 runtime = self.runtimes.get(name)
                 if runtime is None or runtime.task != task:
-                    classifier = build_classifier(task, self.backbone(task.backbone))
+                    try:
+                        classifier = self.build(task)
+                    except InvalidSpec as error:
+                        self.unbuildable[name] = str(error)
+                        self.runtimes.pop(name, None)
+                        raise BrokenTask(name, str(error)) from None
+                    self.unbuildable.pop(name, None)
                     runtime = TaskRuntime(task, classifier, ExampleLog(self.client, name))
                     self.runtimes[name] = runtime
         return runtime
+
+
+def _read_spec(name: str, raw: bytes) -> Task:
+    try:
+        return Task.model_validate_json(raw)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise BrokenTask(name, problems) from None

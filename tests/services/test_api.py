@@ -9,27 +9,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from services.api.app import create_app
-from services.api.settings import Settings
 from services.bus.server import EmbeddedRedis
-
-TASK = {"name": "reviews", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
-
-
-@pytest.fixture()
-def server(tmp_path: Path):
-    with EmbeddedRedis(tmp_path / "redis") as running:
-        yield running
-
-
-def make_client(server: EmbeddedRedis, causal_dir: Path, **overrides) -> TestClient:
-    settings = Settings(redis_url=server.url, default_backbone=str(causal_dir), max_length=48, **overrides)
-    return TestClient(create_app(settings))
+from tests.services.harness import TASK
 
 
 @pytest.fixture()
-def api(server: EmbeddedRedis, causal_dir: Path):
-    with make_client(server, causal_dir, max_batch=4, max_text_chars=100, max_body_bytes=5000) as client:
+def api(make_client):
+    with make_client(max_batch=4, max_text_chars=100, max_body_bytes=5000) as client:
         assert client.post("/v1/tasks", json=TASK).status_code == 201
         yield client
 
@@ -101,24 +87,25 @@ def test_malformed_json_and_conflicts(api: TestClient) -> None:
     other = api.post("/v1/tasks", json={**TASK, "template": "{text} Overall: {mask}"})
     assert other.status_code == 409
     bad = api.post("/v1/tasks", json={**TASK, "name": "other", "template": "{mask} first {text}"})
-    assert bad.status_code == 422 and "last" in bad.json()["detail"]
+    assert bad.status_code == 422 and "last" in bad.json()["detail"][0]["msg"]
     assert api.post("/v1/tasks", json={**TASK, "name": "../etc"}).status_code == 422
 
 
-def test_api_key_guards_writes(server: EmbeddedRedis, causal_dir: Path) -> None:
-    with make_client(server, causal_dir, api_key="s3cret") as client:
+def test_api_key_guards_writes(make_client) -> None:
+    with make_client(api_key="s3cret") as client:
         assert client.post("/v1/tasks", json=TASK).status_code == 401
         assert client.post("/v1/tasks", json=TASK, headers={"X-API-Key": "wrong"}).status_code == 403
         assert (
             client.post("/v1/tasks", json=TASK, headers={"Authorization": "Bearer s3cret"}).status_code == 201
         )
-        assert client.get("/v1/tasks").json()[0]["name"] == "reviews"  # reads need no key
+        listed = client.get("/v1/tasks", headers={"X-API-Key": "s3cret"})  # the write key reads too
+        assert listed.json()[0]["name"] == "reviews"
 
 
 def test_two_replicas_converge_and_redis_down_keeps_classify_serving(
-    server: EmbeddedRedis, causal_dir: Path
+    server: EmbeddedRedis, make_client
 ) -> None:
-    with make_client(server, causal_dir) as first, make_client(server, causal_dir) as second:
+    with make_client() as first, make_client() as second:
         first.post("/v1/tasks", json=TASK)
         examples = [
             {"text": t, "label": label}
@@ -181,10 +168,10 @@ def test_demonstrations_per_class_with_weights(api: TestClient) -> None:
     assert by_label["1"][0]["weight"] >= by_label["1"][1]["weight"]
 
 
-def test_concurrent_classify_requests_share_forwards(server: EmbeddedRedis, causal_dir: Path) -> None:
+def test_concurrent_classify_requests_share_forwards(make_client) -> None:
     import threading
 
-    with make_client(server, causal_dir, batch_max_wait_ms=300, batch_max_delay_ms=300) as client:
+    with make_client(batch_max_wait_ms=300, batch_max_delay_ms=300) as client:
         client.post("/v1/tasks", json=TASK)
         client.post("/v1/tasks/reviews/examples", json={"examples": [{"text": "a good film", "label": "1"}]})
         texts = ["fine", "dull film", "great fun", "a bad film , it was awful"]
@@ -217,10 +204,10 @@ def test_concurrent_classify_requests_share_forwards(server: EmbeddedRedis, caus
                 assert batched["probabilities"][label] == pytest.approx(p, abs=1e-4)
 
 
-def test_writes_come_back_when_redis_does(tmp_path: Path, causal_dir: Path) -> None:
+def test_writes_come_back_when_redis_does(tmp_path: Path, make_client) -> None:
     server = EmbeddedRedis(tmp_path / "bus").start()
     port = server.port
-    with make_client(server, causal_dir) as client:
+    with make_client(redis_url=server.url) as client:
         client.post("/v1/tasks", json=TASK)
         client.post(
             "/v1/tasks/reviews/examples", json={"examples": [{"text": "a good film", "label": "1", "id": 1}]}
@@ -243,13 +230,11 @@ def test_writes_come_back_when_redis_does(tmp_path: Path, causal_dir: Path) -> N
             restarted.stop()
 
 
-def test_a_restarted_api_loads_and_replays_tasks_before_it_is_ready(
-    server: EmbeddedRedis, causal_dir: Path
-) -> None:
-    with make_client(server, causal_dir) as first:
+def test_a_restarted_api_loads_and_replays_tasks_before_it_is_ready(make_client) -> None:
+    with make_client() as first:
         first.post("/v1/tasks", json=TASK)
         first.post("/v1/tasks/reviews/examples", json={"examples": [{"text": "a good film", "label": "1"}]})
-    with make_client(server, causal_dir) as restarted:
+    with make_client() as restarted:
         for _ in range(100):
             if restarted.get("/readyz").status_code == 200:
                 break
@@ -267,7 +252,8 @@ def test_concurrent_first_requests_build_one_runtime(server: EmbeddedRedis, caus
     from services.api.tasks import TaskRegistry
     from services.bus.task_spec import Task
 
-    registry = TaskRegistry(redis.Redis.from_url(server.url), max_length=48, device="cpu")
+    client = redis.Redis.from_url(server.url)
+    registry = TaskRegistry(client, max_length=48, device="cpu", default_backbone=str(causal_dir))
     registry.create(Task(**{**TASK, "backbone": str(causal_dir)}))
     registry.runtimes.clear()
     with ThreadPoolExecutor(4) as pool:

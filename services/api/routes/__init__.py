@@ -1,0 +1,5 @@
+"""One router per resource; `create_app` includes them all."""
+
+from services.api.routes import classify, examples, jobs, operations, tasks
+
+ROUTERS = (operations.router, tasks.router, examples.router, classify.router, jobs.router)

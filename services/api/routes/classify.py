@@ -1,0 +1,97 @@
+"""Predictions, and the neural demonstrations behind them."""
+
+from __future__ import annotations
+
+import contextlib
+
+import redis
+from fastapi import APIRouter
+from openbook.classifier import Prediction
+from openbook.demonstrations import Demonstrations
+
+from services.api import schemas
+from services.api.checks import check_batch, check_text
+from services.api.deps import BatchersDep, MetricsDep, Reader, Runtime, SettingsDep, Threads
+from services.api.errors import declare
+from services.api.tasks import TaskRuntime
+
+router = APIRouter(prefix="/v1/tasks/{task}")
+
+
+@router.post("/classify", dependencies=[Reader], responses=declare(400, 401, 403, 404, 409, 413, 503))
+async def classify(
+    body: schemas.ClassifyIn,
+    runtime: Runtime,
+    settings: SettingsDep,
+    metrics: MetricsDep,
+    batchers: BatchersDep,
+) -> schemas.ClassifyOut:
+    check_batch(len(body.texts), ("body", "texts"), settings)
+    for i, text in enumerate(body.texts):
+        check_text(text, ("body", "texts", i), runtime, settings)
+    metrics.batch_size.observe(len(body.texts))
+    # The batch catches up with the log once before its forward (TaskRuntime.predict).
+    predictions, model_version, store_version = await batchers.batcher_for(runtime).predict(body.texts)
+    return schemas.ClassifyOut(
+        predictions=[_prediction(p, runtime, body.neighbours) for p in predictions],
+        model_version=model_version,
+        store_version=store_version,
+    )
+
+
+@router.post("/demonstrations", dependencies=[Reader], responses=declare(400, 401, 403, 404, 409, 413, 503))
+async def demonstrations(
+    body: schemas.DemonstrationsIn, runtime: Runtime, settings: SettingsDep, threads: Threads
+) -> schemas.DemonstrationsOut:
+    check_text(body.text, ("body", "text"), runtime, settings)
+    with contextlib.suppress(redis.ConnectionError):  # Redis away: what the store holds so far
+        await threads.read(runtime.catch_up)
+    demos = await threads.read(runtime.demonstrations, body.text)
+    return schemas.DemonstrationsOut(
+        demonstrations=_classes(demos, runtime),
+        model_version=runtime.model_version,
+        store_version=runtime.offset,
+    )
+
+
+def _prediction(prediction: Prediction, runtime: TaskRuntime, with_neighbours: bool) -> schemas.PredictionOut:
+    neighbours = None
+    if with_neighbours:
+        neighbours = [
+            schemas.NeighbourOut(
+                id=n.id, text=runtime.texts.get(n.id), label=n.label, similarity=n.similarity
+            )
+            for n in prediction.neighbours
+        ]
+    return schemas.PredictionOut(
+        label=prediction.label,
+        probabilities=prediction.probabilities,
+        p_lm=prediction.p_lm,
+        p_knn=prediction.p_knn,
+        neighbours=neighbours,
+        truncated=prediction.truncated,
+    )
+
+
+def _classes(demos: Demonstrations, runtime: TaskRuntime) -> list[schemas.ClassDemonstration]:
+    """Per label, the neighbours its demonstration vector mixes, with their weights."""
+    classes = []
+    for c, label in enumerate(runtime.classifier.labels):
+        present = demos.ids[0, c] >= 0
+        classes.append(
+            schemas.ClassDemonstration(
+                label=label,
+                neighbours=[
+                    schemas.DemoNeighbour(
+                        id=int(i), text=runtime.texts.get(int(i)), similarity=float(s), weight=float(w)
+                    )
+                    for i, s, w in zip(
+                        demos.ids[0, c][present],
+                        demos.similarities[0, c][present],
+                        demos.weights[0, c][present],
+                        strict=True,
+                    )
+                ],
+            )
+        )
+    return classes

@@ -1,0 +1,60 @@
+"""A task's labelled examples: add (acknowledged once Redis has them on disk), page through, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+
+from services.api import schemas
+from services.api.checks import check_batch, check_label, check_text
+from services.api.deps import Reader, Runtime, SettingsDep, Threads, Writer
+from services.api.errors import declare
+from services.bus.examples_log import ConflictError, NewExample
+
+router = APIRouter(prefix="/v1/tasks/{task}/examples")
+
+
+@router.post("", status_code=201, dependencies=[Writer], responses=declare(400, 401, 403, 404, 409, 413, 503))
+async def add_examples(
+    body: schemas.ExamplesIn, runtime: Runtime, settings: SettingsDep, threads: Threads
+) -> schemas.ExamplesAck:
+    check_batch(len(body.examples), ("body", "examples"), settings)
+    for i, example in enumerate(body.examples):
+        check_text(example.text, ("body", "examples", i, "text"), runtime, settings)
+        check_label(example.label, ("body", "examples", i, "label"), runtime)
+    new = [NewExample(e.text, e.label, e.id) for e in body.examples]
+    try:
+        appended = await threads.write(runtime.log.append, new)
+    except ConflictError as error:
+        raise HTTPException(409, str(error)) from None
+    await threads.write(runtime.catch_up)  # the next classify here already sees them
+    return schemas.ExamplesAck(
+        examples=[schemas.ExampleAck(id=a.id, created=a.offset is not None) for a in appended],
+        store_version=runtime.offset,
+    )
+
+
+@router.get("", dependencies=[Reader], responses=declare(401, 403, 404, 409, 503))
+async def list_examples(
+    runtime: Runtime,
+    threads: Threads,
+    after: Annotated[int, Query(ge=-1)] = -1,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> schemas.ExamplePage:
+    await threads.read(runtime.catch_up)
+    ids = sorted(i for i in runtime.texts if i > after)
+    page = ids[:limit]
+    return schemas.ExamplePage(
+        examples=[schemas.Example(id=i, text=runtime.texts[i], label=runtime.labels[i]) for i in page],
+        next_after=page[-1] if len(ids) > limit else None,
+    )
+
+
+@router.delete(
+    "/{example_id}", status_code=204, dependencies=[Writer], responses=declare(401, 403, 404, 409, 503)
+)
+async def delete_example(example_id: int, runtime: Runtime, threads: Threads) -> None:
+    if not await threads.write(runtime.log.delete, example_id):
+        raise HTTPException(404, f"no example {example_id} in task {runtime.task.name!r}")
+    await threads.write(runtime.catch_up)

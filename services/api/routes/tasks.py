@@ -1,0 +1,66 @@
+"""Tasks: create, list, read, delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Response
+
+from services.api import schemas
+from services.api.deps import Reader, Registry, Runtime, SettingsDep, Threads, Writer
+from services.api.errors import declare, unprocessable
+from services.api.tasks import InvalidSpec, TaskExists
+
+router = APIRouter(prefix="/v1/tasks")
+
+BROKEN_TASKS = "OpenBook-Broken-Tasks"
+
+
+@router.post("", status_code=201, dependencies=[Writer], responses=declare(400, 401, 403, 409, 413, 503))
+async def create_task(
+    body: schemas.TaskCreate, registry: Registry, settings: SettingsDep, threads: Threads
+) -> schemas.Task:
+    # The same spec again is a no-op; a spec is checked in full (registry.build) before it is stored.
+    task = schemas.Task(**{**body.model_dump(), "backbone": body.backbone or settings.default_backbone})
+    try:
+        await threads.write(registry.create, task)
+    except InvalidSpec as error:
+        raise unprocessable(("body", error.field) if error.field else ("body",), str(error)) from None
+    except TaskExists as error:
+        raise HTTPException(409, str(error)) from None
+    return task
+
+
+@router.get(
+    "",
+    dependencies=[Reader],
+    responses={
+        200: {
+            "headers": {
+                BROKEN_TASKS: {
+                    "description": "stored tasks not served (their spec no longer valid), comma-separated",
+                    "schema": {"type": "string"},
+                }
+            }
+        },
+        **declare(401, 403, 503),
+    },
+)
+async def list_tasks(registry: Registry, threads: Threads, response: Response) -> list[schemas.Task]:
+    tasks, broken = await threads.read(registry.survey)
+    if broken:  # names as stored: keep the header ASCII whatever they hold
+        response.headers[BROKEN_TASKS] = ", ".join(
+            n.encode("ascii", "backslashreplace").decode() for n in broken
+        )
+    return tasks
+
+
+@router.get("/{task}", dependencies=[Reader], responses=declare(401, 403, 404, 409, 503))
+async def get_task(runtime: Runtime) -> schemas.Task:
+    return runtime.task
+
+
+@router.delete("/{task}", status_code=204, dependencies=[Writer], responses=declare(401, 403, 404, 503))
+async def delete_task(task: str, registry: Registry, threads: Threads, settings: SettingsDep) -> None:
+    # Needs no runtime, so a task whose stored spec broke can be deleted too. Everything the task owned
+    # goes: its log, checkpoints, pointer, jobs and artifacts.
+    if not await threads.write(registry.delete, task, settings.artifacts):
+        raise HTTPException(404, f"no task {task!r}")

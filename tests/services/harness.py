@@ -1,0 +1,45 @@
+"""What the api tests share: task specs, settings on the tiny backbone, the app under a real uvicorn."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from services.api.settings import Settings
+from services.bus.server import free_port
+
+TASK = {"name": "reviews", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
+PAIR_TASK = {
+    "name": "pairs",
+    "template": "{text_a} ? {text_b} Answer: {mask}",
+    "labels": {"yes": "good", "no": "bad"},
+}
+
+
+def api_settings(redis_url: str, backbone: Path, **overrides) -> Settings:
+    return Settings(redis_url=redis_url, default_backbone=str(backbone), max_length=48, **overrides)
+
+
+@contextmanager
+def serving(app: FastAPI, *, timeout: float = 30.0) -> Iterator[str]:
+    """Run `app` under uvicorn on a free loopback port in a thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout)
