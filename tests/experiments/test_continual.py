@@ -22,7 +22,7 @@ from openbook.experiments.continual import (
 from openbook.prompting import PromptError, Template
 from openbook.training import TrainConfig
 
-from tests.test_evaluation import _write_csv, make_toy_dataset
+from tests.cli.test_evaluate import _write_csv, make_toy_dataset
 
 QUESTIONS = {
     "0": ["what is the answer", "what is this question", "what is the book"],

@@ -15,7 +15,7 @@ from openbook.experiments import setfit_peer
 from openbook.experiments.setfit_peer import PeerUnavailable, SetFitConfig, evaluate_setfit
 from openbook.prompting import Template, Verbalizer
 
-from tests.test_evaluation import make_toy_dataset
+from tests.cli.test_evaluate import make_toy_dataset
 
 needs_setfit = pytest.mark.skipif(
     importlib.util.find_spec("setfit") is None,

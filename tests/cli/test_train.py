@@ -4,7 +4,7 @@ import json
 
 from openbook.cli import main
 
-from tests.test_evaluation import make_toy_dataset
+from tests.cli.test_evaluate import make_toy_dataset
 
 TRAINING = [
     "--steps",
@@ -133,7 +133,7 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys):
 
 
 def test_eval_full_trains_on_the_whole_training_set(tmp_path, causal_dir, capsys):
-    from tests.test_evaluation import NEGATIVE, POSITIVE
+    from tests.cli.test_evaluate import NEGATIVE, POSITIVE
 
     full = tmp_path / "full"
     full.mkdir()
