@@ -1,30 +1,8 @@
+"""`openbook eval` on tiny backbones: inference methods, trainable methods, --full, resuming, user errors."""
+
 import json
 
-import numpy as np
-import pytest
 from openbook.cli import main
-from openbook.experiments.evaluation import EvalRecord, macro_f1
-from openbook.experiments.reports import add_record, locked, read_results, results_table, task_means_table
-from openbook.selection import accuracy
-
-POSITIVE = ["the movie was great and fun", "a good film with a great cast", "great fun", "a good film"]
-NEGATIVE = ["it was terrible and boring", "a bad film , it was awful", "boring and bad", "a terrible film"]
-
-
-def _write_csv(path, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f'{label},"{text}"\n' for label, text in rows))
-
-
-def make_toy_dataset(root, seeds=(1, 2), task="toy"):
-    rows = [("1", t) for t in POSITIVE] + [("0", t) for t in NEGATIVE]
-    for seed in seeds:
-        rng = np.random.default_rng(seed)
-        order = rng.permutation(len(rows))
-        _write_csv(root / task / f"16-{seed}" / "train.csv", [rows[i] for i in order])
-        _write_csv(root / task / f"16-{seed}" / "dev.csv", [rows[i] for i in order[::-1]])
-    _write_csv(root / task / "test.csv", [*rows, ("1", "fun and good"), ("0", "awful and boring")])
-    return root
 
 
 def _eval_args(data, out, causal_dir, labels="0=bad,1=good", methods="zero-shot,knn,knn-interp"):
@@ -36,8 +14,8 @@ def _eval_args(data, out, causal_dir, labels="0=bad,1=good", methods="zero-shot,
     ]  # fmt: skip
 
 
-def test_eval_cli_on_a_dataset_it_has_never_seen(tmp_path, causal_dir, capsys):
-    data = make_toy_dataset(tmp_path / "data")
+def test_eval_cli_on_a_dataset_it_has_never_seen(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
     out = tmp_path / "out"
     assert main(_eval_args(data, out, causal_dir)) == 0
     records = json.loads((out / "results.json").read_text())
@@ -54,8 +32,8 @@ def test_eval_cli_on_a_dataset_it_has_never_seen(tmp_path, causal_dir, capsys):
     assert "| toy | zero-shot |" in capsys.readouterr().out
 
 
-def test_eval_test_size_scores_every_run_on_one_fixed_sample(tmp_path, causal_dir, capsys):
-    data = make_toy_dataset(tmp_path / "data")  # 10 test sentences
+def test_eval_test_size_scores_every_run_on_one_fixed_sample(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")  # 10 test sentences
     out = tmp_path / "out"
     args = [*_eval_args(data, out, causal_dir, methods="zero-shot,knn-interp"), "--test-size", "4"]
     assert main(args) == 0
@@ -73,8 +51,10 @@ def test_eval_test_size_scores_every_run_on_one_fixed_sample(tmp_path, causal_di
     assert not other.exists()
 
 
-def test_unknown_label_in_data_fails_naming_the_line_and_writes_nothing(tmp_path, causal_dir, capsys):
-    data = make_toy_dataset(tmp_path / "data")
+def test_unknown_label_in_data_fails_naming_the_line_and_writes_nothing(
+    tmp_path, causal_dir, capsys, toy_dataset
+):
+    data = toy_dataset(tmp_path / "data")
     with open(data / "toy" / "16-2" / "dev.csv", "a") as handle:
         handle.write('7,"a stray label"\n')
     out = tmp_path / "out"
@@ -84,16 +64,16 @@ def test_unknown_label_in_data_fails_naming_the_line_and_writes_nothing(tmp_path
     assert not out.exists()
 
 
-def test_malformed_row_fails_naming_file_and_line(tmp_path, causal_dir, capsys):
-    data = make_toy_dataset(tmp_path / "data")
+def test_malformed_row_fails_naming_file_and_line(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
     (data / "toy" / "test.csv").write_text('1,"fine"\n0,"fine too"\n1\n')
     assert main(_eval_args(data, tmp_path / "out", causal_dir)) == 2
     assert "test.csv:3" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
-def test_unknown_method_and_bad_template_are_user_errors(tmp_path, causal_dir, capsys):
-    data = make_toy_dataset(tmp_path / "data")
+def test_unknown_method_and_bad_template_are_user_errors(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
     assert main(_eval_args(data, tmp_path / "o", causal_dir, methods="zero-shot,telepathy")) == 2
     assert "telepathy" in capsys.readouterr().err
     args = _eval_args(data, tmp_path / "o", causal_dir)
@@ -103,79 +83,65 @@ def test_unknown_method_and_bad_template_are_user_errors(tmp_path, causal_dir, c
     assert not (tmp_path / "o").exists()
 
 
-def test_metrics_and_table():
-    gold = np.array([0, 0, 1, 1, 2])
-    predicted = np.array([0, 1, 1, 1, 0])
-    assert accuracy(predicted, gold) == pytest.approx(0.6)
-    # per class F1: 0 -> 2*1/(2+1+1)=0.5, 1 -> 2*2/(4+1+0)=0.8, 2 -> 0
-    assert macro_f1(predicted, gold, 3) == pytest.approx((0.5 + 0.8 + 0.0) / 3)
-    records = [EvalRecord("t", "m", s, a, a, {}, 1.0) for s, a in ((1, 0.5), (2, 0.7))]
-    assert "| t | m | 60.0 (10.0) | 60.0 (10.0) | 2 | 1.0 |" in results_table(records)
+def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_flags, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    args = [
+        "eval", "--data", str(data), "--task", "toy", "--seeds", "1,2", "--out", str(out),
+        "--template", "{text} It was {mask}", "--labels", "0=bad,1=good", "--backbone", str(causal_dir),
+        "--methods", "zero-shot,prompt-ft,retroprompt,retroprompt/no-knn-infer", *training_flags,
+    ]  # fmt: skip
+    args[args.index("--seeds") + 1] = "1"
+    assert main(args) == 0
+    first = json.loads((out / "results.json").read_text())
+    assert {r["method"] for r in first} == {
+        "zero-shot",
+        "prompt-ft",
+        "retroprompt",
+        "retroprompt/no-knn-infer",
+    }
+    shared = {r["method"]: r["params"] for r in first if r["method"].startswith("retroprompt")}
+    assert shared["retroprompt"]["shared_training"] == ["retroprompt/no-knn-infer"]
+    assert shared["retroprompt"]["inference"] == "knn-interp"
+    assert shared["retroprompt/no-knn-infer"]["inference"] == "zero-shot"
+    assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"
 
-    # A resumed run appends records out of order; the table still lists the command's methods in order.
-    mixed = [EvalRecord(t, m, 1, 0.5, 0.5, {}, 1.0) for t, m in (("a", "y"), ("b", "x"), ("a", "x"))]
-    rows = [line.split(" | ")[:2] for line in results_table(mixed, ["x", "y"]).splitlines()[2:]]
-    assert rows == [["| a", "x"], ["| a", "y"], ["| b", "x"]]
-
-
-def test_task_means_table_averages_seeds_then_tasks():
-    rows = [
-        ("a", "x", 1, 0.5),
-        ("a", "x", 2, 0.7),
-        ("b", "x", 1, 0.9),
-        ("b", "x", 2, 0.9),
-        ("a", "y", 1, 0.4),
-    ]
-    records = [EvalRecord(t, m, s, acc, acc, {}, 1.0) for t, m, s, acc in rows]
-    lines = task_means_table(records, ["y", "x"]).splitlines()
-    assert lines[0] == "| method | a | b | mean over tasks |"
-    # y lacks task b, so it has no mean over tasks; its single seed on a is marked
-    assert lines[2:] == ["| y | 40.0 (1 of 2 seeds) |  |  |", "| x | 60.0 | 90.0 | 75.0 |"]
-
-
-def _add_records(out, seeds):
-    for seed in seeds:
-        with locked(out):
-            add_record(EvalRecord("t", "m", seed, 0.5, 0.5, {}, 1.0), out, method_order=["m"])
-
-
-def test_processes_sharing_a_results_directory_keep_every_record(tmp_path):
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")
-    workers = [context.Process(target=_add_records, args=(tmp_path, range(w, 40, 2))) for w in (0, 1)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    assert [w.exitcode for w in workers] == [0, 0]
-    assert sorted(r.seed for r in read_results(tmp_path)) == list(range(40))
-
-    # A cell already on disk keeps its first record.
-    with locked(tmp_path):
-        add_record(EvalRecord("t", "m", 3, 0.9, 0.9, {}, 1.0), tmp_path)
-    (third,) = [r for r in read_results(tmp_path) if r.seed == 3]
-    assert third.accuracy == 0.5 and len(read_results(tmp_path)) == 40
+    args[args.index("--seeds") + 1] = "1,2"  # resume: only seed 2 runs
+    assert main(args) == 0
+    second = json.loads((out / "results.json").read_text())
+    assert second[: len(first)] == first
+    assert sorted((r["method"], r["seed"]) for r in second[len(first) :]) == sorted(
+        (r["method"], 2) for r in first
+    )
+    capsys.readouterr()
+    args[args.index("--lr") + 1] = "1e-2"
+    assert main(args) == 2
+    assert "other settings (lr" in capsys.readouterr().err
 
 
-def test_knn_interp_chooses_lambda_alone_with_the_default_k_and_temperature():
-    from openbook.experiments.evaluation import MethodInputs, knn_interp
-    from openbook.knn import KnnConfig
-    from openbook.selection import LAMBDA_GRID, Split, interpolation_grid
-    from openbook.store import SearchResult
+def test_eval_full_trains_on_the_whole_training_set(
+    tmp_path, causal_dir, capsys, training_flags, toy_dataset
+):
+    full = tmp_path / "full"
+    full.mkdir()
+    lines = [f"1 {t}" for t in toy_dataset.positive] + [f"0 {t}" for t in toy_dataset.negative]
+    (full / "stsa.binary.train").write_text("\n".join(lines * 2) + "\n")
+    (full / "stsa.binary.test").write_text("\n".join(lines) + "\n")  # dev, by FULL_LAYOUT
+    (full / "stsa.binary.dev").write_text("1 fun and good\n0 awful and boring\n")  # test
+    out = tmp_path / "out"
+    args = [
+        "eval", "--full", "--full-dev-size", "4", "--data", str(full), "--task", "SST-2", "--seeds", "13",
+        "--out", str(out), "--template", "{text} It was {mask}", "--labels", "0=bad,1=good",
+        "--backbone", str(causal_dir), "--methods", "prompt-ft", *training_flags,
+    ]  # fmt: skip
+    assert main(args) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert [(r["task"], r["method"], r["seed"]) for r in records] == [("SST-2", "prompt-ft", 13)]
+    assert records[0]["accuracy"] in (0.0, 0.5, 1.0)  # scored on the two test sentences
+    assert json.loads((out / "settings.json").read_text())["full"] is True
+    assert (out / "results.md").read_text().startswith("# Full-data evaluation")
 
-    default = KnnConfig()
-    assert interpolation_grid(100) == [(default.k, default.temperature, lam) for lam in LAMBDA_GRID]
-    assert {k for k, _, _ in interpolation_grid(5)} == {5}  # never more neighbours than the store holds
-
-    # Dev: the prompt is right on every row and the neighbours always vote for the other label,
-    # so the only lambda that keeps dev accuracy is 0.
-    n, k = 8, 16
-    gold = np.array([0, 1] * (n // 2))
-    p_lm = np.where(gold[:, None] == np.arange(2), 0.7, 0.3).astype(np.float32)
-    wrong = np.repeat((1 - gold)[:, None], k, 1).astype(np.int64)
-    hits = SearchResult(np.arange(n * k).reshape(n, k), wrong, np.full((n, k), 0.5, np.float32))
-    split = Split(gold, hits)
-    inputs = MethodInputs(2, p_lm, p_lm, split, split, store_size=32)
-    _, params = knn_interp(inputs)
-    assert (params["k"], params["temperature"], params["lam"]) == (default.k, default.temperature, 0.0)
+    capsys.readouterr()
+    args[args.index("--methods") + 1] = "zero-shot,prompt-ft"
+    assert main(args) == 2
+    assert "--full evaluates trainable methods only; drop zero-shot" in capsys.readouterr().err
