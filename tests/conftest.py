@@ -1,25 +1,22 @@
-"""Tiny random backbones built from configs and saved/loaded through the real code path."""
+"""The builders tests share, as fixtures (test modules import nothing from each other or from here).
+
+Tiny random backbones built from configs and saved/loaded through the real code path; the sentiment toy
+set and its prompt; toy tasks on disk in the k-shot layout; random knowledge stores; and the evaluation
+data under $OPENBOOK_DATA, for the few tests that read it.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
 import torch
 from openbook.prompting import Template, Verbalizer
-
-SHARED_DATASETS = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets"
-
-# The sentiment toy set the method tests train on (four sentences, twice over), with its prompt.
-TEXTS = [
-    "the movie was great and fun",
-    "a good film with a great cast",
-    "it was terrible and boring",
-    "a bad film , it was awful",
-] * 2
-LABELS = np.array([1, 1, 0, 0] * 2)
-TEMPLATE, VERBALIZER = Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good")
 
 CORPUS = [
     "the movie was great and fun",
@@ -155,8 +152,55 @@ def sharp_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     return _sharpen(source, tmp_path_factory.mktemp(f"sharp-{request.param}"))
 
 
-def save_and_reload(classifier, method, model_dir: Path, tmp_path: Path, config, result, base_sha: str):
-    """Save a trained classifier as `openbook train` does and load it on a freshly loaded backbone."""
+@dataclass(frozen=True)
+class Toy:
+    """The sentiment toy set the method tests train on (four sentences, twice over), with its prompt."""
+
+    texts: list[str]
+    labels: np.ndarray  # (8,) indices into `verbalizer`
+    template: Template
+    verbalizer: Verbalizer
+
+
+def _toy() -> Toy:
+    return Toy(
+        texts=[
+            "the movie was great and fun",
+            "a good film with a great cast",
+            "it was terrible and boring",
+            "a bad film , it was awful",
+        ]
+        * 2,
+        labels=np.array([1, 1, 0, 0] * 2),
+        template=Template("{text} It was {mask}"),
+        verbalizer=Verbalizer.parse("0=bad,1=good"),
+    )
+
+
+@pytest.fixture
+def toy() -> Toy:
+    return _toy()
+
+
+def _fresh_classifier(directory: Path, spec: str):
+    """A classifier for `spec` on a freshly loaded backbone (training mutates it), prepared by its method."""
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.classifier import Classifier
+    from openbook.methods import build_method
+
+    backbone = load_backbone(BackboneConfig(name=str(directory), max_length=48))
+    method = build_method(spec)
+    toy = _toy()
+    return method.prepare(Classifier(backbone, toy.template, toy.verbalizer)), method
+
+
+@pytest.fixture
+def fresh_classifier() -> Callable:
+    """`fresh_classifier(model_dir, spec) -> (classifier, method)`: the toy prompt on a fresh backbone."""
+    return _fresh_classifier
+
+
+def _save_and_reload(classifier, method, model_dir: Path, tmp_path: Path, config, result, base_sha: str):
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.checkpoints import load_classifier, save_classifier
 
@@ -170,3 +214,107 @@ def save_and_reload(classifier, method, model_dir: Path, tmp_path: Path, config,
         dev_metrics={"accuracy": result.best.accuracy},
     )
     return load_classifier(path, backbone=load_backbone(BackboneConfig(name=str(model_dir), max_length=48)))
+
+
+@pytest.fixture
+def save_and_reload() -> Callable:
+    """Save a trained classifier as `openbook train` does and load it on a freshly loaded backbone:
+    `save_and_reload(classifier, method, model_dir, tmp_path, config, result, base_sha)`."""
+    return _save_and_reload
+
+
+class ToyDatasets:
+    """Writes small tasks in the k-shot layout (csv rows `label,"text"`) for the CLI and harness tests.
+
+    Calling it writes the sentiment task `toy`; `two_stages` adds the question-type task `qs` after it.
+    """
+
+    positive = ("the movie was great and fun", "a good film with a great cast", "great fun", "a good film")
+    negative = (
+        "it was terrible and boring",
+        "a bad film , it was awful",
+        "boring and bad",
+        "a terrible film",
+    )
+    questions: ClassVar[dict[str, tuple[str, ...]]] = {
+        "0": ("what is the answer", "what is this question", "what is the book"),
+        "1": ("who wrote the book", "who is it", "who wrote this"),
+        "2": ("where is the city", "where is the river", "where is the light"),
+    }
+    # The continual stages' label words, as `openbook continual --labels` takes them.
+    stage_labels = "toy:0=bad,toy:1=good,qs:0=what,qs:1=who,qs:2=where"
+
+    @staticmethod
+    def write_csv(path: Path, rows: Sequence[tuple[str, str]]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f'{label},"{text}"\n' for label, text in rows))
+
+    def __call__(self, root: Path, seeds: Sequence[int] = (1, 2), task: str = "toy") -> Path:
+        """8 training sentences per seed (dev: the same, reversed) and 10 shared test sentences."""
+        rows = [("1", t) for t in self.positive] + [("0", t) for t in self.negative]
+        for seed in seeds:
+            rng = np.random.default_rng(seed)
+            order = rng.permutation(len(rows))
+            self.write_csv(root / task / f"16-{seed}" / "train.csv", [rows[i] for i in order])
+            self.write_csv(root / task / f"16-{seed}" / "dev.csv", [rows[i] for i in order[::-1]])
+        self.write_csv(root / task / "test.csv", [*rows, ("1", "fun and good"), ("0", "awful and boring")])
+        return root
+
+    def two_stages(self, root: Path) -> Path:
+        """`toy` (sentiment, 2 labels) then `qs` (question type, 3 labels), in the k-shot layout, seed 1."""
+        self(root, seeds=(1,))
+        rows = [(label, text) for label, texts in self.questions.items() for text in texts]
+        self.write_csv(root / "qs" / "16-1" / "train.csv", rows)
+        self.write_csv(root / "qs" / "16-1" / "dev.csv", rows[::-1])
+        self.write_csv(
+            root / "qs" / "test.csv", [*rows, ("2", "where is the book"), ("1", "who is the cast")]
+        )
+        return root
+
+
+@pytest.fixture
+def toy_dataset() -> ToyDatasets:
+    return ToyDatasets()
+
+
+@pytest.fixture(scope="session")
+def datasets_root() -> Path:
+    """The evaluation data, `$OPENBOOK_DATA` (k-shot/ and full/ below it); without it the test is skipped."""
+    given = os.environ.get("OPENBOOK_DATA")
+    if not given:
+        pytest.skip("OPENBOOK_DATA is not set (make test sets it to ../shared/datasets)")
+    root = Path(given).resolve()
+    if not root.is_dir():
+        pytest.skip(f"OPENBOOK_DATA={given} is not a directory")
+    return root
+
+
+STORE_DIM = 16  # the random stores' default dimension
+
+
+def _random_items(count: int, seed: int, *, dim: int = STORE_DIM, num_labels: int = 4, first_id: int = 0):
+    """(ids, vectors, labels) for `KnowledgeStore.add`: seeded Gaussian vectors, random labels."""
+    rng = np.random.default_rng(seed)
+    # Spread-out, shuffled ids so sorted order, insertion order and shard order all differ.
+    ids = first_id + rng.permutation(count * 3)[:count].astype(np.int64) * 7
+    return ids, rng.standard_normal((count, dim)).astype(np.float32), rng.integers(0, num_labels, count)
+
+
+def _filled_store(count: int = 300, seed: int = 0, *, dim: int = STORE_DIM, **options):
+    """A `KnowledgeStore(dim, **options)` holding `count` random items, and those items."""
+    from openbook.store import KnowledgeStore
+
+    store = KnowledgeStore(dim, **options)
+    items = _random_items(count, seed, dim=dim)
+    store.add(*items)
+    return store, items
+
+
+@pytest.fixture
+def random_items() -> Callable:
+    return _random_items
+
+
+@pytest.fixture
+def filled_store() -> Callable:
+    return _filled_store

@@ -1,4 +1,4 @@
-"""Tests for openbook.data: tiny generated files, plus one opt-in check against the real k-shot splits."""
+"""Tests for openbook.data: tiny generated files, plus one check against the real k-shot splits."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 from openbook.data import (
+    DATA_ENV,
     DataError,
     Example,
     KShotSplits,
+    data_root,
     find_split,
     label_set,
     list_seeds,
@@ -17,8 +19,6 @@ from openbook.data import (
     load_kshot,
     read_split,
 )
-
-REAL_KSHOT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "k-shot"
 
 
 def write(path: Path, content: str) -> Path:
@@ -225,13 +225,12 @@ def test_label_set_orders_strings_lexicographically() -> None:
     assert label_set([]) == []
 
 
-def test_real_kshot_row_counts_match_files() -> None:
-    if not REAL_KSHOT_DIR.is_dir():
-        pytest.skip(f"real k-shot data not present at {REAL_KSHOT_DIR}")
+def test_real_kshot_row_counts_match_files(datasets_root: Path) -> None:
+    kshot = datasets_root / "k-shot"
     expected_test_rows = {"SST-2": 872, "RTE": 277, "QNLI": 5463, "sst-5": 2210, "trec": 500, "mpqa": 2000}
     for task, test_rows in expected_test_rows.items():
-        splits = load_kshot(REAL_KSHOT_DIR, task, 13)
-        test_path = find_split(REAL_KSHOT_DIR / task, "test")
+        splits = load_kshot(kshot, task, 13)
+        test_path = find_split(kshot / task, "test")
         physical_lines = test_path.read_bytes().count(b"\n")  # what `wc -l` reports
         header_lines = 1 if test_path.suffix == ".tsv" else 0
         assert len(splits.test) == test_rows == physical_lines - header_lines, task
@@ -292,3 +291,22 @@ def test_fixed_sample_is_the_same_subset_in_file_order_whatever_else_changes(tmp
     assert fixed_sample(examples, None) == examples and fixed_sample(examples, 99) == examples
     with pytest.raises(DataError, match="at least 1"):
         fixed_sample(examples, 0)
+
+
+def test_data_root_is_the_argument_else_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "from-env"))
+    assert data_root() == tmp_path / "from-env"
+    assert data_root(tmp_path / "given") == tmp_path / "given"  # --data wins over the environment
+    assert data_root(str(tmp_path / "given")) == tmp_path / "given"
+
+
+@pytest.mark.parametrize("unset", ["missing", "empty"])
+def test_data_root_without_either_says_how_to_give_one(monkeypatch: pytest.MonkeyPatch, unset: str) -> None:
+    if unset == "missing":
+        monkeypatch.delenv(DATA_ENV, raising=False)
+    else:
+        monkeypatch.setenv(DATA_ENV, "")
+    with pytest.raises(DataError, match=r"give --data, or set OPENBOOK_DATA .*k-shot/ and full/"):
+        data_root()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -10,25 +9,11 @@ import pytest
 from openbook.store import KnowledgeStore, SearchResult
 from openbook.store_snapshot import read_snapshot, write_snapshot
 
-DIM = 16
+DIM = 16  # the conftest stores' default dimension (`random_items`, `filled_store`)
 
 
 def unit(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-
-def random_items(count: int, seed: int, *, num_labels: int = 4, first_id: int = 0):
-    rng = np.random.default_rng(seed)
-    # Spread-out, shuffled ids so sorted order, insertion order and shard order all differ.
-    ids = first_id + rng.permutation(count * 3)[:count].astype(np.int64) * 7
-    return ids, rng.standard_normal((count, DIM)).astype(np.float32), rng.integers(0, num_labels, count)
-
-
-def filled_store(count: int = 300, seed: int = 0, **options) -> tuple[KnowledgeStore, tuple]:
-    store = KnowledgeStore(DIM, **options)
-    items = random_items(count, seed)
-    store.add(*items)
-    return store, items
 
 
 def brute_force(ids, vectors, queries, k, exclude=None):
@@ -66,7 +51,7 @@ def assert_matches_reference(result_ids, result_sims, ref_ids, ref_sims, all_sim
         assert len(set(row[row >= 0].tolist())) == (row >= 0).sum(), "duplicate hit in one row"
 
 
-def test_ids_labels_and_vectors_after_adds():
+def test_ids_labels_and_vectors_after_adds(random_items):
     store = KnowledgeStore(DIM)
     first, second = random_items(50, seed=1), random_items(30, seed=2, first_id=10_000)
     store.add(*first)
@@ -86,7 +71,7 @@ def test_ids_labels_and_vectors_after_adds():
 
 
 @pytest.mark.parametrize("shard_size", [64, 16_384])
-def test_search_matches_brute_force(shard_size):
+def test_search_matches_brute_force(shard_size, filled_store):
     store, (ids, vectors, _) = filled_store(500, seed=3, shard_size=shard_size)
     if shard_size == 64:
         assert len(store._indexes) == 8  # the merge across shards is what this case exercises
@@ -97,7 +82,7 @@ def test_search_matches_brute_force(shard_size):
     np.testing.assert_array_equal(result.labels, store.labels_of(result.ids.ravel()).reshape(20, 10))
 
 
-def test_k_larger_than_len_is_padded():
+def test_k_larger_than_len_is_padded(filled_store):
     store, (ids, vectors, _) = filled_store(7, seed=5, shard_size=3)
     queries = np.random.default_rng(6).standard_normal((4, DIM))
     result = store.search(queries, 12)
@@ -110,7 +95,7 @@ def test_k_larger_than_len_is_padded():
     assert np.all(empty.ids == -1) and np.all(np.isneginf(empty.similarities))
 
 
-def test_exclude_ids_is_leave_one_out():
+def test_exclude_ids_is_leave_one_out(filled_store):
     store, (ids, vectors, _) = filled_store(200, seed=7, shard_size=50)
     picked = np.arange(0, 200, 10)
     plain = store.search(vectors[picked], 5)
@@ -124,7 +109,7 @@ def test_exclude_ids_is_leave_one_out():
     np.testing.assert_array_equal(unchanged.ids, plain.ids)
 
 
-def test_upsert_replaces_vector_and_label():
+def test_upsert_replaces_vector_and_label(filled_store):
     store, (ids, vectors, labels) = filled_store(100, seed=8, shard_size=32)
     target = ids[10]
     new_vector = np.random.default_rng(9).standard_normal((1, DIM))
@@ -151,7 +136,7 @@ def test_duplicate_ids_within_a_batch_last_wins():
     np.testing.assert_allclose(store.vectors_of([5]), unit(vectors[3:4]), atol=1e-6)
 
 
-def test_remove_drops_items_and_ignores_unknown_ids():
+def test_remove_drops_items_and_ignores_unknown_ids(filled_store):
     store, (ids, vectors, labels) = filled_store(120, seed=11, shard_size=16)
     gone = ids[:40]  # spans several shards, including emptying some completely
     version = store.version
@@ -170,7 +155,7 @@ def test_remove_drops_items_and_ignores_unknown_ids():
 
 
 @pytest.mark.parametrize("exclude", [False, True])
-def test_search_per_label_matches_brute_force(exclude):
+def test_search_per_label_matches_brute_force(exclude, filled_store):
     store, (ids, vectors, labels) = filled_store(300, seed=12, shard_size=64)
     num_labels = 6  # labels 4 and 5 have no items
     queries = vectors[:15] if exclude else np.random.default_rng(13).standard_normal((15, DIM))
@@ -214,7 +199,7 @@ def _bad_inputs(a: int, b: int) -> dict[str, tuple]:
 
 
 @pytest.mark.parametrize("case", list(_bad_inputs(0, 1)))
-def test_invalid_add_raises_and_leaves_store_unchanged(case):
+def test_invalid_add_raises_and_leaves_store_unchanged(case, filled_store):
     store, (ids, vectors, labels) = filled_store(50, seed=14)
     before = store.search(vectors[:5], 5)
     version = store.version
@@ -228,7 +213,7 @@ def test_invalid_add_raises_and_leaves_store_unchanged(case):
     np.testing.assert_allclose(store.vectors_of(ids[:2]), unit(vectors[:2]), atol=1e-6)
 
 
-def test_invalid_search_arguments_raise():
+def test_invalid_search_arguments_raise(filled_store):
     store, (ids, vectors, _) = filled_store(20, seed=15)
     for bad_call in (
         lambda: store.search(np.ones((2, DIM + 1)), 3),
@@ -239,70 +224,6 @@ def test_invalid_search_arguments_raise():
     ):
         with pytest.raises(ValueError):
             bad_call()
-
-
-def test_snapshot_round_trip_and_overwrite(tmp_path: Path):
-    store, (ids, vectors, labels) = filled_store(200, seed=16, shard_size=64)
-    store.remove(ids[:10])
-    queries = np.random.default_rng(17).standard_normal((10, DIM))
-    snapshot = tmp_path / "snapshot"
-    write_snapshot(store, snapshot, metadata={"log_offset": 1234})
-    assert store.metadata == {"log_offset": 1234}
-    loaded = read_snapshot(snapshot)
-    assert loaded.metadata == {"log_offset": 1234} and loaded.version == store.version
-    assert len(loaded) == len(store) and loaded.kind == "flat" and loaded.dim == DIM
-    np.testing.assert_array_equal(loaded.ids(), store.ids())
-    np.testing.assert_array_equal(loaded.labels(), store.labels())
-    for a, b in [
-        (store.search(queries, 7), loaded.search(queries, 7)),
-        (store.search_per_label(queries, 3, 4), loaded.search_per_label(queries, 3, 4)),
-    ]:
-        np.testing.assert_array_equal(a.ids, b.ids)
-        np.testing.assert_array_equal(a.labels, b.labels)
-        np.testing.assert_array_equal(a.similarities, b.similarities)
-    # Save again over the existing snapshot, with more data and without new metadata.
-    loaded.add(ids[:10], vectors[:10], labels[:10])
-    write_snapshot(loaded, snapshot)
-    reloaded = read_snapshot(snapshot)
-    assert len(reloaded) == 200 and reloaded.metadata == {"log_offset": 1234}
-    np.testing.assert_array_equal(reloaded.search(queries, 5).ids, loaded.search(queries, 5).ids)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["snapshot"], "temp or old dirs left behind"
-    manifest = json.loads((snapshot / "store.json").read_text())
-    assert manifest["count"] == 200 and manifest["dim"] == DIM and manifest["kind"] == "flat"
-
-
-def test_save_refuses_to_replace_a_foreign_directory(tmp_path: Path):
-    store, _ = filled_store(10, seed=18)
-    (tmp_path / "precious").mkdir()
-    (tmp_path / "precious" / "notes.txt").write_text("keep me")
-    with pytest.raises(FileExistsError):
-        write_snapshot(store, tmp_path / "precious")
-    assert (tmp_path / "precious" / "notes.txt").read_text() == "keep me"
-    with pytest.raises(ValueError, match="JSON"):
-        write_snapshot(store, tmp_path / "snap", metadata={"bad": object()})
-    assert store.metadata == {} and not (tmp_path / "snap").exists()
-
-
-def test_load_missing_or_corrupt_snapshot_raises(tmp_path: Path):
-    with pytest.raises(FileNotFoundError, match="nowhere"):
-        read_snapshot(tmp_path / "nowhere")
-    store, _ = filled_store(100, seed=19, shard_size=32)
-    write_snapshot(store, tmp_path / "snap")
-    (tmp_path / "snap" / "index_0001.faiss").write_bytes(b"not a faiss index")
-    with pytest.raises(ValueError, match="snap"):
-        read_snapshot(tmp_path / "snap")
-    write_snapshot(store, tmp_path / "snap2")
-    (tmp_path / "snap2" / "store.json").write_text("{ truncated")
-    with pytest.raises(ValueError, match="snap2"):
-        read_snapshot(tmp_path / "snap2")
-    write_snapshot(store, tmp_path / "snap3")
-    np.save(tmp_path / "snap3" / "ids.npy", np.arange(5))
-    with pytest.raises(ValueError, match="snap3"):
-        read_snapshot(tmp_path / "snap3")
-    write_snapshot(store, tmp_path / "snap4")  # right lengths, but ids assigned to the wrong shards
-    np.save(tmp_path / "snap4" / "index_of.npy", np.zeros(len(store), dtype=np.int64))
-    with pytest.raises(ValueError, match="snap4"):
-        read_snapshot(tmp_path / "snap4")
 
 
 def clustered(count: int, dim: int, seed: int, num_clusters: int = 20):

@@ -15,8 +15,6 @@ from openbook.experiments import setfit_peer
 from openbook.experiments.setfit_peer import PeerUnavailable, SetFitConfig, evaluate_setfit
 from openbook.prompting import Template, Verbalizer
 
-from tests.test_evaluation import make_toy_dataset
-
 needs_setfit = pytest.mark.skipif(
     importlib.util.find_spec("setfit") is None,
     reason="the optional extra openbook[setfit] is not installed (pip install -e '.[setfit]')",
@@ -64,9 +62,9 @@ def tiny_encoder(masked_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @needs_setfit
 def test_setfit_trains_and_writes_records_like_the_other_methods(
-    tiny_encoder: Path, causal_backbone: Backbone, tmp_path: Path
+    tiny_encoder: Path, causal_backbone: Backbone, tmp_path: Path, toy_dataset
 ) -> None:
-    data = make_toy_dataset(tmp_path / "data")
+    data = toy_dataset(tmp_path / "data")
     classifier = Classifier(
         causal_backbone, Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good")
     )
@@ -85,10 +83,10 @@ def test_setfit_trains_and_writes_records_like_the_other_methods(
 
 @needs_setfit
 def test_eval_cli_runs_setfit_into_results_json(
-    tiny_encoder: Path, causal_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    tiny_encoder: Path, causal_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, toy_dataset
 ) -> None:
     monkeypatch.setattr(setfit_peer, "packaged_encoder", lambda: tiny_encoder)  # never the real MiniLM here
-    data, out = make_toy_dataset(tmp_path / "data"), tmp_path / "out"
+    data, out = toy_dataset(tmp_path / "data"), tmp_path / "out"
     assert main(_eval_args(data, out, causal_dir)) == 0
     records = json.loads((out / "results.json").read_text())
     assert {(r["method"], r["seed"]) for r in records} == {("setfit", 1), ("setfit", 2)}
@@ -100,7 +98,7 @@ def test_eval_cli_runs_setfit_into_results_json(
 
 
 def test_without_the_optional_package_setfit_says_how_to_install_it(
-    causal_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    causal_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, toy_dataset
 ) -> None:
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
@@ -108,7 +106,7 @@ def test_without_the_optional_package_setfit_says_how_to_install_it(
         "find_spec",
         lambda name, *args: None if name == "setfit" else real_find_spec(name, *args),
     )
-    data, out = make_toy_dataset(tmp_path / "data"), tmp_path / "out"
+    data, out = toy_dataset(tmp_path / "data"), tmp_path / "out"
     assert main(_eval_args(data, out, causal_dir)) == 2
     assert "pip install -e '.[setfit]'" in capsys.readouterr().err
     assert not out.exists()  # refused before anything was loaded or written

@@ -1,3 +1,5 @@
+"""`openbook classify`: explained predictions from a prompt and an examples file, and its user errors."""
+
 import json
 
 from openbook.cli import main
@@ -33,24 +35,3 @@ def test_classify_with_an_unknown_example_label_is_a_clear_error(tmp_path, causa
 def test_missing_prompt_is_a_clear_error(causal_dir, capsys):
     assert main(["classify", "--backbone", str(causal_dir), "some text"]) == 2
     assert "--task" in capsys.readouterr().err
-
-
-def test_bench_store_prints_the_ratios(causal_dir, capsys):
-    assert (
-        main(["bench", "store", "--backbone", str(causal_dir), "--sizes", "200,1000", "--batch-size", "4"])
-        == 0
-    )
-    out = capsys.readouterr().out
-    assert "store of   1,000: kNN search + interpolation" in out and "% of the forward" in out
-    assert "add one example to a store of 1,000" in out
-    assert out.count("-> ratio") == 2
-
-
-def test_bench_train_prints_throughput_ratios(causal_dir, capsys):
-    args = ["bench", "train", "--backbone", str(causal_dir), "--train-batch-size", "2", "--repeats", "1"]
-    assert main(args) == 0
-    out = capsys.readouterr().out
-    assert "raw forward+backward" in out
-    for spec in ("prompt-ft", "retroprompt"):
-        assert f"{spec:<12} training step" in out
-    assert out.count("x raw forward+backward") == 2

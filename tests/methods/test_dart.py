@@ -17,8 +17,6 @@ from openbook.prompting import EncodedBatch, Template, Verbalizer
 from openbook.soft_prompts import text_mask
 from openbook.training import TrainConfig, train
 
-from tests.conftest import LABELS, TEXTS, save_and_reload
-
 # The fluency term (predicting text tokens from scratch on a random tiny model) dominates the loss at first,
 # so classification needs more steps than prompt-ft's 40.
 CONFIG = TrainConfig(steps=60, batch_size=4, lr=3e-3, eval_every=6, patience=20, warmup_ratio=0.0)
@@ -33,12 +31,9 @@ def fresh(directory: Path, spec: str = "dart", template: str = TEMPLATE) -> tupl
     return method.prepare(classifier), method
 
 
-@pytest.fixture(params=["masked", "causal"])
-def model_dir(request: pytest.FixtureRequest) -> Path:
-    return request.getfixturevalue(f"{request.param}_dir")
-
-
-def test_dart_trains_everything_and_round_trips(model_dir: Path, tmp_path: Path) -> None:
+def test_dart_trains_everything_and_round_trips(
+    model_dir: Path, tmp_path: Path, toy, save_and_reload
+) -> None:
     classifier, method = fresh(model_dir, "dart/prompt-lr=0.01")
     prompt = classifier.prompt
     assert isinstance(prompt, DifferentiablePrompt)
@@ -52,9 +47,9 @@ def test_dart_trains_everything_and_round_trips(model_dir: Path, tmp_path: Path)
     assert {id(p) for p in groups[1]["params"]} == {id(p) for p in prompt.parameters()}
 
     base_sha = weights_sha256(model)
-    ce_before, fluency_before = objective(classifier)
-    result = train(classifier, method, TEXTS, LABELS, TEXTS, LABELS, CONFIG, progress=False)
-    ce_after, fluency_after = objective(classifier)
+    ce_before, fluency_before = objective(classifier, toy)
+    result = train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, CONFIG, progress=False)
+    ce_after, fluency_after = objective(classifier, toy)
     assert ce_after < 0.5 * ce_before and fluency_after < 0.9 * fluency_before
     assert result.best.accuracy == 1.0
     # Full fine-tuning, as in the paper: the transformer layers move, and so do the prompt's vectors.
@@ -64,46 +59,46 @@ def test_dart_trains_everything_and_round_trips(model_dir: Path, tmp_path: Path)
     assert not torch.allclose(prompt.template, start_template)
     assert not torch.allclose(prompt.labels, start_labels)
 
-    predicted = classifier.predict(TEXTS[:4])
+    predicted = classifier.predict(toy.texts[:4])
     loaded, loaded_method = save_and_reload(classifier, method, model_dir, tmp_path, CONFIG, result, base_sha)
     assert loaded_method.spec == "dart/prompt-lr=0.01"
-    reloaded = loaded.predict(TEXTS[:4])
+    reloaded = loaded.predict(toy.texts[:4])
     for a, b in zip(reloaded, predicted, strict=True):
         assert a.probabilities == b.probabilities  # exactly: same weights, prompt, store and bias
 
 
-def objective(classifier: Classifier) -> tuple[float, float]:
+def objective(classifier: Classifier, toy) -> tuple[float, float]:
     """(L_C, L_F) on the training set without dropout, averaged over fixed draws of the hidden tokens.
 
     The per-step training losses are too noisy to compare: each step's L_F depends on which text tokens
     were drawn."""
     classifier.backbone.model.eval()
-    gold, ce, fluency = torch.tensor(LABELS), [], []
+    gold, ce, fluency = torch.tensor(toy.labels), [], []
     with torch.no_grad():
         ce.append(
-            float(build_method("dart/no-fluency").loss(classifier, TrainBatch(TEXTS, gold, np.arange(8))))
+            float(build_method("dart/no-fluency").loss(classifier, TrainBatch(toy.texts, gold, np.arange(8))))
         )
         for seed in range(5):
             torch.manual_seed(seed)
-            fluency.append(float(fluency_loss(classifier, TEXTS, gold)))
+            fluency.append(float(fluency_loss(classifier, toy.texts, gold)))
     return ce[0], float(np.mean(fluency))
 
 
-def test_the_fluency_objective_is_what_lowers_the_fluency_loss(model_dir: Path) -> None:
+def test_the_fluency_objective_is_what_lowers_the_fluency_loss(model_dir: Path, toy) -> None:
     after = {}
     for spec in ("dart/prompt-lr=0.01", "dart/no-fluency/prompt-lr=0.01"):
         classifier, method = fresh(model_dir, spec)
-        train(classifier, method, TEXTS, LABELS, TEXTS, LABELS, CONFIG, progress=False)
-        after[spec] = objective(classifier)[1]
+        train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, CONFIG, progress=False)
+        after[spec] = objective(classifier, toy)[1]
     assert after["dart/prompt-lr=0.01"] < 0.8 * after["dart/no-fluency/prompt-lr=0.01"]
 
 
-def test_untrained_prompt_is_the_hand_written_one(backbone: Backbone) -> None:
+def test_untrained_prompt_is_the_hand_written_one(backbone: Backbone, toy) -> None:
     """Pseudo-tokens start as the template's words and label vectors as the label words: before training
     DART scores the classes like the plain prompt renormalised over the label words."""
     classifier = Classifier(backbone, Template(TEMPLATE), Verbalizer.parse("0=bad,1=good"))
     prepared = build_method("dart").prepare(classifier)
-    batch = classifier.encoder.encode([*TEXTS[:3], "bad"])  # rows of different lengths: padding
+    batch = classifier.encoder.encode([*toy.texts[:3], "bad"])  # rows of different lengths: padding
     with torch.inference_mode():
         plain = backbone.forward(batch, classifier.encoder.label_token_ids)
         ours = backbone.forward(batch, classifier.encoder.label_token_ids, prompt=prepared.prompt)
@@ -111,7 +106,9 @@ def test_untrained_prompt_is_the_hand_written_one(backbone: Backbone) -> None:
     torch.testing.assert_close(ours.label_log_probs, plain.label_log_probs.log_softmax(-1))
 
 
-def test_fluency_matches_a_per_row_reference(backbone: Backbone, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fluency_matches_a_per_row_reference(
+    backbone: Backbone, monkeypatch: pytest.MonkeyPatch, toy
+) -> None:
     """The batched fluency pass (padding, B*C rows, LM head on the read positions only) against one plain
     forward per row and class, with the hidden token pinned to each row's last text token."""
     classifier = build_method("dart").prepare(
@@ -130,7 +127,7 @@ def test_fluency_matches_a_per_row_reference(backbone: Backbone, monkeypatch: py
         return positions.masked_fill(~candidates, -1).argmax(1), candidates.any(1)
 
     monkeypatch.setattr(dart_module, "choose_text_tokens", last_text_token)
-    texts, gold = [*TEXTS[:3], "bad"], torch.tensor([1, 1, 0, 0])
+    texts, gold = [*toy.texts[:3], "bad"], torch.tensor([1, 1, 0, 0])
     with torch.no_grad():
         batched = fluency_loss(classifier, texts, gold)
         reference = [
@@ -160,11 +157,11 @@ def reference_fluency(classifier: Classifier, text: str, label: int, gold: int) 
     return F.binary_cross_entropy(p, torch.tensor(float(label == gold), device=p.device))
 
 
-def test_fluency_term_is_finite_and_changes_the_loss(backbone: Backbone) -> None:
+def test_fluency_term_is_finite_and_changes_the_loss(backbone: Backbone, toy) -> None:
     classifier = Classifier(backbone, Template(TEMPLATE), Verbalizer.parse("0=bad,1=good"))
     with_fluency, without = build_method("dart"), build_method("dart/no-fluency")
     prepared = with_fluency.prepare(classifier)
-    batch = TrainBatch(TEXTS[:4], torch.tensor(LABELS[:4]), np.arange(4))
+    batch = TrainBatch(toy.texts[:4], torch.tensor(toy.labels[:4]), np.arange(4))
     torch.manual_seed(0)
     term = fluency_loss(prepared, batch.texts, batch.gold)
     assert torch.isfinite(term) and term > 0
@@ -179,9 +176,9 @@ def test_fluency_term_is_finite_and_changes_the_loss(backbone: Backbone) -> None
     backbone.model.zero_grad(set_to_none=True)  # the backbone is shared with other tests
 
 
-def test_random_choice_picks_only_input_text(masked_backbone: Backbone) -> None:
+def test_random_choice_picks_only_input_text(masked_backbone: Backbone, toy) -> None:
     encoder = masked_backbone.encoder(Template(TEMPLATE), Verbalizer.parse("0=bad,1=good"))
-    batch = encoder.encode(TEXTS[:3])
+    batch = encoder.encode(toy.texts[:3])
     special = torch.tensor(masked_backbone.tokenizer.all_special_ids)
     allowed = text_mask(batch) & ~torch.isin(batch.input_ids, special)
     seen = torch.zeros_like(allowed)

@@ -1,15 +1,16 @@
-"""The continual protocol: metrics on hand-made numbers, a 2-stage run on tiny backbones, the CLI."""
+"""The continual protocol: metrics on hand-made numbers, a 2-stage run on tiny backbones, its records.
+
+`openbook continual` itself is tests/cli/test_continual.py.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from openbook.backbone import Backbone
-from openbook.cli import main
 from openbook.experiments.continual import (
     average_accuracy,
     build_stages,
@@ -22,26 +23,8 @@ from openbook.experiments.continual import (
 from openbook.prompting import PromptError, Template
 from openbook.training import TrainConfig
 
-from tests.test_evaluation import _write_csv, make_toy_dataset
-
-QUESTIONS = {
-    "0": ["what is the answer", "what is this question", "what is the book"],
-    "1": ["who wrote the book", "who is it", "who wrote this"],
-    "2": ["where is the city", "where is the river", "where is the light"],
-}
 WORDS = {"toy": "0=bad,1=good", "qs": "0=what,1=who,2=where"}
-LABELS_FLAG = "toy:0=bad,toy:1=good,qs:0=what,qs:1=who,qs:2=where"
 CONFIG = TrainConfig(steps=4, batch_size=4, lr=1e-3, eval_every=2, patience=5, calibration="none")
-
-
-def make_two_stages(root: Path) -> Path:
-    """`toy` (sentiment, 2 labels) then `qs` (question type, 3 labels), both in the k-shot layout, seed 1."""
-    make_toy_dataset(root, seeds=(1,))
-    rows = [(label, text) for label, texts in QUESTIONS.items() for text in texts]
-    _write_csv(root / "qs" / "16-1" / "train.csv", rows)
-    _write_csv(root / "qs" / "16-1" / "dev.csv", rows[::-1])
-    _write_csv(root / "qs" / "test.csv", [*rows, ("2", "where is the book"), ("1", "who is the cast")])
-    return root
 
 
 def test_average_accuracy_and_forgetting_on_hand_made_numbers() -> None:
@@ -59,7 +42,7 @@ def test_average_accuracy_and_forgetting_on_hand_made_numbers() -> None:
     assert forgetting([[0.8]]) is None and average_accuracy([[0.8]]) == 0.8
 
 
-def test_stages_namespace_labels_and_grow_the_verbalizer(tmp_path: Path) -> None:
+def test_stages_namespace_labels_and_grow_the_verbalizer(tmp_path: Path, toy_dataset) -> None:
     stages = build_stages(["toy", "qs"], WORDS)
     assert [s.prefix for s in stages] == ["toy", "qs"]
     assert build_stages(["SST-2", "mpqa"])[0].prefix == "sst2"
@@ -67,8 +50,8 @@ def test_stages_namespace_labels_and_grow_the_verbalizer(tmp_path: Path) -> None
     grown = union_verbalizer(stages)
     assert grown.labels == ("toy:0", "toy:1", "qs:0", "qs:1", "qs:2")
     assert grown.words == ("bad", "good", "what", "who", "where")
-    assert parse_stage_words(LABELS_FLAG) == WORDS
-    data = load_stage_data(make_two_stages(tmp_path), stages, seed=1, test_size=5)
+    assert parse_stage_words(toy_dataset.stage_labels) == WORDS
+    data = load_stage_data(toy_dataset.two_stages(tmp_path), stages, seed=1, test_size=5)
     assert [len(d.test) for d in data] == [5, 5]
     assert {e.label for e in data[1].train} == {"qs:0", "qs:1", "qs:2"}
     again = load_stage_data(tmp_path, stages, seed=1, test_size=5)
@@ -86,8 +69,10 @@ def test_bad_stage_words_are_clear_errors() -> None:
         parse_stage_words("toy=bad")
 
 
-def test_two_stages_give_a_triangle_of_accuracies(tmp_path: Path, causal_backbone: Backbone) -> None:
-    data = make_two_stages(tmp_path)
+def test_two_stages_give_a_triangle_of_accuracies(
+    tmp_path: Path, causal_backbone: Backbone, toy_dataset
+) -> None:
+    data = toy_dataset.two_stages(tmp_path)
     stages = build_stages(["toy", "qs"], WORDS)
     initial = {k: v.clone() for k, v in causal_backbone.model.state_dict().items()}
     records = run_continual(
@@ -116,33 +101,6 @@ def test_two_stages_give_a_triangle_of_accuracies(tmp_path: Path, causal_backbon
     assert [p["store_size"] for p in by_method["l2p"].params] == [8, 9]
     for name, tensor in causal_backbone.model.state_dict().items():  # every run starts from, and restores,
         assert torch.equal(tensor, initial[name]), name  # the initial weights
-
-
-def test_continual_cli_writes_records_and_resumes(tmp_path: Path, causal_dir: Path, capsys) -> None:
-    data = make_two_stages(tmp_path / "data")
-    out = tmp_path / "out"
-    args = [
-        "continual", "--data", str(data), "--stages", "toy,qs", "--methods", "l2p", "--seeds", "1",
-        "--out", str(out), "--backbone", str(causal_dir), "--labels", LABELS_FLAG, "--test-size", "4",
-        "--template", "{text} It was {mask}", "--steps", "2", "--eval-every", "2", "--train-batch-size", "4",
-        "--max-length", "48",
-    ]  # fmt: skip
-    assert main(args) == 0
-    records = json.loads((out / "continual.json").read_text())
-    assert len(records) == 1
-    assert set(records[0]) == {
-        "method", "seed", "stages", "test_size", "accuracy", "average_accuracy", "forgetting", "params",
-        "seconds",
-    }  # fmt: skip
-    table = (out / "continual.md").read_text()
-    assert "| l2p |" in table and "final qs" in table
-    written = (out / "continual.json").read_text()
-    assert main(args) == 0  # resumed: nothing left to run
-    assert (out / "continual.json").read_text() == written
-    capsys.readouterr()
-    args[args.index("--test-size") + 1] = "3"
-    assert main(args) == 2
-    assert "other stages or test sizes" in capsys.readouterr().err
 
 
 def test_processes_sharing_an_out_directory_keep_every_record(tmp_path: Path) -> None:

@@ -21,8 +21,6 @@ from openbook.methods.ipt import (
 from openbook.prompting import Template, Verbalizer
 from openbook.training import TrainConfig, train
 
-from tests.conftest import LABELS, SHARED_DATASETS, TEMPLATE, TEXTS, VERBALIZER, save_and_reload
-
 CONFIG = TrainConfig(steps=100, batch_size=4, lr=1e-5, eval_every=10, patience=10, warmup_ratio=0.0)
 GENERATORS = ["ipt/strategy=random", "ipt/encoder=lstm", "ipt/encoder=cnn", "ipt/encoder=mlp"]
 SPECS = [*GENERATORS, "ipt/strategy=pretrained"]
@@ -36,14 +34,14 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     return cache
 
 
-def tiny_corpora() -> list[LabelledCorpus]:
+def tiny_corpora(toy) -> list[LabelledCorpus]:
     """Two generated categories, each with its own prompt, as the real corpus has one per task."""
     good, bad = ["great", "good", "fun"], ["terrible", "bad", "awful", "boring"]
     reviews = [f"the film was {w}" for w in good + bad] + [f"a {w} cast" for w in good + bad]
     labels = [1] * 3 + [0] * 4 + [1] * 3 + [0] * 4
     questions = ["who wrote the book", "where is the city", "what is the answer", "who is the river"] * 2
     return [
-        LabelledCorpus("reviews", TEMPLATE, VERBALIZER, reviews, np.array(labels)),
+        LabelledCorpus("reviews", toy.template, toy.verbalizer, reviews, np.array(labels)),
         LabelledCorpus(
             "questions",
             Template("{text} ? {mask}"),
@@ -54,22 +52,22 @@ def tiny_corpora() -> list[LabelledCorpus]:
     ]
 
 
-def ensure_tiny_table(backbone: Backbone, spec: str = "ipt/strategy=pretrained") -> Path:
+def ensure_tiny_table(backbone: Backbone, toy, spec: str = "ipt/strategy=pretrained") -> Path:
     config = build_method(spec).config
     assert isinstance(config, IPTConfig)
     path = pretrained_table_path(backbone, config)
     if not path.exists():
-        path = pretrain_prompt_table(backbone, tiny_corpora(), config, steps=6, batch_size=4)
+        path = pretrain_prompt_table(backbone, tiny_corpora(toy), config, steps=6, batch_size=4)
     return path
 
 
-def fresh(directory: Path, spec: str) -> tuple[Classifier, Method]:
+def fresh(directory: Path, spec: str, toy) -> tuple[Classifier, Method]:
     backbone = load_backbone(BackboneConfig(name=str(directory), max_length=48))  # training mutates
     method = build_method(spec)
     assert isinstance(method.config, IPTConfig)
     if method.config.strategy == "pretrained":
-        ensure_tiny_table(backbone, spec)
-    return method.prepare(Classifier(backbone, TEMPLATE, VERBALIZER)), method
+        ensure_tiny_table(backbone, toy, spec)
+    return method.prepare(Classifier(backbone, toy.template, toy.verbalizer)), method
 
 
 def instance_part(classifier: Classifier, texts: list[str]) -> torch.Tensor:
@@ -86,8 +84,10 @@ def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("spec", SPECS)
-def test_trains_only_the_generator_and_round_trips(sharp_dir: Path, spec: str, tmp_path: Path) -> None:
-    classifier, method = fresh(sharp_dir, f"{spec}/prompt-lr=0.01")  # tiny models: 10x the default
+def test_trains_only_the_generator_and_round_trips(
+    sharp_dir: Path, spec: str, tmp_path: Path, toy, save_and_reload
+) -> None:
+    classifier, method = fresh(sharp_dir, f"{spec}/prompt-lr=0.01", toy)  # tiny models: 10x the default
     backbone_before = {k: v.clone() for k, v in classifier.backbone.model.state_dict().items()}
     assert classifier.prompt is not None
     prompt_before = {k: v.clone() for k, v in classifier.prompt.state_dict().items()}
@@ -96,7 +96,7 @@ def test_trains_only_the_generator_and_round_trips(sharp_dir: Path, spec: str, t
     assert [g["lr"] for g in method.parameter_groups(classifier, 1e-5)] == [method.config.prompt_lr]
 
     base_sha = weights_sha256(classifier.backbone.model)
-    result = train(classifier, method, TEXTS, LABELS, TEXTS, LABELS, CONFIG, progress=False)
+    result = train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, CONFIG, progress=False)
     # The loss over all training texts (dev = train here) at each dev check: unlike the per-batch losses
     # it has no sampling noise, and unlike the kept weights (chosen on accuracy first) it is the loss.
     losses = [-h["log_likelihood"] for h in result.history]
@@ -106,19 +106,19 @@ def test_trains_only_the_generator_and_round_trips(sharp_dir: Path, spec: str, t
     changed = [k for k, v in classifier.prompt.state_dict().items() if not torch.equal(v, prompt_before[k])]
     assert "project.weight" in changed and "base" in changed
 
-    before = classifier.predict(TEXTS[:4])
+    before = classifier.predict(toy.texts[:4])
     loaded, loaded_method = save_and_reload(classifier, method, sharp_dir, tmp_path, CONFIG, result, base_sha)
     assert loaded_method.spec == method.spec
-    after = loaded.predict(TEXTS[:4])
+    after = loaded.predict(toy.texts[:4])
     for a, b in zip(after, before, strict=True):
         assert a.probabilities == b.probabilities  # exactly: same generator, same frozen backbone
 
 
 @pytest.mark.parametrize("spec", SPECS)
-def test_different_inputs_get_different_prompts(backbone: Backbone, spec: str) -> None:
+def test_different_inputs_get_different_prompts(backbone: Backbone, spec: str, toy) -> None:
     if spec.endswith("pretrained"):
-        ensure_tiny_table(backbone)
-    classifier = build_method(spec).prepare(Classifier(backbone, TEMPLATE, VERBALIZER))
+        ensure_tiny_table(backbone, toy)
+    classifier = build_method(spec).prepare(Classifier(backbone, toy.template, toy.verbalizer))
     prompts = instance_part(classifier, ["the movie was great and fun", "who wrote the book"])
     assert prompts.shape == (2, 4, backbone.input_embeddings.embedding_dim)
     # Untrained encoders mean-pool random features, so inputs differ by a few percent (the MLP least).
@@ -126,8 +126,8 @@ def test_different_inputs_get_different_prompts(backbone: Backbone, spec: str) -
 
 
 @pytest.mark.parametrize("spec", GENERATORS)
-def test_padding_does_not_change_the_prompts(backbone: Backbone, spec: str) -> None:
-    classifier = build_method(spec).prepare(Classifier(backbone, TEMPLATE, VERBALIZER))
+def test_padding_does_not_change_the_prompts(backbone: Backbone, spec: str, toy) -> None:
+    classifier = build_method(spec).prepare(Classifier(backbone, toy.template, toy.verbalizer))
     alone = instance_part(classifier, ["a bad film"])
     longer = "the movie was great and fun , a good film with a great cast , it was"
     padded = instance_part(classifier, [longer, "a bad film"])
@@ -152,44 +152,46 @@ def test_bad_options_are_refused() -> None:
             build_method(spec)
 
 
-def test_tensors_of_another_generator_are_refused(masked_backbone: Backbone) -> None:
+def test_tensors_of_another_generator_are_refused(masked_backbone: Backbone, toy) -> None:
     table = build_method("ipt/strategy=random")
-    tensors = table.trained_tensors(table.prepare(Classifier(masked_backbone, TEMPLATE, VERBALIZER)))
+    tensors = table.trained_tensors(table.prepare(Classifier(masked_backbone, toy.template, toy.verbalizer)))
     lstm = build_method("ipt/encoder=lstm")
     with pytest.raises(MethodError, match="does not fit"):
-        lstm.load_trained(lstm.prepare(Classifier(masked_backbone, TEMPLATE, VERBALIZER)), tensors)
+        lstm.load_trained(lstm.prepare(Classifier(masked_backbone, toy.template, toy.verbalizer)), tensors)
 
 
-def test_pretrained_needs_its_table_and_loads_it(causal_backbone: Backbone) -> None:
+def test_pretrained_needs_its_table_and_loads_it(causal_backbone: Backbone, toy) -> None:
     from safetensors.torch import load_file
 
     missing = build_method("ipt/strategy=pretrained/corpus=nowhere")
     with pytest.raises(MethodError, match=r"python -m openbook.experiments.ipt_table .*corpus=nowhere"):
-        missing.prepare(Classifier(causal_backbone, TEMPLATE, VERBALIZER))
-    path = ensure_tiny_table(causal_backbone)
+        missing.prepare(Classifier(causal_backbone, toy.template, toy.verbalizer))
+    path = ensure_tiny_table(causal_backbone, toy)
     with pytest.raises(MethodError, match="rank 8"):  # another size is another table
         build_method("ipt/strategy=pretrained/rank=8").prepare(
-            Classifier(causal_backbone, TEMPLATE, VERBALIZER)
+            Classifier(causal_backbone, toy.template, toy.verbalizer)
         )
     classifier = build_method("ipt/strategy=pretrained").prepare(
-        Classifier(causal_backbone, TEMPLATE, VERBALIZER)
+        Classifier(causal_backbone, toy.template, toy.verbalizer)
     )
     assert classifier.prompt is not None
     saved = load_file(path, device=str(causal_backbone.device))
     for name, tensor in classifier.prompt.state_dict().items():
         assert torch.equal(tensor, saved[name])
-    untrained = build_method("ipt/strategy=random").prepare(Classifier(causal_backbone, TEMPLATE, VERBALIZER))
+    untrained = build_method("ipt/strategy=random").prepare(
+        Classifier(causal_backbone, toy.template, toy.verbalizer)
+    )
     assert untrained.prompt is not None
     assert not torch.equal(untrained.prompt.state_dict()["project.weight"], saved["project.weight"])
 
 
-def test_pretraining_lowers_the_loss_on_its_corpus(sharp_dir: Path) -> None:
+def test_pretraining_lowers_the_loss_on_its_corpus(sharp_dir: Path, toy) -> None:
     backbone = load_backbone(BackboneConfig(str(sharp_dir), max_length=48))
     config = IPTConfig(strategy="pretrained", corpus="tiny-longer", prompt_lr=0.01)
 
     def corpus_loss(prompt: InstancePrompt) -> float:
         losses = []
-        for corpus in tiny_corpora():
+        for corpus in tiny_corpora(toy):
             classifier = Classifier(backbone, corpus.template, corpus.verbalizer, prompt=prompt)
             with torch.no_grad():
                 log_probs, _ = classifier.label_scores(list(corpus.texts))
@@ -198,9 +200,9 @@ def test_pretraining_lowers_the_loss_on_its_corpus(sharp_dir: Path) -> None:
         return float(np.mean(losses))
 
     before = corpus_loss(build_prompt(config, backbone))  # what training starts from
-    pretrain_prompt_table(backbone, tiny_corpora(), config, steps=30, batch_size=4, lr=0.01)
+    pretrain_prompt_table(backbone, tiny_corpora(toy), config, steps=30, batch_size=4, lr=0.01)
     pretrained = build_method("ipt/strategy=pretrained/corpus=tiny-longer").prepare(
-        Classifier(backbone, TEMPLATE, VERBALIZER)
+        Classifier(backbone, toy.template, toy.verbalizer)
     )
     assert isinstance(pretrained.prompt, InstancePrompt)
     assert corpus_loss(pretrained.prompt) < 0.7 * before
@@ -213,32 +215,3 @@ def test_trainable_parameters_stay_under_two_percent_of_smollm2(spec: str) -> No
     prompt = InstancePrompt(config, vocab_size=49152, embed_dim=576)
     count = sum(p.numel() for p in prompt.parameters())
     assert 0 < count <= 0.02 * SMOLLM2_PARAMETERS, f"{spec}: {count} parameters"
-
-
-def test_corpus_reader_drops_kshot_texts_and_empty_lines(causal_backbone: Backbone, tmp_path: Path) -> None:
-    from openbook.experiments.ipt_table import kshot_texts, read_full_corpus
-
-    (tmp_path / "full").mkdir()
-    lines = ["1 a fine film", "0 a dull film", "0", "1 the test text", "0 a Dev  Text", "1 a bright film"]
-    (tmp_path / "full" / "mpqa.all").write_text("\n".join(lines) + "\n")
-    for split, row in [("test", "1,the test text"), ("16-13/dev", "0,a dev text"), ("16-13/train", "1,x y")]:
-        (tmp_path / "k-shot" / "mpqa" / split).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "k-shot" / "mpqa" / f"{split}.csv").write_text(row + "\n")
-    held_out = kshot_texts(tmp_path)
-    assert held_out == {"the test text", "a dev text", "x y"}
-    corpus = read_full_corpus(tmp_path, "mpqa", causal_backbone, per_task=10, seed=0, held_out=held_out)
-    labels = {text: corpus.verbalizer.labels[i] for text, i in zip(corpus.texts, corpus.labels, strict=True)}
-    assert labels == {"a fine film": "1", "a dull film": "0", "a bright film": "1"}
-
-
-@pytest.mark.skipif(not (SHARED_DATASETS / "full").is_dir(), reason="../shared/datasets not present")
-def test_real_corpus_sample_is_fixed_and_holds_out_kshot_texts(causal_backbone: Backbone) -> None:
-    from openbook.experiments.ipt_table import _normalise, kshot_texts, read_full_corpus
-
-    held_out = kshot_texts(SHARED_DATASETS)
-    assert len(held_out) > 4000  # the mpqa and sst-5 test sets alone hold 4210 texts
-    first = read_full_corpus(SHARED_DATASETS, "mpqa", causal_backbone, per_task=64, seed=0, held_out=held_out)
-    again = read_full_corpus(SHARED_DATASETS, "mpqa", causal_backbone, per_task=64, seed=0, held_out=held_out)
-    assert len(first.texts) == 64 and list(first.texts) == list(again.texts)
-    assert not any(_normalise(text) in held_out for text in first.texts)
-    assert set(first.labels.tolist()) == {0, 1}

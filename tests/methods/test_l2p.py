@@ -8,51 +8,46 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from openbook.backbone import Backbone, BackboneConfig, load_backbone
+from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.methods import MethodError, TrainBatch, build_method, weights_sha256
 from openbook.methods.l2p import L2PConfig, PromptPool, frozen_query
 from openbook.training import TrainConfig, train
 
-from tests.conftest import LABELS, TEMPLATE, TEXTS, VERBALIZER, save_and_reload
-
 CONFIG = TrainConfig(steps=40, batch_size=4, lr=1e-3, eval_every=8, patience=10, warmup_ratio=0.0)
 
 
-def fresh(model_dir: Path, spec: str = "l2p") -> tuple[Classifier, object]:
-    backbone = load_backbone(BackboneConfig(name=str(model_dir), max_length=48))  # training mutates
-    method = build_method(spec)
-    return method.prepare(Classifier(backbone, TEMPLATE, VERBALIZER)), method
-
-
-def selected_key_cosine(classifier: Classifier) -> float:
+def selected_key_cosine(classifier: Classifier, toy) -> float:
     """Mean cosine between each text's query and the keys inference selects for it."""
     pool = classifier.prompt
     assert isinstance(pool, PromptPool)
     pool.eval()
-    classifier.embed(TEXTS)
+    classifier.embed(toy.texts)
     selection = pool.last_selection  # the last batch: all 8 texts fit in one
-    assert selection is not None and len(selection.query) == len(TEXTS)
+    assert selection is not None and len(selection.query) == len(toy.texts)
     keys = F.normalize(pool.keys.detach()[selection.indices], dim=-1)  # (B, N, H)
     return float((keys * selection.query[:, None]).sum(-1).mean())
 
 
-def test_loss_falls_backbone_stays_frozen_and_checkpoint_round_trips(model_dir: Path, tmp_path: Path) -> None:
-    classifier, method = fresh(model_dir, "l2p/prompt-lr=0.1")
+def test_loss_falls_backbone_stays_frozen_and_checkpoint_round_trips(
+    model_dir: Path, tmp_path: Path, toy, fresh_classifier, save_and_reload
+) -> None:
+    classifier, method = fresh_classifier(model_dir, "l2p/prompt-lr=0.1")
     base_sha = weights_sha256(classifier.backbone.model)
     before_weights = {k: v.clone() for k, v in classifier.backbone.model.state_dict().items()}
     pool = classifier.prompt
     assert isinstance(pool, PromptPool)
     initial_prompts = pool.prompts.detach().clone()
-    cosine_before = selected_key_cosine(classifier)
+    cosine_before = selected_key_cosine(classifier, toy)
     last: dict[str, torch.Tensor] = {}
 
     def keep_last_step(step: int, steps: int, loss: float) -> None:
         if step == steps:  # the loop ends on the best dev step, which may be step 0: keep the last one too
             last.update({k: v.detach().clone() for k, v in method.trained_tensors(classifier).items()})
 
+    texts, labels = toy.texts, toy.labels
     result = train(
-        classifier, method, TEXTS, LABELS, TEXTS, LABELS, CONFIG, progress=False, on_step=keep_last_step
+        classifier, method, texts, labels, texts, labels, CONFIG, progress=False, on_step=keep_last_step
     )
     # A frozen random backbone barely separates the classes whatever it is prompted with, so the
     # cross-entropy moves little here; most of the fall is the surrogate term (keys meeting queries).
@@ -64,33 +59,33 @@ def test_loss_falls_backbone_stays_frozen_and_checkpoint_round_trips(model_dir: 
     best = {k: v.detach().clone() for k, v in method.trained_tensors(classifier).items()}
     method.load_trained(classifier, last)
     # The surrogate loss pulled the selected keys toward the queries that chose them.
-    assert selected_key_cosine(classifier) > cosine_before + 0.1
+    assert selected_key_cosine(classifier, toy) > cosine_before + 0.1
     method.load_trained(classifier, best)
     assert set(method.trained_tensors(classifier)) == {"keys", "prompts", "counts"}
 
-    before = classifier.predict(TEXTS[:4])
+    before = classifier.predict(toy.texts[:4])
     loaded, loaded_method = save_and_reload(classifier, method, model_dir, tmp_path, CONFIG, result, base_sha)
     assert loaded_method.spec == method.spec
     assert isinstance(loaded.prompt, PromptPool)
     assert torch.equal(loaded.prompt.counts, pool.counts)
-    after = loaded.predict(TEXTS[:4])
+    after = loaded.predict(toy.texts[:4])
     for a, b in zip(after, before, strict=True):
         assert a.label == b.label and a.probabilities == b.probabilities
 
 
-def test_query_is_the_plain_prompts_slot_vector(backbone: Backbone) -> None:
-    encoder = backbone.encoder(TEMPLATE, VERBALIZER)
-    batch = encoder.encode(TEXTS[:3]).to(backbone.device)
+def test_query_is_the_plain_prompts_slot_vector(backbone: Backbone, toy) -> None:
+    encoder = backbone.encoder(toy.template, toy.verbalizer)
+    batch = encoder.encode(toy.texts[:3]).to(backbone.device)
     with torch.inference_mode():
         plain = backbone.forward(batch, encoder.label_token_ids).hidden
         query = frozen_query(backbone.input_embeddings(batch.input_ids), batch, backbone)
     torch.testing.assert_close(query, F.normalize(plain, dim=-1), atol=1e-5, rtol=1e-4)
 
 
-def test_the_chosen_prompts_are_prepended(backbone: Backbone) -> None:
+def test_the_chosen_prompts_are_prepended(backbone: Backbone, toy) -> None:
     config = L2PConfig(pool_size=4, top_n=2, prompt_length=3)
     pool = PromptPool(config, backbone.hidden_size, backbone.input_embeddings.weight).eval()
-    batch = backbone.encoder(TEMPLATE, VERBALIZER).encode(TEXTS[:3]).to(backbone.device)
+    batch = backbone.encoder(toy.template, toy.verbalizer).encode(toy.texts[:3]).to(backbone.device)
     embeds = backbone.input_embeddings(batch.input_ids)
     with torch.no_grad():
         out = pool(embeds, batch, backbone)
@@ -128,8 +123,8 @@ def test_frequency_penalty_prefers_a_fresh_key_only_in_training() -> None:
     assert pool.train().select(query).item() == 1 and unpenalised.train().select(query).item() == 0
 
 
-def test_loading_trained_tensors_closes_a_task(causal_dir: Path) -> None:
-    classifier, method = fresh(causal_dir)
+def test_loading_trained_tensors_closes_a_task(causal_dir: Path, fresh_classifier) -> None:
+    classifier, method = fresh_classifier(causal_dir, "l2p")
     tensors = method.trained_tensors(classifier)
     tensors["counts"] = torch.arange(10.0)
     method.load_trained(classifier, tensors)  # e.g. the next stage of a continual sequence starts here
@@ -139,27 +134,27 @@ def test_loading_trained_tensors_closes_a_task(causal_dir: Path) -> None:
     assert "previous_counts" not in method.trained_tensors(classifier)
 
 
-def test_training_counts_the_selections(causal_dir: Path) -> None:
-    classifier, method = fresh(causal_dir, "l2p/pool-size=4/top-n=2")
+def test_training_counts_the_selections(causal_dir: Path, toy, fresh_classifier) -> None:
+    classifier, method = fresh_classifier(causal_dir, "l2p/pool-size=4/top-n=2")
     pool = classifier.prompt
     assert isinstance(pool, PromptPool)
     assert not pool.training  # the loop's calibration and step-0 passes run before any training step
-    classifier.embed(TEXTS)
+    classifier.embed(toy.texts)
     assert pool.counts.sum() == 0
     pool.train()
-    loss = method.loss(classifier, TrainBatch(TEXTS[:4], torch.tensor(LABELS[:4]), np.arange(4)))
+    loss = method.loss(classifier, TrainBatch(toy.texts[:4], torch.tensor(toy.labels[:4]), np.arange(4)))
     assert loss.requires_grad
     assert pool.counts.sum() == 4 * 2 and pool.counts.max() <= 4
 
 
-def test_bad_options_and_mismatched_checkpoints_are_clear_errors(causal_dir: Path) -> None:
+def test_bad_options_and_mismatched_checkpoints_are_clear_errors(causal_dir: Path, fresh_classifier) -> None:
     with pytest.raises(MethodError, match="pool-size must be at least top-n"):
         build_method("l2p/pool-size=2/top-n=5")
     with pytest.raises(MethodError, match="must be at least 1"):
         build_method("l2p/prompt-length=0")
     with pytest.raises(MethodError, match="non-negative"):
         build_method("l2p/pull-weight=-1")
-    small, small_method = fresh(causal_dir, "l2p/pool-size=6")
-    big, big_method = fresh(causal_dir)
+    small, small_method = fresh_classifier(causal_dir, "l2p/pool-size=6")
+    big, big_method = fresh_classifier(causal_dir, "l2p")
     with pytest.raises(MethodError, match="do not fit"):
         small_method.load_trained(small, big_method.trained_tensors(big))

@@ -1,0 +1,147 @@
+"""`openbook eval` on tiny backbones: inference methods, trainable methods, --full, resuming, user errors."""
+
+import json
+
+from openbook.cli import main
+
+
+def _eval_args(data, out, causal_dir, labels="0=bad,1=good", methods="zero-shot,knn,knn-interp"):
+    return [
+        "eval", "--data", str(data), "--task", "toy",
+        "--template", "{text} It was {mask}", "--labels", labels,
+        "--methods", methods, "--seeds", "1,2", "--out", str(out), "--backbone", str(causal_dir),
+        "--max-length", "48",
+    ]  # fmt: skip
+
+
+def test_eval_cli_on_a_dataset_it_has_never_seen(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    assert main(_eval_args(data, out, causal_dir)) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert {(r["method"], r["seed"]) for r in records} == {
+        (m, s) for m in ("zero-shot", "knn", "knn-interp") for s in (1, 2)
+    }
+    for record in records:
+        assert set(record) == {"task", "method", "seed", "accuracy", "macro_f1", "params", "seconds"}
+        assert 0.0 <= record["accuracy"] <= 1.0 and record["seconds"] > 0
+    interp = [r for r in records if r["method"] == "knn-interp"]
+    assert all({"k", "temperature", "lam", "dev_accuracy"} <= set(r["params"]) for r in interp)
+    table = (out / "results.md").read_text()
+    assert "| toy | knn-interp |" in table and "Command: `openbook eval" in table
+    assert "| toy | zero-shot |" in capsys.readouterr().out
+
+
+def test_eval_test_size_scores_every_run_on_one_fixed_sample(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")  # 10 test sentences
+    out = tmp_path / "out"
+    args = [*_eval_args(data, out, causal_dir, methods="zero-shot,knn-interp"), "--test-size", "4"]
+    assert main(args) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert {r["params"]["test_examples"] for r in records} == {4}
+    assert json.loads((out / "settings.json").read_text())["test_size"] == 4
+    assert "test: a fixed sample of 4 examples (seed 0)" in (out / "results.md").read_text()
+
+    args[args.index("--test-size") + 1] = "6"  # resuming with another sample would mix two test sets
+    assert main(args) == 2
+    assert "other settings (test_size: 4 -> 6)" in capsys.readouterr().err
+    other = tmp_path / "other"
+    assert main([*_eval_args(data, other, causal_dir, methods="zero-shot"), "--test-size", "0"]) == 2
+    assert "at least 1 example" in capsys.readouterr().err
+    assert not other.exists()
+
+
+def test_unknown_label_in_data_fails_naming_the_line_and_writes_nothing(
+    tmp_path, causal_dir, capsys, toy_dataset
+):
+    data = toy_dataset(tmp_path / "data")
+    with open(data / "toy" / "16-2" / "dev.csv", "a") as handle:
+        handle.write('7,"a stray label"\n')
+    out = tmp_path / "out"
+    assert main(_eval_args(data, out, causal_dir)) == 2
+    error = capsys.readouterr().err
+    assert "dev.csv:9" in error and "unknown label '7'" in error
+    assert not out.exists()
+
+
+def test_malformed_row_fails_naming_file_and_line(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    (data / "toy" / "test.csv").write_text('1,"fine"\n0,"fine too"\n1\n')
+    assert main(_eval_args(data, tmp_path / "out", causal_dir)) == 2
+    assert "test.csv:3" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_method_and_bad_template_are_user_errors(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    assert main(_eval_args(data, tmp_path / "o", causal_dir, methods="zero-shot,telepathy")) == 2
+    assert "telepathy" in capsys.readouterr().err
+    args = _eval_args(data, tmp_path / "o", causal_dir)
+    args[args.index("--template") + 1] = "{text} It was {mask} ."
+    assert main(args) == 2
+    assert "must be the last thing" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_flags, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    args = [
+        "eval", "--data", str(data), "--task", "toy", "--seeds", "1,2", "--out", str(out),
+        "--template", "{text} It was {mask}", "--labels", "0=bad,1=good", "--backbone", str(causal_dir),
+        "--methods", "zero-shot,prompt-ft,retroprompt,retroprompt/no-knn-infer", *training_flags,
+    ]  # fmt: skip
+    args[args.index("--seeds") + 1] = "1"
+    assert main(args) == 0
+    first = json.loads((out / "results.json").read_text())
+    assert {r["method"] for r in first} == {
+        "zero-shot",
+        "prompt-ft",
+        "retroprompt",
+        "retroprompt/no-knn-infer",
+    }
+    shared = {r["method"]: r["params"] for r in first if r["method"].startswith("retroprompt")}
+    assert shared["retroprompt"]["shared_training"] == ["retroprompt/no-knn-infer"]
+    assert shared["retroprompt"]["inference"] == "knn-interp"
+    assert shared["retroprompt/no-knn-infer"]["inference"] == "zero-shot"
+    assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"
+
+    args[args.index("--seeds") + 1] = "1,2"  # resume: only seed 2 runs
+    assert main(args) == 0
+    second = json.loads((out / "results.json").read_text())
+    assert second[: len(first)] == first
+    assert sorted((r["method"], r["seed"]) for r in second[len(first) :]) == sorted(
+        (r["method"], 2) for r in first
+    )
+    capsys.readouterr()
+    args[args.index("--lr") + 1] = "1e-2"
+    assert main(args) == 2
+    assert "other settings (lr" in capsys.readouterr().err
+
+
+def test_eval_full_trains_on_the_whole_training_set(
+    tmp_path, causal_dir, capsys, training_flags, toy_dataset
+):
+    full = tmp_path / "full"
+    full.mkdir()
+    lines = [f"1 {t}" for t in toy_dataset.positive] + [f"0 {t}" for t in toy_dataset.negative]
+    (full / "stsa.binary.train").write_text("\n".join(lines * 2) + "\n")
+    (full / "stsa.binary.test").write_text("\n".join(lines) + "\n")  # dev, by FULL_LAYOUT
+    (full / "stsa.binary.dev").write_text("1 fun and good\n0 awful and boring\n")  # test
+    out = tmp_path / "out"
+    args = [
+        "eval", "--full", "--full-dev-size", "4", "--data", str(full), "--task", "SST-2", "--seeds", "13",
+        "--out", str(out), "--template", "{text} It was {mask}", "--labels", "0=bad,1=good",
+        "--backbone", str(causal_dir), "--methods", "prompt-ft", *training_flags,
+    ]  # fmt: skip
+    assert main(args) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert [(r["task"], r["method"], r["seed"]) for r in records] == [("SST-2", "prompt-ft", 13)]
+    assert records[0]["accuracy"] in (0.0, 0.5, 1.0)  # scored on the two test sentences
+    assert json.loads((out / "settings.json").read_text())["full"] is True
+    assert (out / "results.md").read_text().startswith("# Full-data evaluation")
+
+    capsys.readouterr()
+    args[args.index("--methods") + 1] = "zero-shot,prompt-ft"
+    assert main(args) == 2
+    assert "--full evaluates trainable methods only; drop zero-shot" in capsys.readouterr().err

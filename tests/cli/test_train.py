@@ -1,0 +1,83 @@
+"""`openbook train` on tiny backbones: the checkpoint it writes, and its refusals."""
+
+import json
+
+import pytest
+from openbook.cli import main
+
+
+@pytest.fixture
+def train_args(training_flags):
+    """`train_args(data, out, model_dir, *extra)`: `openbook train` on the toy task, seed 1, a few steps."""
+
+    def build(data, out, model_dir, *extra):
+        return [
+            "train", "--data", str(data), "--task", "toy", "--seed", "1", "--out", str(out),
+            "--template", "{text} It was {mask}", "--labels", "0=bad,1=good", "--backbone", str(model_dir),
+            *training_flags, *extra,
+        ]  # fmt: skip
+
+    return build
+
+
+def test_train_writes_a_checkpoint_that_classify_reads(tmp_path, causal_dir, capsys, train_args, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    out = tmp_path / "ckpt"
+    assert main(train_args(data, out, causal_dir, "--method", "retroprompt", "--no-knn-loss")) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["method"] == "retroprompt/no-knn-loss" and "accuracy_with_knn" in summary["dev"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["spec"] == "retroprompt/no-knn-loss" and manifest["labels"] == ["0", "1"]
+    assert manifest["backbone"]["name"] == str(causal_dir) and len(manifest["training_data_sha256"]) == 64
+    assert "weights.safetensors" in manifest["files"]
+    assert main(["classify", "--checkpoint", str(out), "a good film"]) == 0
+    prediction = json.loads(capsys.readouterr().out)
+    assert prediction["label"] in {"0", "1"} and len(prediction["neighbours"]) == manifest["knn"]["k"]
+
+    assert main(train_args(data, out, causal_dir, "--method", "retroprompt")) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_train_bad_inputs_are_clear_errors_and_write_nothing(
+    tmp_path, causal_dir, capsys, train_args, toy_dataset
+):
+    data = toy_dataset(tmp_path / "data")
+    assert main(train_args(data, tmp_path / "a", causal_dir, "--method", "prompt-ft", "--no-demos")) == 2
+    assert "prompt-ft has no option 'no-demos'" in capsys.readouterr().err
+
+    one_class = toy_dataset(tmp_path / "one")
+    train_csv = one_class / "toy" / "16-1" / "train.csv"
+    train_csv.write_text(
+        "".join(line for line in train_csv.read_text().splitlines(True) if line.startswith("1"))
+    )
+    assert main(train_args(one_class, tmp_path / "b", causal_dir, "--method", "prompt-ft")) == 2
+    assert "fewer than 2 classes" in capsys.readouterr().err
+
+    empty = toy_dataset(tmp_path / "empty")
+    (empty / "toy" / "16-1" / "dev.csv").write_text("")
+    assert main(train_args(empty, tmp_path / "c", causal_dir, "--method", "prompt-ft")) == 2
+    assert "dev.csv" in capsys.readouterr().err
+    assert not any((tmp_path / name).exists() for name in "abc")
+
+
+def test_checkpoint_problems_are_named(tmp_path, causal_dir, capsys, train_args, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    ckpt = tmp_path / "ckpt"
+    assert main(train_args(data, ckpt, causal_dir, "--method", "prompt-ft")) == 0
+    capsys.readouterr()
+
+    other = toy_dataset(tmp_path / "other")
+    for split in ("train", "dev"):
+        path = other / "toy" / "16-1" / f"{split}.csv"
+        path.write_text(path.read_text().replace("0,", "2,"))
+    args = train_args(other, tmp_path / "next", causal_dir, "--method", "prompt-ft", "--init", str(ckpt))
+    assert main(args) == 2
+    assert "differ from the data's labels" in capsys.readouterr().err
+
+    weights = ckpt / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    assert main(["classify", "--checkpoint", str(ckpt), "a good film"]) == 2
+    assert "sha256 mismatch for weights.safetensors" in capsys.readouterr().err
+    (ckpt / "store" / "ids.npy").unlink()
+    assert main(["classify", "--checkpoint", str(ckpt), "a good film"]) == 2
+    assert "missing" in capsys.readouterr().err and not (tmp_path / "next").exists()

@@ -1,0 +1,54 @@
+"""Results on disk and as tables: the markdown tables, and records kept when processes share a directory."""
+
+from openbook.experiments.evaluation import EvalRecord
+from openbook.experiments.reports import add_record, locked, read_results, results_table, task_means_table
+
+
+def test_results_table_rows_and_method_order():
+    records = [EvalRecord("t", "m", s, a, a, {}, 1.0) for s, a in ((1, 0.5), (2, 0.7))]
+    assert "| t | m | 60.0 (10.0) | 60.0 (10.0) | 2 | 1.0 |" in results_table(records)
+
+    # A resumed run appends records out of order; the table still lists the command's methods in order.
+    mixed = [EvalRecord(t, m, 1, 0.5, 0.5, {}, 1.0) for t, m in (("a", "y"), ("b", "x"), ("a", "x"))]
+    rows = [line.split(" | ")[:2] for line in results_table(mixed, ["x", "y"]).splitlines()[2:]]
+    assert rows == [["| a", "x"], ["| a", "y"], ["| b", "x"]]
+
+
+def test_task_means_table_averages_seeds_then_tasks():
+    rows = [
+        ("a", "x", 1, 0.5),
+        ("a", "x", 2, 0.7),
+        ("b", "x", 1, 0.9),
+        ("b", "x", 2, 0.9),
+        ("a", "y", 1, 0.4),
+    ]
+    records = [EvalRecord(t, m, s, acc, acc, {}, 1.0) for t, m, s, acc in rows]
+    lines = task_means_table(records, ["y", "x"]).splitlines()
+    assert lines[0] == "| method | a | b | mean over tasks |"
+    # y lacks task b, so it has no mean over tasks; its single seed on a is marked
+    assert lines[2:] == ["| y | 40.0 (1 of 2 seeds) |  |  |", "| x | 60.0 | 90.0 | 75.0 |"]
+
+
+def _add_records(out, seeds):
+    for seed in seeds:
+        with locked(out):
+            add_record(EvalRecord("t", "m", seed, 0.5, 0.5, {}, 1.0), out, method_order=["m"])
+
+
+def test_processes_sharing_a_results_directory_keep_every_record(tmp_path):
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_add_records, args=(tmp_path, range(w, 40, 2))) for w in (0, 1)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert [w.exitcode for w in workers] == [0, 0]
+    assert sorted(r.seed for r in read_results(tmp_path)) == list(range(40))
+
+    # A cell already on disk keeps its first record.
+    with locked(tmp_path):
+        add_record(EvalRecord("t", "m", 3, 0.9, 0.9, {}, 1.0), tmp_path)
+    (third,) = [r for r in read_results(tmp_path) if r.seed == 3]
+    assert third.accuracy == 0.5 and len(read_results(tmp_path)) == 40

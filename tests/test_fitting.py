@@ -1,0 +1,103 @@
+"""`fit_and_save` (`fitting.py`): train, choose how the classifier predicts, save; checked by loading back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from openbook.backbone import BackboneConfig, load_backbone
+from openbook.checkpoints import load_classifier
+from openbook.fitting import LabelledTexts, StoreExamples, fit_and_save
+from openbook.knn import KnnConfig
+from openbook.methods import weights_sha256
+from openbook.selection import LAMBDA_GRID, choose_knn_on_dev
+from openbook.training import TrainConfig
+
+CONFIG = TrainConfig(steps=4, batch_size=4, lr=3e-3, eval_every=2, patience=10, warmup_ratio=0.0)
+# Dev differs from train, so choosing on train instead of dev would show.
+DEV = LabelledTexts(["great fun", "a good film", "boring and bad", "a terrible film"], np.array([1, 1, 0, 0]))
+
+
+def fit(classifier, method, path: Path, toy, **options):
+    return fit_and_save(
+        path,
+        classifier,
+        method,
+        LabelledTexts(toy.texts, toy.labels),
+        DEV,
+        CONFIG,
+        base_weights_sha256=weights_sha256(classifier.backbone.model),  # before training changes them
+        training_data_sha256="0" * 64,
+        progress=False,
+        **options,
+    )
+
+
+def load(path: Path, model_dir: Path):
+    """The checkpoint on a freshly loaded backbone, which has the base weights."""
+    return load_classifier(path, backbone=load_backbone(BackboneConfig(name=str(model_dir), max_length=48)))
+
+
+def test_a_knn_interp_method_is_saved_with_the_knn_setting_chosen_on_dev(
+    causal_dir: Path, tmp_path: Path, toy, fresh_classifier
+) -> None:
+    classifier, method = fresh_classifier(causal_dir, "retroprompt")
+    assert method.inference == "knn-interp"
+    fitted = fit(classifier, method, tmp_path / "ckpt", toy)
+    chosen, dev_accuracy = choose_knn_on_dev(classifier, DEV.texts, DEV.labels)  # the trained classifier
+    assert classifier.knn == chosen and fitted.dev_metrics["accuracy_with_knn"] == dev_accuracy
+    assert (chosen.k, chosen.temperature) == (len(toy.texts), KnnConfig().temperature)  # 8 stored, < 16
+    assert chosen.lam in LAMBDA_GRID
+    assert {"accuracy", "best_step", "steps_run"} <= set(fitted.dev_metrics)
+    assert fitted.path == tmp_path / "ckpt" and fitted.result.steps_run == fitted.dev_metrics["steps_run"]
+
+    loaded, _ = load(fitted.path, causal_dir)
+    assert loaded.knn == chosen
+    manifest = json.loads((fitted.path / "manifest.json").read_text())
+    assert manifest["dev_metrics"] == fitted.dev_metrics
+
+
+def test_any_other_method_is_saved_to_predict_from_the_prompt_alone(
+    causal_dir: Path, tmp_path: Path, toy, fresh_classifier
+) -> None:
+    classifier, method = fresh_classifier(causal_dir, "prompt-ft")
+    assert method.inference == "zero-shot"
+    classifier.knn = KnnConfig(k=3, temperature=0.5, lam=0.4)
+    fitted = fit(classifier, method, tmp_path / "ckpt", toy)
+    assert "accuracy_with_knn" not in fitted.dev_metrics
+
+    loaded, _ = load(fitted.path, causal_dir)
+    assert loaded.knn == KnnConfig(k=3, temperature=0.5, lam=0.0)  # lambda 0; k and T as they were
+    for prediction in loaded.predict(DEV.texts):
+        assert prediction.probabilities == pytest.approx(prediction.p_lm)
+
+
+def test_store_examples_replace_the_store_with_those_ids(
+    causal_dir: Path, tmp_path: Path, toy, fresh_classifier
+) -> None:
+    classifier, method = fresh_classifier(causal_dir, "retroprompt")
+    texts = [*toy.texts[:4], *DEV.texts]
+    labels = [toy.verbalizer.labels[i] for i in [*toy.labels[:4], *DEV.labels]]
+    ids = np.array([70, 10, 50, 30, 20, 80, 40, 60], dtype=np.int64)
+    fitted = fit(
+        classifier,
+        method,
+        tmp_path / "ckpt",
+        toy,
+        store_examples=StoreExamples(texts, labels, ids),
+        extra={"log_offset": 12},
+    )
+    loaded, _ = load(fitted.path, causal_dir)
+    np.testing.assert_array_equal(loaded.store.ids(), np.sort(ids))  # those ids only: no training example
+    np.testing.assert_array_equal(loaded.store.labels_of(ids), loaded.label_indices(labels))
+    # The examples are embedded with the trained weights, as the saved classifier will embed queries.
+    trained_keys = classifier.embed(texts, vectors_only=True).vectors
+    np.testing.assert_allclose(loaded.store.vectors_of(ids), trained_keys, atol=1e-5)
+    assert json.loads((fitted.path / "manifest.json").read_text())["log_offset"] == 12
+
+
+def test_labelled_texts_need_one_label_per_text(toy) -> None:
+    with pytest.raises(ValueError, match="8 texts but 7 labels"):
+        LabelledTexts(toy.texts, toy.labels[:7])
