@@ -7,8 +7,8 @@ no Redis. Services wrap it. The names below are its public API:
 
 Experiments (the evaluation harness, reports, benchmarks, continual learning,
 the SetFit peer) are in `openbook.experiments`; the command line is `openbook.cli`.
-The names load on first use, so importing a light module (`openbook.prompting`,
-`openbook.data`) does not import torch.
+The names load on first use, so `import openbook.data` (or any module that
+needs no model) does not import torch.
 """
 
 from __future__ import annotations
