@@ -101,7 +101,7 @@ def train(
     # Training updates float32 weights even on a half-precision backbone (see `float32_weights`);
     # the kept weights are cast back and the store re-embedded in the serving dtype below.
     with float32_weights(classifier.backbone.model, classifier.prompt):
-        classifier.store = KnowledgeStore(classifier.backbone.hidden_size)
+        classifier.store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
         classifier.label_bias = None
         store_pass = reembed(classifier, train_texts, train_labels, progress=progress)
         if config.calibration == "domain":
