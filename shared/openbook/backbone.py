@@ -59,7 +59,9 @@ DTYPES: dict[str, torch.dtype] = {
 def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
     """The weights' dtype; ``auto`` is bfloat16 on CUDA (half the memory traffic, fp32's range), else float32.
 
-    float32 stays the CPU default: it is what every CPU result recorded in docs/ was measured in.
+    float32 stays the CPU default: it is what every CPU result in docs/ was measured in, and on a CPU
+    without bf16 instructions bf16 is slower (smollm2-135m, 64 texts on the project's shared 2-core
+    x86 machine: 48 s in float32, 66 s in bfloat16).
     """
     if name == "auto":
         return torch.bfloat16 if torch.device(resolve_device(str(device))).type == "cuda" else torch.float32
