@@ -4,13 +4,17 @@ Runs the real stack in-process: the embedded Redis, the api under uvicorn on
 a local port (real HTTP), and the trainer worker, on the chosen backbone.
 
 1. latency: one classify request of one text vs a bare backbone forward of the same prompt;
-2. throughput: 32 concurrent clients vs the bare batched forward of the same texts (batches of 32);
+2. throughput: N concurrent clients (32, or each of `--clients`) vs the bare batched forward of the
+   same texts (batches of N);
 3. freshness: from sending a POST of one example to its acknowledgement, after which the next
    classify on the replica sees it, vs one bare forward of that example's text + 20 ms;
 4. hot swap under load: failed requests while a trained checkpoint is swapped in, and the time from
    publishing to the first response served by the new version;
 5. replicas: two api replicas on one Redis, after a burst of POSTs and the swap, hold the same ids and
    give the same predictions.
+
+On a GPU every bare forward is timed to the end of its kernels (`torch.cuda.synchronize`); a served
+request ends with its results on the host, which waits for them anyway.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +39,7 @@ import redis
 import torch
 import uvicorn
 from openbook.classifier import Classifier
-from openbook.experiments.bench import median_seconds, synthetic_sentences
+from openbook.experiments.bench import median_seconds, synchronize, synthetic_sentences
 from openbook.prompting import EncodedBatch
 
 from services.api.app import create_app
@@ -158,14 +162,22 @@ class _Bench:
     text: str  # the single text the latency and hot-swap measurements send
 
     def bare_forward(self, batch: EncodedBatch) -> Callable[[], None]:
+        """One backbone forward of `batch`, returning once the device has finished it."""
+        backbone = self.classifier.backbone
+
         def run() -> None:
             with torch.inference_mode():
-                self.classifier.backbone.forward(batch, self.classifier.encoder.label_token_ids)
+                backbone.forward(batch, self.classifier.encoder.label_token_ids)
+            synchronize(backbone.device)
 
         return run
 
 
-def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, clients: int = 32) -> None:
+def run_api_bench(
+    backbone: str, *, max_length: int = 128, requests: int = 20, clients: int | Sequence[int] = (32,)
+) -> None:
+    """`clients`: one throughput measurement per count, e.g. (32, 256)."""
+    client_counts = [clients] if isinstance(clients, int) else list(clients)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(Path(tmp) / "redis") as bus:
 
@@ -184,7 +196,8 @@ def run_api_bench(backbone: str, *, max_length: int = 128, requests: int = 20, c
         text = synthetic_sentences(1, seed=7)[0]
         bench = _Bench(bus.url, Path(tmp), settings, first, api, classifier, text)
         measure_latency(bench, requests)
-        measure_throughput(bench, clients)
+        for count in client_counts:
+            measure_throughput(bench, count)
         measure_freshness(bench)
         second = _Served(settings())
         measure_hot_swap(bench, second, max_length)
@@ -249,7 +262,7 @@ def measure_freshness(bench: _Bench) -> None:
     for i in range(5):
         new_id, new_text = 10_000 + i, f"fresh example {i} {bench.text}"
         bare_new = bench.bare_forward(bench.classifier.encoder.encode([new_text]))
-        budgets.append(median_seconds(bare_new, repeats=5) + 0.020)
+        budgets.append(median_seconds(bare_new, repeats=5, device=bench.classifier.backbone.device) + 0.020)
         sent = time.perf_counter()
         _post(
             lean,

@@ -20,8 +20,10 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +47,36 @@ def default_device() -> str:
     return resolve_device(os.environ.get(DEVICE_ENV) or "cpu")
 
 
+DTYPE_ENV = "OPENBOOK_DTYPE"  # the default weight dtype everywhere: auto (default) or one of DTYPES
+DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
+    """The weights' dtype; ``auto`` is bfloat16 on CUDA (half the memory traffic, fp32's range), else float32.
+
+    float32 stays the CPU default: it is what every CPU result in docs/ was measured in, and on a CPU
+    without bf16 instructions bf16 is slower (smollm2-135m, 64 texts on the project's shared 2-core
+    x86 machine: 48 s in float32, 66 s in bfloat16).
+    """
+    if name == "auto":
+        return torch.bfloat16 if torch.device(resolve_device(str(device))).type == "cuda" else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(get_args(DtypeName))}, got {name!r}")
+    return DTYPES[name]
+
+
+def default_dtype() -> DtypeName:
+    name = os.environ.get(DTYPE_ENV) or "auto"
+    if name not in get_args(DtypeName):
+        raise ValueError(f"${DTYPE_ENV} must be one of {', '.join(get_args(DtypeName))}, got {name!r}")
+    return name  # type: ignore[return-value]  # checked just above
+
+
 @dataclass(frozen=True)
 class BackboneConfig:
     name: str = DEFAULT_BACKBONE
@@ -52,6 +84,12 @@ class BackboneConfig:
     max_length: int = 256
     device: str = field(default_factory=default_device)  # also "auto"
     kind: Literal["auto", "masked", "causal"] = "auto"
+    # Weights load in this dtype; slot vectors and label log-probs leave `Backbone.forward` as float32.
+    dtype: DtypeName = field(default_factory=default_dtype)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in get_args(DtypeName):
+            raise ValueError(f"dtype must be one of {', '.join(get_args(DtypeName))}, got {self.dtype!r}")
 
 
 @dataclass
@@ -86,6 +124,11 @@ class Backbone:
         self.device = torch.device(resolve_device(config.device))
         params = inspect.signature(model.forward).parameters
         self._keeps_last_logits = kind == "causal" and "logits_to_keep" in params
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the weights are in now (the input embeddings' dtype)."""
+        return self.input_embeddings.weight.dtype
 
     @property
     def hidden_size(self) -> int:
@@ -200,6 +243,35 @@ class Backbone:
         return torch.stack(columns, dim=-1)  # (B, C)
 
 
+@contextmanager
+def float32_weights(*modules: nn.Module | None) -> Iterator[None]:
+    """Inside the block every floating-point parameter and buffer of `modules` is float32; after it,
+    each is cast back to the dtype it had.
+
+    Training runs inside this: AdamW's update at lr 1e-5 is below half a bfloat16 ulp of most weights
+    (8 significant bits), so steps taken on bf16 weights round back to the same weights and nothing
+    is learnt. The float32 copy is the "master" the optimiser updates; casting back at the end rounds
+    the trained weights once, to the serving dtype, which is also the dtype whose weights the base
+    hash (`methods.weights_sha256`) was taken from. Parameters keep their identity, so an optimiser
+    built inside the block sees the float32 tensors.
+    """
+    originals: list[tuple[torch.Tensor, torch.dtype]] = []
+    for module in modules:
+        if module is None:
+            continue
+        for tensor in [*module.parameters(), *module.buffers()]:
+            if tensor.is_floating_point() and tensor.dtype != torch.float32:
+                originals.append((tensor, tensor.dtype))
+                tensor.data = tensor.data.float()
+    try:
+        yield
+    finally:
+        for tensor, dtype in originals:
+            tensor.data = tensor.data.to(dtype)
+            if tensor.grad is not None:
+                tensor.grad = None  # a float32 gradient no longer matches its tensor
+
+
 # transformers builds models under process-wide patches (meta-device init), so two threads loading
 # at once can leave one model with uninitialised weights: loads take turns.
 _LOAD_LOCK = threading.Lock()
@@ -219,8 +291,9 @@ def _load_backbone(config: BackboneConfig) -> Backbone:
     tokenizer = AutoTokenizer.from_pretrained(path)
     kind = config.kind if config.kind != "auto" else detect_kind(model_config, tokenizer)
     auto_class = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
-    model = auto_class.from_pretrained(path, dtype=torch.float32)
-    model.to(resolve_device(config.device)).eval()
+    device = resolve_device(config.device)
+    model = auto_class.from_pretrained(path, dtype=resolve_dtype(config.dtype, device))
+    model.to(device).eval()
     return Backbone(model, tokenizer, kind, config)
 
 

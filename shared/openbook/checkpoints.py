@@ -63,6 +63,8 @@ def save_classifier(
             "kind": backbone.kind,
             "layer": backbone.config.layer,
             "max_length": backbone.config.max_length,
+            # the dtype the base hash was taken in: loading in another one would fail the check
+            "dtype": str(backbone.dtype).removeprefix("torch."),
             "weights_sha256": base_weights_sha256,
         },
         "template": classifier.template.source,
@@ -108,6 +110,7 @@ def load_classifier(
                     max_length=spec["max_length"],
                     device=device,
                     kind=spec["kind"],
+                    dtype=spec.get("dtype", "float32"),  # checkpoints from before dtypes were float32
                 )
             )
         if weights_sha256(backbone.model) != spec["weights_sha256"]:

@@ -80,11 +80,13 @@ class Classifier:
             self.backbone.encoder(self.template, self.verbalizer, demonstrations=True) if self.demos else None
         )
         if self.store is None:
-            self.store = KnowledgeStore(self.backbone.hidden_size)
+            self.store = KnowledgeStore(self.backbone.hidden_size, device=self.backbone.device)
         elif self.store.dim != self.backbone.hidden_size:
             raise ValueError(
                 f"store dim {self.store.dim} != backbone hidden size {self.backbone.hidden_size}"
             )
+        elif self.store.device != self.backbone.device:  # the keys go where the queries come from
+            self.store = self.store.to(self.backbone.device)
 
     @property
     def labels(self) -> tuple[str, ...]:

@@ -96,7 +96,7 @@ def fit_and_save(
     else:
         classifier.knn = dataclasses.replace(classifier.knn, lam=0.0)  # the prompt alone
     if store_examples is not None:
-        classifier.store = KnowledgeStore(classifier.backbone.hidden_size)
+        classifier.store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
         classifier.add_examples(store_examples.texts, store_examples.labels, ids=store_examples.ids)
     saved = save_classifier(
         path,

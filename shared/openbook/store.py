@@ -3,16 +3,22 @@
 Similarity is the inner product of unit vectors, i.e. cosine similarity. Small stores search exactly,
 over flat shards; once a store reaches ``approx_threshold`` items it is rebuilt as an IVF index and the
 recall@10 of that approximation is measured and kept, so nobody has to guess what it costs.
+
+On a CUDA device the keys live on the GPU instead (`store_torch.py`): exact search at every size, one
+matrix product per batch. Snapshots are written in the FAISS format either way (`to` converts).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import faiss
 import numpy as np
 import numpy.typing as npt
+import torch
+
+from openbook.store_torch import TorchKeys
 
 # A faiss flat index keeps its vectors in one growing buffer: removing a row moves everything after it,
 # and growing the buffer copies all of it. Sealing shards at this size bounds both copies to ~37 MB at
@@ -24,6 +30,8 @@ RECALL_K = 10
 # centroid only makes training slower without making the coarse quantizer noticeably better.
 MIN_POINTS_PER_CENTROID = 39
 MAX_POINTS_PER_CENTROID = 64
+
+Backend = Literal["auto", "faiss", "torch"]  # auto: torch on a CUDA device, faiss on the CPU
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,8 @@ class StoreState:
 class KnowledgeStore:
     """Unit vectors with stable int64 ids and int64 labels; exact search until it grows large.
 
+    With the torch backend (the default on a CUDA `device`) search is exact at every size and
+    ``approx_threshold``, ``nprobe`` and ``shard_size`` only shape the snapshots it writes.
     Not thread-safe: callers that share a store must serialise access themselves.
     """
 
@@ -114,6 +124,8 @@ class KnowledgeStore:
         nprobe: int = 16,
         seed: int = 0,
         shard_size: int = DEFAULT_SHARD_SIZE,
+        device: str | torch.device = "cpu",
+        backend: Backend = "auto",
     ) -> None:
         for name, value in (
             ("dim", dim),
@@ -140,10 +152,43 @@ class KnowledgeStore:
         self._index_of = np.zeros(0, dtype=np.int64)
         self._ivf_built_at = 0
         self._label_cache: tuple[tuple[int, int], list[Any], list[Any], np.ndarray] | None = None
+        self.device = torch.device(device)
+        if backend == "auto":
+            backend = "torch" if self.device.type == "cuda" else "faiss"
+        if backend not in ("faiss", "torch") or (backend == "faiss" and self.device.type != "cpu"):
+            raise ValueError(f"backend {backend!r} cannot run on {self.device} (faiss: cpu; torch: any)")
+        self.backend: Backend = backend
+        self._keys = TorchKeys(self._dim, self.device) if backend == "torch" else None
+
+    def to(self, device: str | torch.device, backend: Backend = "auto") -> KnowledgeStore:
+        """This store on `device` (itself if nothing changes), converted through its snapshot state."""
+        moved = KnowledgeStore(
+            self._dim,
+            approx_threshold=self.approx_threshold,
+            nprobe=self.nprobe,
+            seed=self.seed,
+            shard_size=self.shard_size,
+            device=device,
+            backend=backend,
+        )
+        if (moved.device, moved.backend) == (self.device, self.backend):
+            return self
+        moved.restore_state(self.export_state())
+        moved.version, moved.metadata, moved.approx_recall = (
+            self.version,
+            dict(self.metadata),
+            self.approx_recall,
+        )
+        return moved
 
     @property
     def dim(self) -> int:
         return self._dim
+
+    @property
+    def key_dtype(self) -> str:
+        """What the keys are searched in: float16 on CUDA (torch backend), else float32."""
+        return "float32" if self._keys is None else str(self._keys.dtype).removeprefix("torch.")
 
     @property
     def kind(self) -> str:
@@ -178,6 +223,8 @@ class KnowledgeStore:
     def vectors_of(self, ids: npt.ArrayLike) -> np.ndarray:
         ids = _as_ids(ids, "ids", non_negative=False)
         holders = self._index_of[self._positions_of(ids)]
+        if self._keys is not None:
+            return self._keys.vectors_of(ids)
         vectors = np.empty((len(ids), self._dim), dtype=np.float32)
         for holder in np.unique(holders):
             rows = np.flatnonzero(holders == holder)
@@ -217,7 +264,10 @@ class KnowledgeStore:
 
     def _insert(self, ids: np.ndarray, vectors: np.ndarray, labels: np.ndarray) -> None:
         """Add ids that are not in the store yet (sorted, unique) to the index and the lookup arrays."""
-        if self._kind == "ivf":
+        if self._keys is not None:
+            self._keys.add(ids, vectors, labels)
+            holders = np.zeros(len(ids), dtype=np.int64)
+        elif self._kind == "ivf":
             self._indexes[0].add_with_ids(vectors, ids)
             holders = np.zeros(len(ids), dtype=np.int64)
         else:
@@ -246,8 +296,11 @@ class KnowledgeStore:
             return
         positions = np.searchsorted(self._ids, ids)
         holders = self._index_of[positions]
-        for holder in np.unique(holders):
-            self._indexes[holder].remove_ids(np.ascontiguousarray(ids[holders == holder]))
+        if self._keys is not None:
+            self._keys.remove(ids)
+        else:
+            for holder in np.unique(holders):
+                self._indexes[holder].remove_ids(np.ascontiguousarray(ids[holders == holder]))
         self._ids = np.delete(self._ids, positions)
         self._labels = np.delete(self._labels, positions)
         self._index_of = np.delete(self._index_of, positions)
@@ -260,6 +313,8 @@ class KnowledgeStore:
 
     def _maybe_change_kind(self) -> None:
         count = len(self)
+        if self._keys is not None:
+            return  # exact on the device at any size
         if self._kind == "flat" and count >= self.approx_threshold:
             self._build_ivf()
         elif self._kind == "ivf" and count < self.approx_threshold // 2:
@@ -340,6 +395,9 @@ class KnowledgeStore:
     ) -> SearchResult:
         """Top-k stored items by cosine similarity; ``exclude_ids[b]`` is never returned for query b."""
         queries, k, exclude = self._prepare(queries, k, exclude_ids)
+        if self._keys is not None:
+            similarities, ids, labels = self._keys.search(queries, k, exclude)
+            return SearchResult(ids=ids, labels=labels, similarities=similarities)
         # One extra candidate per row makes up for the hit that leave-one-out may drop.
         width = k + (exclude is not None)
         similarities, ids = _select_top(*self._search_indexes(queries, width), k, exclude)
@@ -353,6 +411,9 @@ class KnowledgeStore:
         if int(num_labels) != num_labels or num_labels < 0:
             raise ValueError(f"num_labels must be a non-negative integer, got {num_labels!r}")
         num_labels = int(num_labels)
+        if self._keys is not None:
+            similarities, ids, labels = self._keys.search_per_label(queries, k, num_labels, exclude)
+            return SearchResult(ids=ids, labels=labels, similarities=similarities)
         shape = (len(queries), num_labels, k)
         ids = np.full(shape, -1, dtype=np.int64)
         similarities = np.full(shape, -np.inf, dtype=np.float32)
@@ -389,13 +450,29 @@ class KnowledgeStore:
         return params, counts
 
     def export_state(self) -> StoreState:
-        """The store's indexes and id arrays, for snapshots (``store_snapshot.py``); not copies."""
+        """The store's indexes and id arrays, for snapshots (``store_snapshot.py``); not copies.
+
+        A torch-backed store exports new flat FAISS shards of its keys (as stored: fp16 on CUDA).
+        """
+        if self._keys is not None:
+            flat = KnowledgeStore(self._dim, shard_size=self.shard_size)
+            flat._ids, flat._labels = self._ids, self._labels
+            flat._build_flat(self._keys.vectors_of(self._ids))
+            return flat.export_state()
         return StoreState(
             self._kind, self._indexes, self._ids, self._labels, self._index_of, self._ivf_built_at
         )
 
     def restore_state(self, state: StoreState) -> None:
         """Install what :meth:`export_state` returned (read back from a snapshot)."""
+        if self._keys is not None:
+            source = KnowledgeStore(self._dim)
+            source.restore_state(state)
+            self._keys = TorchKeys(self._dim, self.device)
+            self._keys.add(state.ids, source._stored_vectors(), state.labels)
+            self._ids, self._labels = state.ids, state.labels
+            self._index_of = np.zeros(len(state.ids), dtype=np.int64)
+            return
         self._kind, self._indexes, self._ivf_built_at = state.kind, state.indexes, state.ivf_built_at
         self._ids, self._labels, self._index_of = state.ids, state.labels, state.index_of
         self._label_cache = None

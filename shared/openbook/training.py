@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from openbook.backbone import float32_weights
 from openbook.calibration import CalibrationMode, calibrated_p_lm, mean_prediction_bias
 from openbook.classifier import Classifier, Embeddings
 from openbook.methods.base import Method, TrainBatch, only_these_train
@@ -97,84 +98,89 @@ def train(
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     ids = np.arange(len(train_texts), dtype=np.int64)
-    classifier.store = KnowledgeStore(classifier.backbone.hidden_size)
-    classifier.label_bias = None
-    store_pass = reembed(classifier, train_texts, train_labels, progress=progress)
-    if config.calibration == "domain":
-        if classifier.demo_encoder is None:  # the plain prompt: the store pass has already scored it
-            log_probs = store_pass.lm_log_probs
-        else:
-            bar = "calibrate" if progress and len(train_texts) > _QUIET_EMBED else False
-            log_probs = classifier.embed(train_texts, exclude_ids=ids, progress=bar).lm_log_probs
-        classifier.label_bias = mean_prediction_bias(log_probs)
-
-    parameters = method.trainable_parameters(classifier)
-    with only_these_train(classifier, parameters):
-        optimizer = torch.optim.AdamW(
-            method.parameter_groups(classifier, config.lr),
-            lr=config.lr,
-            weight_decay=config.weight_decay,
-            fused=_fused_adam_supported(parameters),
-        )
-        warmup = int(config.warmup_ratio * config.steps)
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: (
-                (step + 1) / max(1, warmup)
-                if step < warmup
-                else (config.steps - step) / (config.steps - warmup)
-            ),
-        )
-        gold_all = torch.as_tensor(train_labels, dtype=torch.long, device=classifier.backbone.device)
-        steps_per_epoch = -(-len(ids) // config.batch_size)
-        reembed_every = config.reembed_every or steps_per_epoch
-
-        result = TrainResult(best=evaluate_dev(classifier, dev_texts, dev_labels, step=0))
-        result.history.append(vars(result.best) | {"loss": None})
-        best_tensors = _snapshot(method.trained_tensors(classifier))
-        stale = 0
-        order = np.empty(0, dtype=np.int64)
-        bar = tqdm(range(1, config.steps + 1), desc=f"train {method.spec}", disable=not progress)
-        for step in bar:
-            if len(order) == 0:
-                order = rng.permutation(ids)
-            rows, order = order[: config.batch_size], order[config.batch_size :]
-            _set_training(classifier, True)
-            loss = method.loss(classifier, TrainBatch([train_texts[i] for i in rows], gold_all[rows], rows))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm)
-            if not torch.isfinite(norm):  # one such step would turn every trained weight into NaN
-                _set_training(classifier, False)
-                raise TrainingDiverged(
-                    f"{method.spec}, step {step}: the gradient norm is {float(norm)} (loss "
-                    f"{float(loss.detach())}); stopped before this step changed any weight"
-                )
-            optimizer.step()
-            schedule.step()
-            _set_training(classifier, False)
-            result.losses.append(float(loss.detach()))
-            result.steps_run = step
-            if on_step is not None:
-                on_step(step, config.steps, result.losses[-1])
-            if method.uses_store_in_training and step % reembed_every == 0:
-                reembed(classifier, train_texts, train_labels, progress=progress)
-            if step % config.eval_every == 0 or step == config.steps:
-                score = evaluate_dev(classifier, dev_texts, dev_labels, step=step)
-                result.history.append(
-                    vars(score) | {"loss": float(np.mean(result.losses[-config.eval_every :]))}
-                )
-                if score.key() > result.best.key():
-                    result.best, stale = score, 0
-                    best_tensors = _snapshot(method.trained_tensors(classifier))
-                else:
-                    stale += 1
-                bar.set_postfix(loss=f"{result.losses[-1]:.3f}", dev=f"{score.accuracy:.3f}")
-                if stale >= config.patience:
-                    break
+    # Training updates float32 weights even on a half-precision backbone (see `float32_weights`);
+    # the kept weights are cast back and the store re-embedded in the serving dtype below.
+    with float32_weights(classifier.backbone.model, classifier.prompt):
+        classifier.store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
+        classifier.label_bias = None
+        store_pass = reembed(classifier, train_texts, train_labels, progress=progress)
+        if config.calibration == "domain":
+            if classifier.demo_encoder is None:  # the plain prompt: the store pass has already scored it
+                log_probs = store_pass.lm_log_probs
             else:
-                bar.set_postfix(loss=f"{result.losses[-1]:.3f}", dev=f"{result.best.accuracy:.3f}")
-        bar.close()
+                bar = "calibrate" if progress and len(train_texts) > _QUIET_EMBED else False
+                log_probs = classifier.embed(train_texts, exclude_ids=ids, progress=bar).lm_log_probs
+            classifier.label_bias = mean_prediction_bias(log_probs)
+
+        parameters = method.trainable_parameters(classifier)
+        with only_these_train(classifier, parameters):
+            optimizer = torch.optim.AdamW(
+                method.parameter_groups(classifier, config.lr),
+                lr=config.lr,
+                weight_decay=config.weight_decay,
+                fused=_fused_adam_supported(parameters),
+            )
+            warmup = int(config.warmup_ratio * config.steps)
+            schedule = torch.optim.lr_scheduler.LambdaLR(
+                optimizer,
+                lambda step: (
+                    (step + 1) / max(1, warmup)
+                    if step < warmup
+                    else (config.steps - step) / (config.steps - warmup)
+                ),
+            )
+            gold_all = torch.as_tensor(train_labels, dtype=torch.long, device=classifier.backbone.device)
+            steps_per_epoch = -(-len(ids) // config.batch_size)
+            reembed_every = config.reembed_every or steps_per_epoch
+
+            result = TrainResult(best=evaluate_dev(classifier, dev_texts, dev_labels, step=0))
+            result.history.append(vars(result.best) | {"loss": None})
+            best_tensors = _snapshot(method.trained_tensors(classifier))
+            stale = 0
+            order = np.empty(0, dtype=np.int64)
+            bar = tqdm(range(1, config.steps + 1), desc=f"train {method.spec}", disable=not progress)
+            for step in bar:
+                if len(order) == 0:
+                    order = rng.permutation(ids)
+                rows, order = order[: config.batch_size], order[config.batch_size :]
+                _set_training(classifier, True)
+                loss = method.loss(
+                    classifier, TrainBatch([train_texts[i] for i in rows], gold_all[rows], rows)
+                )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                norm = torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm)
+                if not torch.isfinite(norm):  # one such step would turn every trained weight into NaN
+                    _set_training(classifier, False)
+                    raise TrainingDiverged(
+                        f"{method.spec}, step {step}: the gradient norm is {float(norm)} (loss "
+                        f"{float(loss.detach())}); stopped before this step changed any weight"
+                    )
+                optimizer.step()
+                schedule.step()
+                _set_training(classifier, False)
+                result.losses.append(float(loss.detach()))
+                result.steps_run = step
+                if on_step is not None:
+                    on_step(step, config.steps, result.losses[-1])
+                if method.uses_store_in_training and step % reembed_every == 0:
+                    reembed(classifier, train_texts, train_labels, progress=progress)
+                if step % config.eval_every == 0 or step == config.steps:
+                    score = evaluate_dev(classifier, dev_texts, dev_labels, step=step)
+                    result.history.append(
+                        vars(score) | {"loss": float(np.mean(result.losses[-config.eval_every :]))}
+                    )
+                    if score.key() > result.best.key():
+                        result.best, stale = score, 0
+                        best_tensors = _snapshot(method.trained_tensors(classifier))
+                    else:
+                        stale += 1
+                    bar.set_postfix(loss=f"{result.losses[-1]:.3f}", dev=f"{score.accuracy:.3f}")
+                    if stale >= config.patience:
+                        break
+                else:
+                    bar.set_postfix(loss=f"{result.losses[-1]:.3f}", dev=f"{result.best.accuracy:.3f}")
+            bar.close()
     method.load_trained(classifier, best_tensors)
     reembed(classifier, train_texts, train_labels, progress=progress)  # the kept weights' keys
     result.seconds = time.perf_counter() - started

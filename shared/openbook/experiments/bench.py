@@ -4,8 +4,9 @@ Prints measured ratios; nothing here passes or fails. Reported:
 
 1. kNN search + interpolation time per batch, as a share of the backbone's
    forward time for the same batch, at each store size (synthetic unit
-   vectors of the backbone's width);
-2. the time to add one example to a store of the largest size;
+   vectors of the backbone's width), for each search backend side by side:
+   FAISS on the CPU and exact torch search on `--device` (on a GPU: fp16 keys);
+2. the time to add one example to a store of the largest size, per backend;
 3. store-building throughput (prompt encoding + forward + normalise + add)
    against a raw batched forward of the same prompted token ids at the same
    batch size, both with the full LM (logits at every position, the plain HF
@@ -29,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from openbook.knn import interpolate, knn_distribution
-from openbook.store import KnowledgeStore
+from openbook.store import Backend, KnowledgeStore
 
 _WORDS = (
     "the a film movie story plot cast acting was is it this that great terrible good bad dull funny "
@@ -42,23 +43,44 @@ def synthetic_sentences(count: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(_WORDS, size=int(rng.integers(12, 28)))) for _ in range(count)]
 
 
-def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    """Median wall time of `fn`; on a GPU each call is timed to the end of its queued kernels."""
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait for the kernels queued on a CUDA `device` (None: the current one, if CUDA is in use).
 
-    def sync() -> None:
+    CUDA calls return once their kernels are queued: a timer stopped without this measures the queueing.
+    """
+    if device is None:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
+    elif torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
+
+def median_seconds(
+    fn: Callable[[], object], repeats: int, warmup: int = 1, device: torch.device | str | None = None
+) -> float:
+    """Median wall time of `fn`; on a GPU each call is timed to the end of its queued kernels."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
-        sync()
+        synchronize(device)
         started = time.perf_counter()
         fn()
-        sync()
+        synchronize(device)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
+
+
+def filled_store(
+    dim: int, size: int, device: torch.device, backend: Backend, rng: np.random.Generator
+) -> KnowledgeStore:
+    """`size` random unit vectors with 2 labels, exact search (no IVF), added in slices of 2^18."""
+    store = KnowledgeStore(dim, approx_threshold=2 * size + 1, device=device, backend=backend)
+    for start in range(0, size, 1 << 18):
+        count = min(1 << 18, size - start)
+        vectors = rng.standard_normal((count, dim), dtype=np.float32)
+        store.add(np.arange(start, start + count), vectors, rng.integers(0, 2, count))
+    return store
 
 
 def run_store_bench(args: argparse.Namespace) -> None:
@@ -80,42 +102,49 @@ def run_store_bench(args: argparse.Namespace) -> None:
         with torch.inference_mode():
             backbone.forward(encoder.encode(texts), encoder.label_token_ids)
 
-    forward_s = median_seconds(forward, repeats=5)
-    print(f"backbone {args.backbone}: forward of one batch ({batch_size} texts) {forward_s * 1e3:.1f} ms")
+    device = backbone.device
+    forward_s = median_seconds(forward, repeats=5, device=device)
+    dtype = str(backbone.dtype).removeprefix("torch.")
+    print(
+        f"backbone {args.backbone} on {device} ({dtype}): forward of one batch ({batch_size} texts)"
+        f" {forward_s * 1e3:.1f} ms"
+    )
     rng = np.random.default_rng(0)
     dim = backbone.hidden_size
     sizes = [int(s) for s in args.sizes.split(",")]
     p_lm = torch.full((batch_size, 2), 0.5)
-    store = None
+    # FAISS runs on the host whatever --device is; the torch backend runs where the model does.
+    backends: list[tuple[Backend, torch.device]] = [("faiss", torch.device("cpu")), ("torch", device)]
+    queries = rng.standard_normal((batch_size, dim), dtype=np.float32)
     for size in sizes:
-        store = KnowledgeStore(dim, approx_threshold=max(sizes) * 2)  # exact search, the default regime
-        vectors = rng.standard_normal((size, dim), dtype=np.float32)
-        store.add(np.arange(size), vectors, rng.integers(0, 2, size))
-        queries = rng.standard_normal((batch_size, dim), dtype=np.float32)
+        for backend, store_device in backends:
+            store = filled_store(dim, size, store_device, backend, rng)
 
-        def knn_step(store: KnowledgeStore = store, queries: np.ndarray = queries) -> None:
-            hits = store.search(queries, 16)
-            p_knn = knn_distribution(
-                torch.from_numpy(hits.similarities), torch.from_numpy(hits.labels), 2, 0.1
+            def knn_step(store: KnowledgeStore = store) -> None:
+                hits = store.search(queries, 16)
+                p_knn = knn_distribution(
+                    torch.from_numpy(hits.similarities), torch.from_numpy(hits.labels), 2, 0.1
+                )
+                interpolate(p_knn, p_lm, 0.5)
+
+            once = median_seconds(knn_step, repeats=1, device=store_device)
+            knn_s = median_seconds(knn_step, repeats=20 if once < 0.1 else 5, warmup=0, device=store_device)
+            print(
+                f"store of {size:>7,}: kNN search + interpolation {knn_s * 1e3:.2f} ms per batch"
+                f" = {100 * knn_s / forward_s:.2f}% of the forward [{_backend_name(store)}]"
             )
-            interpolate(p_knn, p_lm, 0.5)
-
-        knn_s = median_seconds(knn_step, repeats=20)
-        print(
-            f"store of {size:>7,}: kNN search + interpolation {knn_s * 1e3:.2f} ms per batch "
-            f"= {100 * knn_s / forward_s:.2f}% of the forward"
-        )
-    assert store is not None
-    one = rng.standard_normal((1, dim), dtype=np.float32)
-    next_id = iter(range(10**9, 10**9 + 10_000))
-    size = len(store)
-    add_s = median_seconds(lambda: store.add(np.array([next(next_id)]), one, np.array([1])), repeats=200)
-    print(f"add one example to a store of {size:,}: {add_s * 1e3:.3f} ms (median of 200)")
+            if size == sizes[-1]:
+                add_s = _add_one_seconds(store, rng)
+                print(
+                    f"add one example to a store of {size:,} [{_backend_name(store)}]: {add_s * 1e3:.3f} ms"
+                    " (median of 200)"
+                )
+            del store, knn_step  # the next store may need the memory
 
     corpus = synthetic_sentences(batch_size * 4, seed=1)
 
     def build_store() -> None:
-        built = KnowledgeStore(dim)
+        built = KnowledgeStore(dim, device=device)
         embeddings = classifier.embed(corpus)
         built.add(np.arange(len(corpus)), embeddings.vectors, np.zeros(len(corpus), dtype=np.int64))
 
@@ -137,15 +166,27 @@ def run_store_bench(args: argparse.Namespace) -> None:
 
         return run
 
-    build_s = median_seconds(build_store, repeats=3)
-    raw_lm_s = median_seconds(raw(backbone.model), repeats=3)
-    raw_body_s = median_seconds(raw(backbone.model.base_model), repeats=3)
+    build_s = median_seconds(build_store, repeats=3, device=device)
+    raw_lm_s = median_seconds(raw(backbone.model), repeats=3, device=device)
+    raw_body_s = median_seconds(raw(backbone.model.base_model), repeats=3, device=device)
     print(f"store building: {len(corpus) / build_s:.1f} texts/s at batch {batch_size}")
     for name, seconds in (("full LM", raw_lm_s), ("body only", raw_body_s)):
         print(
             f"  vs raw forward, {name:<9}: {len(corpus) / seconds:.1f} texts/s"
             f" -> ratio {seconds / build_s:.2f}"
         )
+
+
+def _backend_name(store: KnowledgeStore) -> str:
+    return f"{store.backend} {store.device.type} {store.key_dtype}"
+
+
+def _add_one_seconds(store: KnowledgeStore, rng: np.random.Generator) -> float:
+    one = rng.standard_normal((1, store.dim), dtype=np.float32)
+    new_ids = iter(range(10**9, 10**9 + 10_000))
+    return median_seconds(
+        lambda: store.add(np.array([next(new_ids)]), one, np.array([1])), repeats=200, device=store.device
+    )
 
 
 def run_train_bench(args: argparse.Namespace) -> None:

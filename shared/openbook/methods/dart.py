@@ -145,7 +145,8 @@ def build_prompt(classifier: Classifier) -> DifferentiablePrompt:
         labels = torch.stack([head.weight[ids].mean(0) for ids in pieces])  # (C, E')
         bias = getattr(head, "bias", None)
         label_bias = None if bias is None else torch.stack([bias[ids].mean() for ids in pieces])  # (C,)
-    return DifferentiablePrompt(template, labels, label_bias).to(backbone.device)
+    # float32 whatever the backbone's dtype, as the other prompts: `label_logits` reads float32 features
+    return DifferentiablePrompt(template, labels, label_bias).to(backbone.device, torch.float32)
 
 
 def fluency_loss(classifier: Classifier, texts: list[TextInput], gold: torch.Tensor) -> torch.Tensor:

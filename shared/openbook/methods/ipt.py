@@ -219,7 +219,8 @@ class InstancePrompt(SoftPrompt):
     def generate(self, embeds: torch.Tensor, batch: EncodedBatch) -> torch.Tensor:
         """(B, T, E) input embeddings -> (B, k, E) this batch's prompts."""
         mask = text_mask(batch)  # (B, T) the text alone: no template, slot, demonstrations or padding
-        features = self.features(embeds.detach(), batch.input_ids, mask)  # (B, F); word embeddings frozen
+        frozen = embeds.detach().to(self.base.dtype)  # word embeddings frozen; a bf16 backbone's upcast
+        features = self.features(frozen, batch.input_ids, mask)  # (B, F)
         instance = self.project(self.norm(features))  # (B, k * E)
         return self.base + instance.view(-1, self.num_prompts, self.embed_dim)  # (B, k, E)
 

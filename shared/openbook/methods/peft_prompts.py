@@ -194,7 +194,7 @@ def check_prefix_cache(method: str, backbone: Backbone) -> None:
     model = backbone.model
     try:
         s = CacheShape.of(model.config)
-        blank = torch.zeros(1, s.kv_heads, 1, s.head_dim, device=backbone.device)
+        blank = torch.zeros(1, s.kv_heads, 1, s.head_dim, device=backbone.device, dtype=backbone.dtype)
         cache = DynamicCache([(blank, blank)] * s.layers, config=model.config)
         token = torch.zeros(1, 1, dtype=torch.long, device=backbone.device)
         mask = torch.ones(1, 2, dtype=torch.long, device=backbone.device)  # prefix + token
