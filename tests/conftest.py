@@ -182,6 +182,12 @@ def toy() -> Toy:
     return _toy()
 
 
+@pytest.fixture
+def corpus() -> list[str]:
+    """The sentences the tiny models' tokenizers were built from (each three times)."""
+    return list(CORPUS)
+
+
 def _fresh_classifier(directory: Path, spec: str):
     """A classifier for `spec` on a freshly loaded backbone (training mutates it), prepared by its method."""
     from openbook.backbone import BackboneConfig, load_backbone

@@ -13,18 +13,17 @@ from openbook.classifier import Classifier
 from openbook.methods import build_method, weights_sha256
 from openbook.training import TrainConfig, train
 
-from tests.conftest import CORPUS, LABELS, TEMPLATE, TEXTS, VERBALIZER
-
 # Parity of bfloat16 with float32 on the tiny backbones (8 significant bits against 24). Measured on
-# the ten distinct CORPUS sentences with a four-example store: largest difference of an interpolated
-# probability 6.1e-4 (causal) and 1.3e-3 (masked), of P_LM 4.9e-4 / 3.9e-4, of a label log-prob
-# 1.2e-3 / 1.9e-3; slot vectors' cosine with their float32 selves >= 0.99998; the same argmax on
-# every row, the smallest float32 margin between the two labels being 2.3e-3. The tolerances below
-# leave ~8x room for other CPUs' kernels. A prediction may flip only where float32 itself is within
-# the noise: rows whose float32 margin exceeds twice the tolerance must agree, and at least 90% overall.
-# These bound the tiny models only. On smollm2-135m (CPU, SST-2 prompt, 64 synthetic sentences, a
-# 64-example store embedded in each dtype) bf16 moved P_LM by up to 0.020 and the interpolated P by up
-# to 0.037, flipped 1 of 64 predictions, kept slot cosines >= 0.9994 and 95% of the top-16 neighbours.
+# the ten distinct sentences of the tiny models' corpus with a four-example store: largest difference
+# of an interpolated probability 6.1e-4 (causal) and 1.3e-3 (masked), of P_LM 4.9e-4 / 3.9e-4, of a
+# label log-prob 1.2e-3 / 1.9e-3; slot vectors' cosine with their float32 selves >= 0.99998; the
+# same argmax on every row, the smallest float32 margin between the two labels being 2.3e-3. The
+# tolerances below leave ~8x room for other CPUs' kernels. A prediction may flip only where float32
+# itself is within the noise: rows whose float32 margin exceeds twice the tolerance must agree, and
+# at least 90% overall. These bound the tiny models only. On smollm2-135m (CPU, SST-2 prompt, 64
+# synthetic sentences, a 64-example store embedded in each dtype) bf16 moved P_LM by up to 0.020 and
+# the interpolated P by up to 0.037, flipped 1 of 64 predictions, kept slot cosines >= 0.9994 and 95%
+# of the top-16 neighbours.
 PROBABILITY_ATOL = 0.01
 MIN_COSINE = 0.999
 MIN_ARGMAX_AGREEMENT = 0.9
@@ -51,26 +50,28 @@ def test_auto_is_bfloat16_on_cuda_and_float32_on_cpu():
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_weights_load_in_the_dtype_and_leave_forward_as_float32(model_dir: Path, dtype: str):
+def test_weights_load_in_the_dtype_and_leave_forward_as_float32(model_dir: Path, dtype: str, toy):
     backbone = load_backbone(BackboneConfig(name=str(model_dir), max_length=48, dtype=dtype))
     assert backbone.dtype == getattr(torch, dtype)
     assert {p.dtype for p in backbone.model.parameters()} == {getattr(torch, dtype)}
-    classifier = Classifier(backbone, TEMPLATE, VERBALIZER)
+    classifier = Classifier(backbone, toy.template, toy.verbalizer)
     encoder = classifier.encoder
     with torch.inference_mode():
-        out = backbone.forward(encoder.encode(TEXTS[:3]), encoder.label_token_ids)
+        out = backbone.forward(encoder.encode(toy.texts[:3]), encoder.label_token_ids)
     assert out.hidden.dtype == out.label_log_probs.dtype == torch.float32
-    embedded = classifier.embed(TEXTS[:3])
+    embedded = classifier.embed(toy.texts[:3])
     assert embedded.vectors.dtype == embedded.lm_log_probs.dtype == np.float32
 
 
-def _predictions(directory: Path, dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(interpolated P, P_LM, slot vectors) for the distinct CORPUS sentences, with a small store."""
+def _predictions(directory: Path, dtype: str, toy, corpus) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(interpolated P, P_LM, slot vectors) for the distinct corpus sentences, with a small store."""
     classifier = Classifier(
-        load_backbone(BackboneConfig(name=str(directory), max_length=48, dtype=dtype)), TEMPLATE, VERBALIZER
+        load_backbone(BackboneConfig(name=str(directory), max_length=48, dtype=dtype)),
+        toy.template,
+        toy.verbalizer,
     )
-    classifier.add_examples(TEXTS[:4], [str(label) for label in LABELS[:4]])
-    sample = sorted(set(CORPUS))
+    classifier.add_examples(toy.texts[:4], [str(label) for label in toy.labels[:4]])
+    sample = sorted(set(corpus))
     predictions = classifier.predict(sample)
     as_array = lambda attribute: np.array(  # noqa: E731
         [[getattr(p, attribute)[label] for label in classifier.labels] for p in predictions]
@@ -78,9 +79,9 @@ def _predictions(directory: Path, dtype: str) -> tuple[np.ndarray, np.ndarray, n
     return as_array("probabilities"), as_array("p_lm"), classifier.embed(sample).vectors
 
 
-def test_bfloat16_predictions_agree_with_float32(model_dir: Path):
-    p32, lm32, vectors32 = _predictions(model_dir, "float32")
-    p16, lm16, vectors16 = _predictions(model_dir, "bfloat16")
+def test_bfloat16_predictions_agree_with_float32(model_dir: Path, toy, corpus):
+    p32, lm32, vectors32 = _predictions(model_dir, "float32", toy, corpus)
+    p16, lm16, vectors16 = _predictions(model_dir, "bfloat16", toy, corpus)
     np.testing.assert_allclose(p16, p32, atol=PROBABILITY_ATOL)
     np.testing.assert_allclose(lm16, lm32, atol=PROBABILITY_ATOL)
     assert (vectors16 * vectors32).sum(1).min() >= MIN_COSINE
@@ -115,22 +116,22 @@ def test_float32_weights_keep_updates_that_bfloat16_rounds_away():
 
 
 def test_training_a_bfloat16_backbone_updates_float32_weights_then_serves_bfloat16(
-    causal_dir: Path, tmp_path: Path
+    causal_dir: Path, tmp_path: Path, toy
 ):
     backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48, dtype="bfloat16"))
     base_sha = weights_sha256(backbone.model)
     start = {name: p.detach().clone() for name, p in backbone.model.named_parameters()}
     method = build_method("prompt-ft")
-    classifier = method.prepare(Classifier(backbone, TEMPLATE, VERBALIZER))
+    classifier = method.prepare(Classifier(backbone, toy.template, toy.verbalizer))
     seen: list[torch.dtype] = []
     config = TrainConfig(steps=4, batch_size=4, lr=3e-3, eval_every=2, patience=10, warmup_ratio=0.0)
     result = train(
         classifier,
         method,
-        TEXTS,
-        LABELS,
-        TEXTS,
-        LABELS,
+        toy.texts,
+        toy.labels,
+        toy.texts,
+        toy.labels,
         config,
         progress=False,
         on_step=lambda *_: seen.append(backbone.dtype),
@@ -142,8 +143,8 @@ def test_training_a_bfloat16_backbone_updates_float32_weights_then_serves_bfloat
     changed = [not torch.equal(p, start[name]) for name, p in backbone.model.named_parameters()]
     assert all(changed)
     # the store holds keys of the bf16 weights it will be served with
-    keys = classifier.store.vectors_of(np.arange(len(TEXTS)))
-    np.testing.assert_allclose(keys, classifier.embed(TEXTS, vectors_only=True).vectors, atol=1e-6)
+    keys = classifier.store.vectors_of(np.arange(len(toy.texts)))
+    np.testing.assert_allclose(keys, classifier.embed(toy.texts, vectors_only=True).vectors, atol=1e-6)
 
     path = save_classifier(
         tmp_path / "ckpt",
@@ -156,22 +157,31 @@ def test_training_a_bfloat16_backbone_updates_float32_weights_then_serves_bfloat
     )
     loaded, _ = load_classifier(path)  # loads its own backbone in the dtype the base hash was taken in
     assert loaded.backbone.dtype == torch.bfloat16
-    before, after = classifier.predict(TEXTS[:4]), loaded.predict(TEXTS[:4])
+    before, after = classifier.predict(toy.texts[:4]), loaded.predict(toy.texts[:4])
     assert [p.probabilities for p in after] == [p.probabilities for p in before]
 
 
 # Each of these failed on a bf16 backbone before the dtype work (a float32 tensor met a bf16 one); run
 # by hand, every registered method trains one step and predicts on bf16 tiny backbones of both kinds.
 @pytest.mark.parametrize("spec", ["dart", "ipt", "prefix-tuning"])
-def test_prompt_methods_train_and_predict_on_a_bfloat16_backbone(causal_dir: Path, spec: str):
+def test_prompt_methods_train_and_predict_on_a_bfloat16_backbone(causal_dir: Path, spec: str, toy):
     """Prompts are float32 and read float32 features; what they put into the model is in its dtype."""
     backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48, dtype="bfloat16"))
     method = build_method(spec)
-    classifier = method.prepare(Classifier(backbone, TEMPLATE, VERBALIZER))
+    classifier = method.prepare(Classifier(backbone, toy.template, toy.verbalizer))
     config = TrainConfig(steps=1, batch_size=4, eval_every=1, warmup_ratio=0.0)
-    train(classifier, method, TEXTS[:4], LABELS[:4], TEXTS[:4], LABELS[:4], config, progress=False)
+    train(
+        classifier,
+        method,
+        toy.texts[:4],
+        toy.labels[:4],
+        toy.texts[:4],
+        toy.labels[:4],
+        config,
+        progress=False,
+    )
     assert backbone.dtype == torch.bfloat16
     if classifier.prompt is not None:
         assert {p.dtype for p in classifier.prompt.parameters()} == {torch.float32}
-    probabilities = [p.probabilities for p in classifier.predict(TEXTS[:2])]
+    probabilities = [p.probabilities for p in classifier.predict(toy.texts[:2])]
     assert all(np.isclose(sum(row.values()), 1.0, atol=1e-5) for row in probabilities)

@@ -243,11 +243,10 @@ def test_the_backend_follows_the_device():
         KnowledgeStore(DIM, device="cuda", backend="faiss")
 
 
-def test_a_classifier_keeps_its_store_on_the_backbone_device(causal_backbone):
+def test_a_classifier_keeps_its_store_on_the_backbone_device(causal_backbone, toy):
     from openbook.classifier import Classifier
 
-    from tests.conftest import TEMPLATE, VERBALIZER
-
+    TEMPLATE, VERBALIZER = toy.template, toy.verbalizer
     classifier = Classifier(causal_backbone, TEMPLATE, VERBALIZER)
     assert classifier.store.device == causal_backbone.device and classifier.store.backend == "faiss"
     on_cpu_torch = KnowledgeStore(causal_backbone.hidden_size, backend="torch")

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 
 
+def _counts(text: str) -> list[int]:
+    return [int(count) for count in text.split(",")]
+
+
 def run_bench_api(argv: list[str]) -> int:
     from openbook.models import DEFAULT_BACKBONE
 
@@ -14,7 +18,12 @@ def run_bench_api(argv: list[str]) -> int:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--requests", type=int, default=20, help="timed single requests (median reported)")
-    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument(
+        "--clients",
+        type=_counts,
+        default=[32],
+        help="concurrent clients, comma-separated: one throughput line each, e.g. 32,256",
+    )
     args = parser.parse_args(argv)
     run_api_bench(args.backbone, max_length=args.max_length, requests=args.requests, clients=args.clients)
     return 0
