@@ -140,6 +140,27 @@ def masked_backbone(masked_dir: Path):
     return _load(masked_dir)
 
 
+@pytest.fixture(scope="session")
+def albert_dir(masked_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny ALBERT: its input embeddings (16) are narrower than its hidden states (32)."""
+    from transformers import AlbertConfig, AlbertForMaskedLM, AutoTokenizer
+
+    directory = tmp_path_factory.mktemp("tiny-albert")
+    tokenizer = AutoTokenizer.from_pretrained(masked_dir)
+    config = AlbertConfig(
+        vocab_size=len(tokenizer),
+        embedding_size=16,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+    )
+    AlbertForMaskedLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
 @pytest.fixture(scope="session", params=["masked", "causal"])
 def backbone(request: pytest.FixtureRequest):
     return request.getfixturevalue(f"{request.param}_backbone")

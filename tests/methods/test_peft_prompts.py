@@ -124,25 +124,11 @@ def test_trainable_parameter_counts(backbone: Backbone, toy) -> None:
 
 
 def test_prefix_tuning_refuses_a_backbone_that_ignores_past_key_values(
-    masked_dir: Path, tmp_path: Path, fresh_classifier
+    albert_dir: Path, fresh_classifier
 ) -> None:
-    from transformers import AlbertConfig, AlbertForMaskedLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(masked_dir)
-    config = AlbertConfig(
-        vocab_size=len(tokenizer),
-        embedding_size=16,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-    )
-    AlbertForMaskedLM(config).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
     with pytest.raises(MethodError, match="does not take one: use prompt-tuning or p-tuning"):
-        fresh_classifier(tmp_path, "prefix-tuning")
-    classifier, _ = fresh_classifier(tmp_path, "prompt-tuning")  # virtual tokens work on any backbone
+        fresh_classifier(albert_dir, "prefix-tuning")
+    classifier, _ = fresh_classifier(albert_dir, "prompt-tuning")  # virtual tokens work on any backbone
     assert classifier.embed(["a good film"]).lm_log_probs.shape == (1, 2)
 
 

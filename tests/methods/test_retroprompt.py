@@ -28,23 +28,9 @@ def test_knn_guided_weights_are_leave_one_out() -> None:
 
 
 def test_demonstrations_refuse_a_backbone_whose_embeddings_are_not_the_slot_size(
-    masked_dir: Path, tmp_path: Path, fresh_classifier
+    albert_dir: Path, fresh_classifier
 ) -> None:
-    from transformers import AlbertConfig, AlbertForMaskedLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(masked_dir)
-    config = AlbertConfig(
-        vocab_size=len(tokenizer),
-        embedding_size=16,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-    )
-    AlbertForMaskedLM(config).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="no-demos"):
-        fresh_classifier(tmp_path, "retroprompt")
-    classifier, _ = fresh_classifier(tmp_path, "retroprompt/no-demos")
+        fresh_classifier(albert_dir, "retroprompt")
+    classifier, _ = fresh_classifier(albert_dir, "retroprompt/no-demos")
     assert classifier.demos is None
