@@ -12,6 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 from openbook.classifier import Prediction
+from openbook.prompting import TextInput
 
 from services.api import schemas
 from services.api.checks import check_batch, check_text
@@ -118,7 +119,7 @@ def rank_by_uncertainty(predictions: Sequence[Prediction]) -> list[int]:
     return sorted(range(len(predictions)), key=keys.__getitem__)
 
 
-def _score(runtime: TaskRuntime, texts: list, batch: int) -> tuple[list[Prediction], str, str]:
+def _score(runtime: TaskRuntime, texts: Sequence[TextInput], batch: int) -> tuple[list[Prediction], str, str]:
     """Predict for every text, `batch` at a time (blocking: call from a worker thread).
 
     Each batch takes the runtime's lock on its own, so classify requests are served between them; the
