@@ -141,3 +141,55 @@ class Readiness(BaseModel):
     broken: dict[str, str] | None = None  # tasks stored but not served, with why
     workers: list[str] | None = None  # trainer workers with a live heartbeat
     warning: str | None = None  # e.g. no worker alive: jobs wait (the api still serves)
+
+
+class PoolTextIn(BaseModel):
+    id: int = Field(ge=0, le=2**53 - 1, description="client-chosen; label the text later under the same id")
+    text: TextOrPair
+
+
+class PoolIn(BaseModel):
+    texts: list[PoolTextIn] = Field(min_length=1, description="unlabelled texts; the ids differ")
+
+    @field_validator("texts")
+    @classmethod
+    def _ids_once(cls, texts: list[PoolTextIn]) -> list[PoolTextIn]:
+        counts = Counter(t.id for t in texts)
+        repeated = [text_id for text_id, count in counts.items() if count > 1]
+        if repeated:
+            raise ValueError(f"pool id {repeated[0]} appears twice in the batch")
+        return texts
+
+
+class PoolTextAck(BaseModel):
+    id: int
+    created: bool  # False: the pool already held this text (a retry)
+
+
+class PoolAck(BaseModel):
+    texts: list[PoolTextAck]
+
+
+class PoolTextOut(BaseModel):
+    id: int
+    text: StoredText
+
+
+class PoolPage(BaseModel):
+    texts: list[PoolTextOut]
+    next_after: int | None  # pass as `after` for the next page; None at the end
+
+
+class Suggestion(BaseModel):
+    id: int  # the pool id: post the example under it, and the text leaves the pool
+    text: StoredText
+    margin: float  # between the two most probable labels of `prediction.probabilities`: small is unsure
+    disagreement: float  # total variation between p_lm and p_knn (0 without p_knn): breaks ties
+    prediction: PredictionOut
+
+
+class SuggestionsOut(BaseModel):
+    suggestions: list[Suggestion]  # least sure first
+    scored: int  # pool texts scored (the first ones by id, up to the cap)
+    model_version: str
+    store_version: str

@@ -1,5 +1,5 @@
 """One router per resource; `create_app` includes them all."""
 
-from services.api.routes import classify, examples, jobs, operations, tasks
+from services.api.routes import classify, examples, jobs, operations, pool, tasks
 
-ROUTERS = (operations.router, tasks.router, examples.router, classify.router, jobs.router)
+ROUTERS = (operations.router, tasks.router, examples.router, classify.router, jobs.router, pool.router)

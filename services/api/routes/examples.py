@@ -1,4 +1,8 @@
-"""A task's labelled examples: add (acknowledged once Redis has them on disk), page through, delete."""
+"""A task's labelled examples: add (acknowledged once Redis has them on disk), page through, delete.
+
+An example posted under a pool id labels that pool text: once the example is on disk, the text leaves
+the pool (routes/pool.py).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from services.api import schemas
 from services.api.checks import check_batch, check_label, check_text
 from services.api.deps import Reader, Runtime, SettingsDep, Threads, Writer
 from services.api.errors import declare
+from services.api.routes.pool import pool_of
 from services.bus.examples_log import ConflictError, NewExample
 
 router = APIRouter(prefix="/v1/tasks/{task}/examples")
@@ -28,6 +33,9 @@ async def add_examples(
         appended = await threads.write(runtime.log.append, new)
     except ConflictError as error:
         raise HTTPException(409, str(error)) from None
+    # Only the ids the client chose: an id the log assigned says nothing about the pool. A retry removes
+    # what a failed removal left behind.
+    await threads.write(pool_of(runtime).remove, [e.id for e in body.examples if e.id is not None])
     await threads.write(runtime.catch_up)  # the next classify here already sees them
     return schemas.ExamplesAck(
         examples=[schemas.ExampleAck(id=a.id, created=a.offset is not None) for a in appended],
