@@ -13,8 +13,8 @@ from fastapi import FastAPI
 from services.api.settings import Settings
 from services.bus.task_spec import NOT_ONLY_WHITESPACE
 
-_BATCHES = {"ClassifyIn": "texts", "ExamplesIn": "examples"}  # schema -> its list of items
-_WITH_TEXTS = ("ExampleIn", "ClassifyIn", "DemonstrationsIn")
+_BATCHES = {"ClassifyIn": "texts", "ExamplesIn": "examples", "PoolIn": "texts"}  # schema -> its list of items
+_WITH_TEXTS = ("ExampleIn", "ClassifyIn", "DemonstrationsIn", "PoolTextIn")
 
 
 def _cap_texts(schema: Any, max_chars: int) -> None:

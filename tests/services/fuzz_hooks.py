@@ -67,6 +67,10 @@ def map_case(context, case):
             example["label"] = labels[len(str(example.get("label"))) % 2]
             if example.get("id") is not None:  # ids must differ within a batch, which JSON Schema cannot say
                 example["id"] = example["id"] // 64 * 64 + i
+    elif path.endswith("/pool") and case.method.upper() == "POST":
+        for i, text in enumerate(body.get("texts", [])):
+            text["text"] = _fit(text["text"], pair)
+            text["id"] = text["id"] // 64 * 64 + i  # ids must differ within a batch
     elif path.endswith("/classify"):
         body["texts"] = [_fit(text, pair) for text in body.get("texts", [])]
     elif path.endswith("/demonstrations"):
