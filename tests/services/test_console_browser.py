@@ -199,8 +199,9 @@ def test_walkthrough_from_a_new_task_to_a_trained_version(console: Console, stac
     # No task yet: the console opens on the form that creates one. The optional panels of routes the
     # api does not have stay hidden.
     expect(page.get_by_role("tab", name="Tasks")).to_have_attribute("aria-selected", "true")
-    for hidden in ("#tab-suggestions", "#versions-card", "#label-form"):
+    for hidden in ("#versions-card", "#label-form"):
         expect(page.locator(hidden)).to_be_hidden()
+    expect(page.locator("#tab-suggestions")).to_be_visible()  # the api offers suggestions
 
     page.get_by_label("Name").fill("reviews")
     page.get_by_label("Template").fill("{text} It was {mask}")
@@ -288,6 +289,23 @@ def test_walkthrough_from_a_new_task_to_a_trained_version(console: Console, stac
     first.get_by_role("button", name="Add this text as an example of 0 (bad)").click()
     expect(first.locator(".correct .status")).to_contain_text("Already in the book")
     assert [e["label"] for e in stack.examples("reviews") if e["text"] == "a good film"] == ["0"]
+
+    # Suggestions from the real api: the pool's texts, least certain first; a key press labels the
+    # focused one, and the api takes it out of the pool.
+    pool = {"texts": [{"id": 9001, "text": "an okay film"}, {"id": 9002, "text": "fun but boring"}]}
+    assert stack.http.post("/v1/tasks/reviews/pool", json=pool).status_code == 201
+    console.tab("Suggestions")
+    expect(page.locator("#suggestions li")).to_have_count(2)
+    focused = page.locator("#suggestions li").first
+    expect(focused).to_be_focused()
+    labelled = int(focused.get_attribute("data-id"))
+    page.keyboard.press("2")  # "2" is the second label, 1
+    expect(page.locator("#suggestions-status")).to_contain_text(f"Labelled #{labelled} as 1")
+    assert [e["label"] for e in stack.examples("reviews") if e["id"] == labelled] == ["1"]
+    assert [t["id"] for t in stack.http.get("/v1/tasks/reviews/pool").json()["texts"]] == [
+        i for i in (9001, 9002) if i != labelled
+    ]
+    console.shot("suggestions")
 
     console.tab("Training")
     page.locator("#train-method").fill("prompt-ft")
