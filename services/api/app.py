@@ -48,7 +48,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         pools = Pools(reads=settings.read_threads, writes=settings.write_threads)
         batchers = Batchers(
-            max_batch=settings.batch_max_texts,
+            max_texts=settings.batch_max_texts,
+            max_tokens=settings.batch_max_tokens,
             max_wait=settings.batch_max_wait_ms / 1000,
             max_delay=settings.batch_max_delay_ms / 1000,
             on_forward=metrics.forward_size.observe,

@@ -3,11 +3,29 @@
 A request's texts join a queue; one consumer per task takes the first waiting
 request and every request already queued behind it. If the previous forward
 was shared by several requests (the service is under concurrent load), it
-then waits for more, for at most `max_delay` seconds after the first and up
-to `max_batch` texts: until as many requests as the previous forward served
-have come, and after that while they keep arriving less than `max_wait`
-seconds apart. It runs a single `predict` in a worker thread and hands each
-request its slice. The event loop never waits on the model.
+then waits for more, for at most `max_delay` seconds after the first: until
+as many requests as the previous forward served have come, and after that
+while they keep arriving less than `max_wait` seconds apart. It runs a single
+`predict` in a worker thread and hands each request its slice. The event loop
+never waits on the model.
+
+A forward is bounded by what it costs the device. Its texts are padded to the
+longest prompt, so it costs `texts x longest prompt` tokens; a batch closes
+when adding the next request would take it over `max_tokens` (padded) or over
+`max_texts`, and that request opens the next batch. A request over either
+bound on its own still runs, alone. On a GPU the forward is launch-bound below
+a few hundred prompts (H100, fp32: 1 / 32 / 256 / 1024 prompts in 31 / 45 /
+42 / 62 ms), so there the bound that matters is tokens, i.e. memory, not a
+count of texts; on a CPU the forward costs in proportion to its tokens
+anyway, and `max_texts` alone bounds it (`max_tokens=None`: nothing is
+counted). A request's longest prompt is measured with the task's prompt
+encoder (the very layout the forward pads), in a worker thread started when
+the request arrives, so the tokenizer never runs on the event loop; the
+template and special tokens count, and truncation to max_length is applied.
+That tokenizes each text twice (here and in the forward), a fraction of a
+millisecond per request. The runtime's classifier still splits a forward into chunks of its
+`batch_size` (32) prompts, sorted by length; a budget of hundreds of prompts
+becomes one GPU forward only where that is raised to match.
 
 Why wait like this: under load, the clients of one forward send their next
 requests as soon as their answers arrive, so the wave comes back spread over
@@ -27,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from openbook.classifier import Prediction
@@ -39,10 +57,25 @@ Result = tuple[list[Prediction], str, str]  # predictions, model version, store 
 Offload = Callable[..., Awaitable[Any]]  # runs a blocking call in a worker thread: offload(fn, *args)
 
 
+def longest_prompt(runtime: TaskRuntime, texts: Sequence[TextInput]) -> int:
+    """Tokens in the longest of the prompts the task's encoder builds for `texts` (blocking: tokenizes)."""
+    return int(runtime.classifier.encoder.encode(texts).attention_mask.sum(dim=1).max())
+
+
 @dataclass
 class _Request:
     texts: Sequence[TextInput]
     future: asyncio.Future[Result]
+    longest: asyncio.Future[int] | None = None  # tokens in its longest prompt, being counted; None: not
+
+
+@dataclass
+class _Batch:
+    """The requests that will share one forward, and what they make it cost."""
+
+    requests: list[_Request] = field(default_factory=list)
+    texts: int = 0
+    longest: int = 0  # tokens in the longest prompt; 0 when nothing is counted
 
 
 class MicroBatcher:
@@ -50,7 +83,8 @@ class MicroBatcher:
         self,
         runtime: TaskRuntime,
         *,
-        max_batch: int,
+        max_texts: int,  # texts per forward
+        max_tokens: int | None,  # texts x longest prompt per forward (the padded tokens); None: not counted
         max_wait: float,  # the longest gap between two arrivals that still joins them in one forward
         max_delay: float,  # the longest a request waits for others
         on_forward: Callable[[int], None] | None = None,  # texts per forward, for the metrics
@@ -58,7 +92,8 @@ class MicroBatcher:
     ) -> None:
         self.runtime = runtime
         self.offload = offload
-        self.max_batch = max_batch
+        self.max_texts = max_texts
+        self.max_tokens = max_tokens
         self.max_wait = max_wait
         self.max_delay = max(max_delay, max_wait)
         self.on_forward = on_forward
@@ -68,65 +103,104 @@ class MicroBatcher:
 
     async def predict(self, texts: Sequence[TextInput]) -> Result:
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        await self.queue.put(_Request(texts, future))
+        longest = None
+        if self.max_tokens is not None:  # counted while the request waits in the queue
+            longest = asyncio.ensure_future(self.offload(longest_prompt, self.runtime, texts))
+        await self.queue.put(_Request(texts, future, longest))
         return await future
 
     def retire(self) -> None:
         """Answer the requests already queued, then stop: another batcher has taken over the task."""
         self.queue.put_nowait(None)
 
+    def _fits(self, batch: _Batch, texts: int, longest: int) -> bool:
+        """Whether `texts` more texts, the longest prompt among them `longest` tokens, fit in `batch`."""
+        total = batch.texts + texts
+        if total > self.max_texts:
+            return False
+        return self.max_tokens is None or total * max(batch.longest, longest) <= self.max_tokens
+
+    def _full(self, batch: _Batch) -> bool:
+        return not self._fits(batch, 1, 0)  # not even one text as long as its longest would fit
+
+    async def _offer(self, batch: _Batch, request: _Request) -> bool:
+        """Add `request` to `batch` if it fits (an empty batch takes any); False: it opens the next batch."""
+        longest = 0
+        if request.longest is not None:
+            try:
+                longest = await request.longest
+            except Exception as error:  # texts the encoder refuses could not be classified: fail alone
+                if not request.future.done():
+                    request.future.set_exception(error)
+                return True
+        if batch.requests and not self._fits(batch, len(request.texts), longest):
+            return False
+        batch.requests.append(request)
+        batch.texts += len(request.texts)
+        batch.longest = max(batch.longest, longest)
+        return True
+
     async def _consume(self) -> None:
         loop = asyncio.get_running_loop()
         retiring = False
-        while not retiring:
-            first = await self.queue.get()
+        held: _Request | None = None  # a request that did not fit the previous batch: it opens this one
+        while not retiring:  # a request is held only while the queue is read, so never past its end
+            first = held if held is not None else await self.queue.get()
+            held = None
             if first is None:
                 return
-            batch, size = [first], len(first.texts)
-            while size < self.max_batch and not self.queue.empty() and not retiring:
+            batch = _Batch()
+            await self._offer(batch, first)
+            while not self._full(batch) and not self.queue.empty() and not retiring:
                 request = self.queue.get_nowait()
                 if request is None:
                     retiring = True
-                else:
-                    batch.append(request)
-                    size += len(request.texts)
+                elif not await self._offer(batch, request):
+                    held = request
+                    break
             deadline = loop.time() + self.max_delay
-            under_load = self.last_requests > 1 or len(batch) > 1
+            under_load = self.last_requests > 1 or len(batch.requests) > 1
             while (
                 under_load
+                and held is None
                 and not retiring
-                and size < self.max_batch
+                and not self._full(batch)
                 and (remaining := deadline - loop.time()) > 0
             ):
                 # Until as many requests as last time have come, wait up to max_delay for the next one;
                 # after that, only while they keep arriving less than max_wait apart.
-                patience = remaining if len(batch) < self.last_requests else min(self.max_wait, remaining)
+                patience = (
+                    remaining if len(batch.requests) < self.last_requests else min(self.max_wait, remaining)
+                )
                 try:
                     request = await asyncio.wait_for(self.queue.get(), patience)
                 except TimeoutError:
                     break
                 if request is None:
                     retiring = True
-                else:
-                    batch.append(request)
-                    size += len(request.texts)
-            self.last_requests = len(batch)
-            texts = [text for request in batch for text in request.texts]
-            if self.on_forward is not None:
-                self.on_forward(len(texts))
-            try:
-                predictions, model_version, store_version = await self.offload(self.runtime.predict, texts)
-            except Exception as error:  # every waiting request gets the error, the consumer lives on
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(error)
-                continue
-            start = 0
+                elif not await self._offer(batch, request):
+                    held = request
+            if batch.requests:
+                await self._forward(batch.requests)
+
+    async def _forward(self, batch: list[_Request]) -> None:
+        self.last_requests = len(batch)
+        texts = [text for request in batch for text in request.texts]
+        if self.on_forward is not None:
+            self.on_forward(len(texts))
+        try:
+            predictions, model_version, store_version = await self.offload(self.runtime.predict, texts)
+        except Exception as error:  # every waiting request gets the error, the consumer lives on
             for request in batch:
-                end = start + len(request.texts)
                 if not request.future.done():
-                    request.future.set_result((predictions[start:end], model_version, store_version))
-                start = end
+                    request.future.set_exception(error)
+            return
+        start = 0
+        for request in batch:
+            end = start + len(request.texts)
+            if not request.future.done():
+                request.future.set_result((predictions[start:end], model_version, store_version))
+            start = end
 
     async def close(self) -> None:
         self.consumer.cancel()

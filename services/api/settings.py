@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from openbook.backbone import resolve_device
 from openbook.models import DEFAULT_BACKBONE
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -39,7 +40,18 @@ class Settings(BaseSettings):
     model_dirs: list[Path] = []
     max_length: int = 128  # tokens per prompt; longer inputs are cut and flagged
     max_batch: int = 64  # texts per classify request, examples per POST
-    batch_max_texts: int = 64  # texts per backbone forward when concurrent requests are batched
+    # A backbone forward serving concurrent requests (services/api/batching.py) takes at most
+    # batch_max_texts texts and batch_max_tokens padded tokens (texts x its longest prompt); a request
+    # over either on its own runs alone. Unset, both follow the device. CPU: 64 texts and no token
+    # count, as before (the CPU figures in docs/ were measured so): a CPU forward's time grows with its
+    # tokens whatever their shape, so a token bound would buy nothing and counting would cost. CUDA:
+    # the forward is launch-bound below a few hundred prompts (H100 fp32, bare forward of 1 / 32 /
+    # 256 / 1024 of the bench's 12-28-word prompts: 31 / 45 / 42 / 62 ms), so a count of texts is the
+    # wrong bound and memory (tokens) the right one. 16384 tokens is some 256-512 such prompts, or 128
+    # at max_length 128: inside the measured range, so a forward, and the wait behind it, stays near
+    # batch_max_delay_ms. 1024 texts, the largest size measured, binds only below 16 tokens a prompt.
+    batch_max_texts: int = Field(64, ge=1)
+    batch_max_tokens: int | None = Field(None, ge=1)  # None: not counted
     batch_max_wait_ms: float = 2.0  # under load, a forward waits this long for one more request to join
     batch_max_delay_ms: float = 50.0  # ... and at most this long after its first request arrived
     max_text_chars: int = 5000  # characters per text (each text of a pair)
@@ -65,6 +77,14 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_key_is_none(cls, value: str | None) -> str | None:
         return value or None  # compose passes an unset key as ""
+
+    @model_validator(mode="after")
+    def _batch_bounds_for_the_device(self) -> Settings:
+        if resolve_device(self.device).startswith("cuda"):
+            for name, on_cuda in (("batch_max_texts", 1024), ("batch_max_tokens", 16384)):
+                if name not in self.model_fields_set:
+                    setattr(self, name, on_cuda)
+        return self
 
     @property
     def artifacts(self) -> Path:
