@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StringConstraints, field_validator
 
@@ -17,6 +17,15 @@ Text = NonBlank
 TextOrPair = Text | tuple[Text, Text]
 _Stored = Annotated[str, StringConstraints(min_length=1)]
 StoredText = _Stored | tuple[_Stored, _Stored]  # as the log holds it (texts stored before the rule above)
+
+
+def _each_id_once(items: list[Any], kind: str) -> list[Any]:
+    """`items` unchanged, or a ValueError naming the first client id given twice in the batch."""
+    counts = Counter(item.id for item in items if item.id is not None)
+    repeated = [item_id for item_id, count in counts.items() if count > 1]
+    if repeated:
+        raise ValueError(f"{kind} id {repeated[0]} appears twice in the batch")
+    return items
 
 
 class ExampleIn(BaseModel):
@@ -35,11 +44,8 @@ class ExamplesIn(BaseModel):
     @field_validator("examples")
     @classmethod
     def _ids_once(cls, examples: list[ExampleIn]) -> list[ExampleIn]:
-        counts = Counter(e.id for e in examples if e.id is not None)
-        repeated = [example_id for example_id, count in counts.items() if count > 1]
-        if repeated:  # the log would refuse the batch; say so before anything is sent to it
-            raise ValueError(f"example id {repeated[0]} appears twice in the batch")
-        return examples
+        # the log would refuse the batch; say so before anything is sent to it
+        return _each_id_once(examples, "example")
 
 
 class ExampleAck(BaseModel):
@@ -154,11 +160,7 @@ class PoolIn(BaseModel):
     @field_validator("texts")
     @classmethod
     def _ids_once(cls, texts: list[PoolTextIn]) -> list[PoolTextIn]:
-        counts = Counter(t.id for t in texts)
-        repeated = [text_id for text_id, count in counts.items() if count > 1]
-        if repeated:
-            raise ValueError(f"pool id {repeated[0]} appears twice in the batch")
-        return texts
+        return _each_id_once(texts, "pool")
 
 
 class PoolTextAck(BaseModel):
