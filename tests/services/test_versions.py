@@ -24,7 +24,7 @@ EXAMPLES = [
     for i in range(1, 25)
 ]
 # A good candidate: retroprompt's kNN interpolation finds each dev text's near twins among the train ones.
-GOOD = {"method": "retroprompt", "steps": 4, "batch_size": 4, "lr": 1e-3, "eval_every": 2}
+GOOD = {"method": "retroprompt", "steps": 24, "batch_size": 4, "lr": 1e-2, "eval_every": 4, "patience": 10}
 # A worse one, built to be: the untrained tiny LM's prompt alone (prompt-ft predicts without kNN), one
 # step at a learning rate too small to move it.
 WORSE = {"method": "prompt-ft", "steps": 1, "batch_size": 4, "lr": 1e-9, "eval_every": 1}
@@ -94,7 +94,10 @@ def test_a_worse_candidate_is_rejected_and_force_skips_the_gate(server, replicas
     assert gate["verdict"] == "rejected" and gate["candidate"] < gate["serving"], gate
     assert gate["serving_version"] == serving and gate["metric"] == "accuracy" and gate["dev"] == 5
     assert worse["published"] is None  # never on the checkpoints stream: no replica can serve it
-    assert client.xlen(checkpoints_key("reviews")) == 1 and current_checkpoint(client, "reviews").version == serving
+    assert (
+        client.xlen(checkpoints_key("reviews")) == 1
+        and current_checkpoint(client, "reviews").version == serving
+    )
     assert serves(api, serving)
     listed = api.get("/v1/tasks/reviews/versions").json()
     assert listed["serving"] == serving
@@ -153,12 +156,22 @@ def _version(client: redis.Redis, artifacts: Path, version: str, created: float,
     path.mkdir(parents=True)
     (path / "manifest.json").write_text("{}")
     record = new_record(
-        version=version, method="prompt-ft", job=f"job-{version}", gate=None, dev_metrics={"accuracy": 1.0},
-        train=3, dev=1, size_bytes=2, created=created,
+        version=version,
+        method="prompt-ft",
+        job=f"job-{version}",
+        gate=None,
+        dev_metrics={"accuracy": 1.0},
+        train=3,
+        dev=1,
+        size_bytes=2,
+        created=created,
     )
     publish_checkpoint(
-        client, Job(f"job-{version}", "reviews", "prompt-ft", {}), Published(version, str(path), "0" * 64, "1-0"),
-        record, serve=serve,
+        client,
+        Job(f"job-{version}", "reviews", "prompt-ft", {}),
+        Published(version, str(path), "0" * 64, "1-0"),
+        record,
+        serve=serve,
     )
 
 
