@@ -34,7 +34,6 @@ import redis
 from services.bus.jobs import (
     VERSIONS_LUA,
     checkpoints_key,
-    current_checkpoint,
     current_key,
     versions_key,
     wait_durable,
@@ -185,11 +184,6 @@ def retain(client: redis.Redis, task: str, artifacts_dir: str | Path, keep: int)
         if re.fullmatch(VERSION_PATTERN, version) and version not in (".", ".."):
             shutil.rmtree(Path(artifacts_dir) / task / version, ignore_errors=True)
     return victims
-
-
-def serving_version(client: redis.Redis, task: str) -> str | None:
-    published = current_checkpoint(client, task)
-    return None if published is None else published.version
 
 
 def _read(raw: bytes) -> dict[str, Any]:
