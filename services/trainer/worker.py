@@ -81,8 +81,9 @@ def split_dev(examples: dict[int, tuple[TextInput, str]]) -> tuple[list[int], li
     """
     train_ids = [i for i in sorted(examples) if not in_dev(i)]
     dev_ids = [i for i in sorted(examples) if in_dev(i)]
-    trained = {examples[i][1] for i in train_ids}
-    for label in sorted({label for _, label in examples.values()} - trained):
+    untrained = sorted({label for _, label in examples.values()} - {examples[i][1] for i in train_ids})
+    if untrained:
+        label = untrained[0]
         held = [i for i in dev_ids if examples[i][1] == label]
         raise JobError(
             f"label {label!r} has no training example: its {len(held)} example(s) (ids {held[:5]}) are all "
