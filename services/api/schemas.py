@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, StringConstraints, field_validator
+from pydantic import BaseModel, Field, StrictBool, StringConstraints, field_validator
 
 from services.bus.task_spec import KnnSettings, NonBlank, Task, TaskCreate
 
@@ -103,7 +103,7 @@ class TrainIn(BaseModel):
     lr: float = Field(1e-5, gt=0, lt=1, allow_inf_nan=False)
     eval_every: int = Field(8, ge=1)
     patience: int = Field(2, ge=1)
-    force: bool = Field(False, description="publish without the promotion gate")
+    force: StrictBool = Field(False, description="publish without the promotion gate")
 
 
 class JobOut(BaseModel):
@@ -142,7 +142,7 @@ class VersionsOut(BaseModel):
 
 
 class PinIn(BaseModel):
-    pinned: bool
+    pinned: StrictBool  # true or false: no 0, 1 or "yes" standing in
 
 
 class DemonstrationsIn(BaseModel):

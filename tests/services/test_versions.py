@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from services.bus.jobs import Job, Published, checkpoints_key, current_checkpoint, publish_checkpoint
 from services.bus.task_spec import TASKS_KEY, Task
 from services.bus.versions import list_versions, new_record, promote, retain, set_pinned
+from services.client import OpenBookClient
 from services.trainer.worker import JobError, Worker, in_dev, split_dev
 from tests.services.harness import TASK
 from tests.services.test_training_flow import wait_for
@@ -133,7 +134,10 @@ def test_promote_rolls_every_replica_back_and_unknowns_are_404(server, replicas,
 
     pinned = second_api.patch(f"/v1/tasks/reviews/versions/{new}", json={"pinned": True})
     assert pinned.status_code == 200 and pinned.json()["pinned"] is True
-    assert second_api.get("/v1/tasks/reviews/versions").json()["versions"][0]["pinned"] is True
+    typed = OpenBookClient(http=second_api)
+    assert typed.versions("reviews").versions[0].pinned is True
+    assert typed.pin("reviews", new, False).pinned is False
+    assert typed.promote("reviews", old).state == "serving"
 
     for response in (
         first_api.post("/v1/tasks/reviews/versions/nope/promote"),
