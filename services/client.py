@@ -84,6 +84,19 @@ class OpenBookClient:
     def job(self, job_id: str) -> schemas.JobOut:
         return schemas.JobOut.model_validate(self._call("GET", f"/v1/jobs/{job_id}"))
 
+    def versions(self, task: str) -> schemas.VersionsOut:
+        return schemas.VersionsOut.model_validate(self._call("GET", f"/v1/tasks/{task}/versions"))
+
+    def promote(self, task: str, version: str) -> schemas.VersionOut:
+        """Serve `version` on every replica (a rollback when it is older)."""
+        path = f"/v1/tasks/{task}/versions/{version}/promote"
+        return schemas.VersionOut.model_validate(self._call("POST", path))
+
+    def pin(self, task: str, version: str, pinned: bool = True) -> schemas.VersionOut:
+        body = schemas.PinIn(pinned=pinned).model_dump()
+        path = f"/v1/tasks/{task}/versions/{version}"
+        return schemas.VersionOut.model_validate(self._call("PATCH", path, json=body))
+
     def wait_for_job(self, job_id: str, timeout: float = 600.0, poll: float = 0.5) -> schemas.JobOut:
         deadline = time.monotonic() + timeout
         while (job := self.job(job_id)).state in ("queued", "running"):

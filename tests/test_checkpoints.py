@@ -49,3 +49,61 @@ def test_examples_sha256_identifies_texts_labels_and_their_order() -> None:
         [examples[0], dataclasses.replace(examples[1], text=("a", "pair."))],
     ]
     assert len({digest, *(examples_sha256(other) for other in changed)}) == 1 + len(changed)
+
+
+# Half-precision checkpoints of full fine-tuning, reloaded into float32: what the round trip may move
+# (the tiny models move at most 2.2e-4).
+HALF_PROBABILITY_ATOL = 1e-3
+
+
+@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "dart"])
+def test_full_fine_tuning_is_saved_in_float16_and_reloads_close_to_float32(
+    model_dir: Path, spec: str, tmp_path: Path, toy, corpus, fresh_classifier
+) -> None:
+    import numpy as np
+    import torch
+    from openbook.artifacts import WEIGHTS_NAME, load_checkpoint
+    from openbook.methods import weights_sha256
+
+    classifier, method = fresh_classifier(model_dir, spec)
+    base_sha = weights_sha256(classifier.backbone.model)
+    train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, CONFIG, progress=False)
+    path = save_classifier(
+        tmp_path / "ckpt",
+        classifier,
+        method,
+        base_weights_sha256=base_sha,
+        train_config=CONFIG,
+        training_data_sha256="0" * 64,
+        dev_metrics={},
+    )
+    saved = load_checkpoint(path).tensors  # the sha256 of every file still verified
+    assert {tensor.dtype for tensor in saved.values()} == {torch.float16}
+    full = sum(t.numel() * t.element_size() for t in method.trained_tensors(classifier).values())
+    assert 0.45 * full < (path / WEIGHTS_NAME).stat().st_size < 0.55 * full  # about half of float32
+
+    backbone = load_backbone(BackboneConfig(name=str(model_dir), max_length=48))
+    loaded, _ = load_classifier(path, backbone=backbone)
+    assert loaded.backbone.model.dtype == torch.float32  # back in the model's own dtype
+    texts = [*toy.texts, *corpus[:16]]
+    before = np.array([list(p.probabilities.values()) for p in classifier.predict(texts)])
+    after = np.array([list(p.probabilities.values()) for p in loaded.predict(texts)])
+    assert np.abs(after - before).max() <= HALF_PROBABILITY_ATOL
+    assert (after.argmax(1) == before.argmax(1)).all()
+
+
+def test_half_precision_keeps_other_dtypes_and_falls_back_to_bfloat16_out_of_range() -> None:
+    import torch
+    from openbook.methods.base import half_precision
+
+    halved = half_precision(
+        {
+            "w": torch.ones(3),
+            "big": torch.tensor([1e6, 1.0]),
+            "step": torch.tensor([3]),
+            "b": torch.ones(2, dtype=torch.bfloat16),
+        }
+    )
+    assert halved["w"].dtype == torch.float16 and halved["big"].dtype == torch.bfloat16
+    assert halved["step"].dtype == torch.int64 and halved["b"].dtype == torch.bfloat16
+    assert halved["big"][0].item() == pytest.approx(1e6, rel=1e-2)

@@ -101,3 +101,19 @@ def test_store_examples_replace_the_store_with_those_ids(
 def test_labelled_texts_need_one_label_per_text(toy) -> None:
     with pytest.raises(ValueError, match="8 texts but 7 labels"):
         LabelledTexts(toy.texts, toy.labels[:7])
+
+
+def test_dev_accuracy_never_finds_a_dev_example_among_the_neighbours(
+    causal_dir: Path, fresh_classifier
+) -> None:
+    from openbook.fitting import dev_accuracy
+
+    classifier, _ = fresh_classifier(causal_dir, "retroprompt")
+    classifier.knn = KnnConfig(k=1, temperature=0.01, lam=1.0)  # the nearest neighbour's label alone
+    words = classifier.verbalizer.labels
+    # Each dev text's twin is in the served store under the wrong label; it must not be asked.
+    classifier.add_examples(DEV.texts, [words[1 - i] for i in DEV.labels], ids=np.arange(100, 104))
+    train = StoreExamples(DEV.texts, [words[i] for i in DEV.labels], np.arange(4))
+    assert dev_accuracy(classifier, train, DEV) == 1.0  # the train twins, correctly labelled, answer
+    assert classifier.store.ids().tolist() == [100, 101, 102, 103]  # the served store is left alone
+    assert dev_accuracy(classifier, train, LabelledTexts([], np.array([], dtype=np.int64))) is None

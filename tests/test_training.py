@@ -12,6 +12,8 @@ from openbook.methods import weights_sha256
 from openbook.prompting import PromptError
 from openbook.training import TrainConfig, train
 
+from tests.test_checkpoints import HALF_PROBABILITY_ATOL
+
 CONFIG = TrainConfig(steps=40, batch_size=4, lr=3e-3, eval_every=6, patience=10, warmup_ratio=0.0)
 
 
@@ -32,8 +34,9 @@ def test_loss_falls_and_checkpoint_round_trips(
     after = loaded.predict(toy.texts[:4])
     assert [p.label for p in after] == [p.label for p in before]
     for a, b in zip(after, before, strict=True):
-        assert a.probabilities == b.probabilities  # exactly: same weights, store and bias
-        assert a.neighbours == b.neighbours
+        # the weights went to disk in float16 (tests/test_checkpoints.py); store and bias exactly
+        assert a.probabilities == pytest.approx(b.probabilities, abs=HALF_PROBABILITY_ATOL)
+        assert [n.id for n in a.neighbours] == [n.id for n in b.neighbours]
 
 
 def test_retroprompt_starts_from_untrained_keys_and_reembeds(causal_dir: Path, toy, fresh_classifier) -> None:

@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             offload=pools.read,
         )
         app.state.registry, app.state.pools, app.state.batchers = registry, pools, batchers
-        metrics.watch(registry)
+        metrics.watch(registry, settings.artifacts)
         stop = threading.Event()
         follower = threading.Thread(target=follow_checkpoints, args=(registry, stop), daemon=True)
         follower.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -10,13 +11,15 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from services.api.tasks import TaskRegistry
+from services.bus.versions import directory_bytes
 
 
 class TaskCollector(Collector):
-    """Store sizes, versions and jobs by state, read at scrape time."""
+    """Store sizes, versions, artifacts on disk and jobs by state, read at scrape time."""
 
-    def __init__(self, tasks: TaskRegistry) -> None:
+    def __init__(self, tasks: TaskRegistry, artifacts_dir: Path) -> None:
         self.tasks = tasks
+        self.artifacts_dir = artifacts_dir
 
     def collect(self) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
         sizes = GaugeMetricFamily("openbook_store_examples", "examples in the task's store", labels=["task"])
@@ -26,6 +29,12 @@ class TaskCollector(Collector):
             versions.add_metric([name], {"model": runtime.model_version, "store": runtime.offset})
         yield sizes
         yield versions
+        artifacts = GaugeMetricFamily(
+            "openbook_artifacts_bytes", "bytes of the task's checkpoint directories on disk", labels=["task"]
+        )
+        for name in list(self.tasks.runtimes):
+            artifacts.add_metric([name], directory_bytes(self.artifacts_dir / name))
+        yield artifacts
         jobs = GaugeMetricFamily("openbook_jobs", "training jobs by state", labels=["state"])
         counts: dict[str, int] = {}
         try:
@@ -66,5 +75,5 @@ class Metrics:
             "openbook_jobs_submitted", "training jobs submitted", ["task"], registry=self.registry
         )
 
-    def watch(self, tasks: TaskRegistry) -> None:
-        self.registry.register(TaskCollector(tasks))
+    def watch(self, tasks: TaskRegistry, artifacts_dir: Path) -> None:
+        self.registry.register(TaskCollector(tasks, artifacts_dir))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, StringConstraints, field_validator
+from pydantic import BaseModel, Field, StrictBool, StringConstraints, field_validator
 
 from services.bus.task_spec import KnnSettings, NonBlank, Task, TaskCreate
 
@@ -103,6 +103,7 @@ class TrainIn(BaseModel):
     lr: float = Field(1e-5, gt=0, lt=1, allow_inf_nan=False)
     eval_every: int = Field(8, ge=1)
     patience: int = Field(2, ge=1)
+    force: StrictBool = Field(False, description="publish without the promotion gate")
 
 
 class JobOut(BaseModel):
@@ -115,7 +116,33 @@ class JobOut(BaseModel):
     train_config: dict
     metrics: dict | None = None
     published: dict | None = None  # the checkpoint: version, path, manifest sha256, log offset
+    force: bool = False  # the job skips the promotion gate
+    # the promotion gate: metric, candidate, serving, serving_version, dev, verdict (promoted, rejected,
+    # forced, first); a rejected candidate is kept as a version and not published
+    gate: dict | None = None
     error: str | None = None
+
+
+class VersionOut(BaseModel):
+    version: str
+    method: str
+    state: str  # serving, rejected (by the promotion gate; never served), retired (served before)
+    gate: dict | None  # the promotion gate's record, as in JobOut
+    dev_metrics: dict  # what training measured on dev (accuracy, best_step, steps_run, ...)
+    examples: dict[str, int]  # train, dev
+    size_bytes: int  # its checkpoint directory on disk
+    created: float  # unix time
+    pinned: bool  # kept by retention whatever its age
+    job: str  # the job that trained it
+
+
+class VersionsOut(BaseModel):
+    serving: str | None  # the version the task's replicas serve; None: the untrained base model
+    versions: list[VersionOut]  # newest first
+
+
+class PinIn(BaseModel):
+    pinned: StrictBool  # true or false: no 0, 1 or "yes" standing in
 
 
 class DemonstrationsIn(BaseModel):

@@ -65,6 +65,10 @@ class Settings(BaseSettings):
     write_threads: int = Field(8, ge=1)
     device: str = "cpu"  # cpu, cuda, cuda:N, or auto (cuda when a GPU is visible)
     threads: int | None = None  # torch and FAISS threads; default: the machine's cores
+    # Model versions kept per task besides the serving and the pinned ones; older ones are deleted, their
+    # checkpoint directories too (services/bus/versions.py), by the worker after each job and the api
+    # after a promote.
+    keep_versions: int = Field(3, ge=1)
     worker_name: str = "worker-1"  # the trainer's consumer name on the jobs stream: one per live worker
     heartbeat_ttl_s: float = Field(10.0, gt=0)  # a worker counts as alive this long after its last beat
     # `openbook up` restarts a dead child after restart_backoff_s, doubled for each further death within

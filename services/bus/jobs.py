@@ -22,6 +22,8 @@ publication (TaskGone), also when a task of the same name exists again.
 A checkpoint travels by pointer: its directory (written atomically on the
 shared artifacts volume) and the sha256 of its manifest, appended to the
 task's checkpoints stream, with the task's `current` key set to the newest.
+The same script records the version in the task's versions hash (versions.py),
+also for a candidate the promotion gate rejected, which is never published.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
 end
 local generation = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
 redis.call('HSET', KEYS[3], 'id', ARGV[2], 'task', ARGV[1], 'method', ARGV[3], 'train_config', ARGV[4],
-  'state', 'queued', 'progress', '0.0', 'created', ARGV[5], 'generation', generation)
+  'state', 'queued', 'progress', '0.0', 'created', ARGV[5], 'generation', generation, 'force', ARGV[6])
 redis.call('SADD', KEYS[4], ARGV[2])
 redis.call('XADD', KEYS[5], '*', 'job', ARGV[2])
 """
@@ -112,15 +114,60 @@ return 1
 """
 )
 
-_PUBLISH = """
+# Lua helpers over a task's versions hash (version -> JSON record, services/bus/versions.py). `serve`
+# points the task at a recorded version as a publish does: the version serving until then is retired, the
+# pointer is appended to the checkpoints stream (every replica follows it) and `current` is set.
+VERSIONS_LUA = """
+local function set_state(versions, version, state)
+  local raw = redis.call('HGET', versions, version)
+  if raw then
+    local record = cjson.decode(raw)
+    record['state'] = state
+    redis.call('HSET', versions, version, cjson.encode(record))
+  end
+end
+local function serve(versions, checkpoints, current, record)
+  local previous = redis.call('GET', current)
+  if previous then
+    local old = cjson.decode(previous)['version']
+    if old ~= record['version'] then
+      set_state(versions, old, 'retired')
+    end
+  end
+  record['state'] = 'serving'
+  redis.call('HSET', versions, record['version'], cjson.encode(record))
+  local pointer = {version = record['version'], path = record['path'],
+    manifest_sha256 = record['manifest_sha256'], log_offset = record['log_offset']}
+  redis.call('XADD', checkpoints, '*', 'version', pointer.version, 'path', pointer.path,
+    'manifest_sha256', pointer.manifest_sha256, 'log_offset', pointer.log_offset)
+  redis.call('SET', current, cjson.encode(pointer))
+end
+"""
+
+# A job's checkpoint, for the task generation the job was made for only: with a version record (ARGV[3]),
+# served (ARGV[4] 'serve') or kept as rejected, in one step; without one, a bare pointer is published.
+_PUBLISH = (
+    VERSIONS_LUA
+    + """
 local generation = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 or generation ~= ARGV[2] then
   return 0
 end
-redis.call('XADD', KEYS[3], '*', unpack(ARGV, 4))
-redis.call('SET', KEYS[4], ARGV[3])
+if ARGV[3] == '' then
+  redis.call('XADD', KEYS[3], '*', unpack(ARGV, 6))
+  redis.call('SET', KEYS[4], ARGV[5])
+  return 1
+end
+local record = cjson.decode(ARGV[3])
+if ARGV[4] == 'serve' then
+  serve(KEYS[5], KEYS[3], KEYS[4], record)
+else
+  record['state'] = 'rejected'
+  redis.call('HSET', KEYS[5], record['version'], cjson.encode(record))
+end
 return 1
 """
+)
 
 
 def job_key(job_id: str) -> str:
@@ -139,6 +186,10 @@ def current_key(task: str) -> str:
     return f"openbook:task:{task}:current"
 
 
+def versions_key(task: str) -> str:
+    return f"openbook:task:{task}:versions"
+
+
 class TaskGone(LookupError):
     """The job's task was deleted since the job was submitted (a task of its name may exist again)."""
 
@@ -155,6 +206,7 @@ class Job:
     method: str
     train_config: dict[str, Any]
     generation: str = "0"  # the task's generation when the job was submitted
+    force: bool = False  # publish without the promotion gate
 
 
 @dataclass(frozen=True)
@@ -181,13 +233,16 @@ class JobQueue:
         self._ack = client.register_script(_ACK)
         self._touch = client.register_script(_TOUCH)
 
-    def submit(self, task: str, method: str, train_config: dict[str, Any]) -> str:
-        """Queue a job for an existing task (TaskGone otherwise); returns its id."""
+    def submit(self, task: str, method: str, train_config: dict[str, Any], *, force: bool = False) -> str:
+        """Queue a job for an existing task (TaskGone otherwise); returns its id.
+
+        `force`: its checkpoint is published without the promotion gate (services/trainer/worker.py).
+        """
         job_id = uuid.uuid4().hex
         try:
             self._submit(
                 keys=[TASKS_KEY, GENERATIONS_KEY, job_key(job_id), task_jobs_key(task), JOBS_STREAM],
-                args=[task, job_id, method, json.dumps(train_config), time.time()],
+                args=[task, job_id, method, json.dumps(train_config), time.time(), int(force)],
             )
         except redis.ResponseError as error:
             if "NOTASK" in str(error):
@@ -203,7 +258,8 @@ class JobQueue:
         record: dict[str, Any] = {k.decode(): v.decode() for k, v in raw.items()}
         record["progress"] = float(record["progress"])
         record["train_config"] = json.loads(record["train_config"])
-        for name in ("metrics", "published"):
+        record["force"] = record.get("force") == "1"
+        for name in ("metrics", "published", "gate"):
             if name in record:
                 record[name] = json.loads(record[name])
         return record
@@ -243,7 +299,14 @@ class JobQueue:
             self.ack(entry_id, consumer)  # finished, cancelled or gone: nothing to run
             return None
         generation = record.get("generation", "0")  # a record from before generations counts as the first
-        job = Job(record["id"], record["task"], record["method"], record["train_config"], generation)
+        job = Job(
+            record["id"],
+            record["task"],
+            record["method"],
+            record["train_config"],
+            generation,
+            record["force"],
+        )
         return entry_id, job
 
     def _read(self, consumer: str, start: str, *, block_ms: int | None) -> list:
@@ -280,11 +343,33 @@ def _encoded(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: json.dumps(v) if isinstance(v, dict) else v for k, v in fields.items()}
 
 
-def publish_checkpoint(client: redis.Redis, job: Job, published: Published) -> None:
-    """Point the job's task at a checkpoint; TaskGone if the task is not the one the job was made for."""
+def publish_checkpoint(
+    client: redis.Redis,
+    job: Job,
+    published: Published,
+    record: dict[str, Any] | None = None,
+    *,
+    serve: bool = True,
+) -> None:
+    """Point the job's task at a checkpoint; TaskGone if the task is not the one the job was made for.
+
+    With its version `record` (services/bus/versions.py), the record is written in the same step: as the
+    serving version, or, with `serve=False`, as a rejected one, and then nothing is published.
+    """
     fields = asdict(published)
-    keys = [TASKS_KEY, GENERATIONS_KEY, checkpoints_key(job.task), current_key(job.task)]
-    args = [job.task, job.generation, json.dumps(fields), *(item for pair in fields.items() for item in pair)]
+    keys = [
+        TASKS_KEY,
+        GENERATIONS_KEY,
+        checkpoints_key(job.task),
+        current_key(job.task),
+        versions_key(job.task),
+    ]
+    args = [job.task, job.generation, "" if record is None else json.dumps({**record, **fields})]
+    args += [
+        "serve" if serve else "reject",
+        json.dumps(fields),
+        *(item for pair in fields.items() for item in pair),
+    ]
     if not client.register_script(_PUBLISH)(keys=keys, args=args):
         raise TaskGone(job.task, published.path)
     wait_durable(client)

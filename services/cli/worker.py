@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
         device=settings.device,
         max_length=settings.max_length,
         heartbeat_ttl_s=settings.heartbeat_ttl_s,
+        keep_versions=settings.keep_versions,
     )
     print(f"openbook worker {settings.worker_name}: waiting for jobs on {settings.redis_url}", flush=True)
     worker.run_forever(stop)

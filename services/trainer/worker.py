@@ -1,11 +1,15 @@
 """One training job: read the task's examples from the log, train, re-embed, write, publish.
 
 The examples are the log folded up to its last entry (adds minus deletes).
-Every fourth example of each label (by id) is held out as dev, for the dev
-checks that keep the best weights and for choosing k, T and lambda; after
-training, the store is rebuilt from all the examples, under their log ids,
-with the trained weights. The checkpoint is written atomically under
-`artifacts_dir/<task>/<version>`, and published only then; the job is
+One in four is held out as dev, chosen by a hash of its id (`split_dev`), so
+the dev set grows with the log but never reshuffles; dev serves the dev checks
+that keep the best weights, the choice of k, T and lambda, and the promotion
+gate (gate.py), and is never trained on. After training, the store is rebuilt
+from all the examples, under their log ids, with the trained weights. The
+checkpoint is written atomically under `artifacts_dir/<task>/<version>`; the
+gate decides whether it is published or kept as a rejected version, in one
+script with its version record (services.bus.versions), and retention then
+deletes the versions it does not keep. The job is
 acknowledged after publishing, so a crash before that leaves it pending: the
 worker takes it back when it restarts, and any worker does once the crash is
 known (jobs.JobQueue.release) or the entry has been idle for a minute.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import shutil
 import threading
@@ -37,9 +42,11 @@ from openbook.prompting import TextInput
 from openbook.training import TrainConfig
 
 from services.bus.examples_log import ExampleLog
-from services.bus.jobs import Job, JobQueue, Published, TaskGone, publish_checkpoint
+from services.bus.jobs import Job, JobQueue, Published, TaskGone, current_checkpoint, publish_checkpoint
 from services.bus.task_spec import TASKS_KEY, Task, build_classifier
+from services.bus.versions import directory_bytes, new_record, retain
 from services.bus.workers import beat, forget
+from services.trainer.gate import judge
 from services.trainer.staging import sweep_staging, writing
 
 logger = logging.getLogger(__name__)
@@ -62,19 +69,27 @@ def fold_log(log: ExampleLog) -> tuple[dict[int, tuple[TextInput, str]], str | N
     return examples, entries[-1].offset if entries else None
 
 
+def in_dev(example_id: int) -> bool:
+    """One id in four, by sha256 of its decimal form: the same answer whatever else the log holds."""
+    return int.from_bytes(hashlib.sha256(str(example_id).encode()).digest()[:8], "big") % 4 == 0
+
+
 def split_dev(examples: dict[int, tuple[TextInput, str]]) -> tuple[list[int], list[int]]:
-    """(train ids, dev ids): every fourth id of each label goes to dev, at least one per label."""
-    by_label: dict[str, list[int]] = {}
-    for example_id in sorted(examples):
-        by_label.setdefault(examples[example_id][1], []).append(example_id)
-    train_ids, dev_ids = [], []
-    for label, ids in by_label.items():
-        if len(ids) < 2:
-            raise JobError(f"label {label!r} has {len(ids)} example(s); training needs at least 2 per label")
-        dev = set(ids[3::4] or ids[-1:])
-        dev_ids += dev
-        train_ids += [i for i in ids if i not in dev]
-    return sorted(train_ids), sorted(dev_ids)
+    """(train ids, dev ids) by `in_dev`; JobError when a label would have no training example.
+
+    The dev set may be empty, or lack a label: see gate.py for what the gate does then.
+    """
+    train_ids = [i for i in sorted(examples) if not in_dev(i)]
+    dev_ids = [i for i in sorted(examples) if in_dev(i)]
+    untrained = sorted({label for _, label in examples.values()} - {examples[i][1] for i in train_ids})
+    if untrained:
+        label = untrained[0]
+        held = [i for i in dev_ids if examples[i][1] == label]
+        raise JobError(
+            f"label {label!r} has no training example: its {len(held)} example(s) (ids {held[:5]}) are all "
+            "held out for dev, which a hash of the id decides; add another example of it"
+        )
+    return train_ids, dev_ids
 
 
 class Interrupted(Exception):
@@ -95,6 +110,7 @@ class Worker:
         device: str = "cpu",
         max_length: int = 128,
         heartbeat_ttl_s: float = 10.0,
+        keep_versions: int = 3,
     ) -> None:
         self.client = client
         self.queue = JobQueue(client)
@@ -103,6 +119,7 @@ class Worker:
         self.device = device
         self.max_length = max_length
         self.heartbeat_ttl_s = heartbeat_ttl_s
+        self.keep_versions = keep_versions  # besides the serving and the pinned ones (services.bus.versions)
         self.stop: threading.Event | None = None  # set by run_forever: a stop request ends a job early
         self.current: tuple[str, Job] | None = None  # (entry id, job) while a job runs
 
@@ -115,7 +132,7 @@ class Worker:
         self.current = claimed
         try:
             with writing(self.artifacts_dir, job.task):
-                published, metrics = self.train_and_publish(job)
+                published, metrics, gate = self.train_and_publish(job)
         except Interrupted:
             # Not acknowledged, and queued again at once: any worker takes it, this one after a restart too.
             self.queue.release(self.consumer, "interrupted: its worker stopped")
@@ -136,7 +153,8 @@ class Worker:
                 state="succeeded",
                 progress=1.0,
                 metrics=metrics,
-                published=dataclasses.asdict(published),
+                gate=gate,
+                **({} if published is None else {"published": dataclasses.asdict(published)}),
             )
         finally:
             self.current = None
@@ -184,7 +202,8 @@ class Worker:
         if not ours:
             raise NotOurs(job.id)
 
-    def train_and_publish(self, job: Job) -> tuple[Published, dict]:
+    def train_and_publish(self, job: Job) -> tuple[Published | None, dict, dict]:
+        """Train, gate, then publish or keep as rejected: (the published pointer or None, metrics, gate)."""
         raw = self.client.hget(TASKS_KEY, job.task)
         if raw is None:
             raise JobError(f"no task {job.task!r}")
@@ -212,7 +231,8 @@ class Worker:
             classifier,
             method,
             labelled(train_ids),
-            labelled(dev_ids),
+            # with no dev example (a tiny set), the train examples stand in for the dev checks
+            labelled(dev_ids or train_ids),
             TrainConfig(**job.train_config),
             base_weights_sha256=base_sha,
             training_data_sha256=_examples_digest(examples),
@@ -226,9 +246,27 @@ class Worker:
         )
         path = fitted.path
         metrics = {**fitted.dev_metrics, "train": len(train_ids), "dev": len(dev_ids)}
+        serving = current_checkpoint(self.client, job.task)
+        gate = judge(classifier, serving, task, self.device, examples, train_ids, dev_ids, force=job.force)
+        record = new_record(
+            version=version,
+            method=method.spec,
+            job=job.id,
+            gate=gate,
+            dev_metrics=fitted.dev_metrics,
+            train=len(train_ids),
+            dev=len(dev_ids),
+            size_bytes=directory_bytes(path),
+            created=time.time(),
+        )
         published = Published(version, str(path), sha256_file(path / MANIFEST_NAME), offset)
-        publish_checkpoint(self.client, job, published)
-        return published, metrics
+        promoted = gate["verdict"] != "rejected"
+        publish_checkpoint(self.client, job, published, record, serve=promoted)
+        try:
+            retain(self.client, job.task, self.artifacts_dir, self.keep_versions)
+        except redis.RedisError as error:  # the versions are kept a while longer; the next job retries
+            logger.warning("task %s: retention did not run: %s", job.task, error)
+        return (published if promoted else None), metrics, gate
 
 
 def _examples_digest(examples: dict[int, tuple[TextInput, str]]) -> str:

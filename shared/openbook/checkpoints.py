@@ -79,7 +79,7 @@ def save_classifier(
     }
     return write_checkpoint(
         path,
-        tensors=method.trained_tensors(classifier),
+        tensors=method.checkpoint_tensors(classifier),
         store=classifier.store,
         manifest=manifest,
         overwrite=overwrite,

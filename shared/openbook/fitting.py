@@ -9,6 +9,9 @@
 3. optionally, the store rebuilt from other examples with the trained weights
    (the worker stores every example under its log id, dev included);
 4. `checkpoints.save_classifier`, atomically.
+
+`dev_accuracy` scores a trained classifier on dev as it would serve, for the
+service's promotion gate.
 """
 
 from __future__ import annotations
@@ -110,3 +113,18 @@ def fit_and_save(
         extra=extra,
     )
     return Fitted(saved, dev_metrics, result)
+
+
+def dev_accuracy(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) -> float | None:
+    """Accuracy of the final prediction (kNN interpolation included) on dev; None with no dev example.
+
+    The classifier predicts with a store of the train examples alone, embedded by its own weights, so no
+    dev example is its own neighbour. The classifier itself is left as it was.
+    """
+    if len(dev.texts) == 0:
+        return None
+    store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
+    scoring = dataclasses.replace(classifier, store=store)
+    scoring.add_examples(train.texts, train.labels, ids=train.ids)
+    predicted = scoring.label_indices([p.label for p in scoring.predict(dev.texts)])
+    return float((predicted == dev.labels).mean())

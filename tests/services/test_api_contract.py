@@ -29,6 +29,9 @@ STATUSES = {
     ("post", "/v1/tasks/{task}/pool"): {201, 400, 401, 403, 404, 409, 413, 422, 503},
     ("get", "/v1/tasks/{task}/pool"): {200, 401, 403, 404, 409, 422, 503},
     ("get", "/v1/tasks/{task}/suggestions"): {200, 401, 403, 404, 409, 422, 503},
+    ("get", "/v1/tasks/{task}/versions"): {200, 401, 403, 404, 409, 422, 503},
+    ("post", "/v1/tasks/{task}/versions/{version}/promote"): {200, 401, 403, 404, 409, 422, 503},
+    ("patch", "/v1/tasks/{task}/versions/{version}"): {200, 400, 401, 403, 404, 409, 413, 422, 503},
 }
 
 

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 import services.trainer.worker as worker_module
 from services.api.app import create_app
 from services.api.settings import Settings
-from services.bus.jobs import JobQueue, checkpoints_key, current_checkpoint, current_key
+from services.bus.jobs import JobQueue, checkpoints_key, current_checkpoint, current_key, versions_key
 from services.bus.server import EmbeddedRedis
 from services.trainer.worker import Worker
 from tests.services.test_training_flow import wait_for
@@ -61,10 +61,11 @@ def test_a_deleted_task_does_not_come_back_after_a_restart(server, causal_dir, t
         assert worker.run_once(block_ms=100) == job_id
         published = current_checkpoint(client, "reviews")
         assert published is not None and Path(published.path).is_dir()
+        assert client.hexists(versions_key("reviews"), published.version)  # its version record
 
         assert api.delete("/v1/tasks/reviews").status_code == 204
         assert not (artifacts / "reviews").exists()  # the checkpoints went with their task
-        assert client.exists(checkpoints_key("reviews"), current_key("reviews")) == 0
+        assert client.exists(checkpoints_key("reviews"), current_key("reviews"), versions_key("reviews")) == 0
         assert api.get(f"/v1/jobs/{queued}").json()["state"] == "cancelled"
         assert worker.run_once(block_ms=100) is None  # the cancelled job is dropped, not trained
         assert api.delete("/v1/tasks/reviews").status_code == 404

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from fastapi import APIRouter, HTTPException
 from openbook.methods import build_method
 from openbook.training import TrainConfig
@@ -24,7 +26,7 @@ async def start_training(
     body: schemas.TrainIn, runtime: Runtime, registry: Registry, threads: Threads, metrics: MetricsDep
 ) -> schemas.JobOut:
     method = body.method or runtime.task.method
-    config = body.model_dump(exclude={"method"})
+    config = body.model_dump(exclude={"method", "force"})
     try:
         build_method(method).check_backbone(runtime.classifier.backbone)
     except ValueError as error:
@@ -35,7 +37,9 @@ async def start_training(
         raise unprocessable(("body",), str(error)) from None
     queue = JobQueue(registry.client)
     try:
-        job_id = await threads.write(queue.submit, runtime.task.name, method, config)
+        job_id = await threads.write(
+            functools.partial(queue.submit, runtime.task.name, method, config, force=body.force)
+        )
     except TaskGone:  # deleted since this request found it
         raise HTTPException(404, f"no task {runtime.task.name!r}") from None
     metrics.jobs.labels(runtime.task.name).inc()

@@ -106,6 +106,10 @@ class Method(ABC):
     def trained_tensors(self, classifier: Classifier) -> dict[str, torch.Tensor]:
         """Everything training changed, as named tensors: what a checkpoint stores."""
 
+    def checkpoint_tensors(self, classifier: Classifier) -> dict[str, torch.Tensor]:
+        """What a checkpoint stores: `trained_tensors`, in the precision they are written in."""
+        return self.trained_tensors(classifier)
+
     @abstractmethod
     def load_trained(self, classifier: Classifier, tensors: dict[str, torch.Tensor]) -> None: ...
 
@@ -126,7 +130,11 @@ def prompt_cross_entropy(logits: torch.Tensor, gold: torch.Tensor) -> torch.Tens
 
 
 class FullFineTuning(Method):
-    """Every backbone weight trains; tied weights (input embedding = LM head) are stored once."""
+    """Every backbone weight trains; tied weights (input embedding = LM head) are stored once.
+
+    Its checkpoints hold a whole backbone, so they are written in half precision (`half_precision`):
+    half the disk, and `load_trained` copies them back into the model's own dtype.
+    """
 
     def trainable_parameters(self, classifier: Classifier) -> list[nn.Parameter]:
         return [p for p in classifier.backbone.model.parameters() if p.requires_grad]
@@ -139,15 +147,35 @@ class FullFineTuning(Method):
                 tensors[name] = tensor
         return tensors
 
+    def checkpoint_tensors(self, classifier: Classifier) -> dict[str, torch.Tensor]:
+        return half_precision(self.trained_tensors(classifier))
+
     def load_trained(self, classifier: Classifier, tensors: dict[str, torch.Tensor]) -> None:
         model = classifier.backbone.model
-        missing, unexpected = model.load_state_dict(tensors, strict=False)
+        missing, unexpected = model.load_state_dict(tensors, strict=False)  # copied into the model's dtype
         aliases = _tied_aliases(model)
         if unexpected or any(name not in aliases for name in missing):
             raise MethodError(
                 "checkpoint weights do not fit the backbone: "
                 f"missing {missing[:5]}, unexpected {unexpected[:5]}"
             )
+
+
+def half_precision(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """float32 tensors as float16, other dtypes as they are.
+
+    float16 rather than bfloat16: it keeps 10 mantissa bits to bfloat16's 7, so a reloaded model predicts
+    closer to the trained one, and fine-tuned LM weights lie far inside its range (65504). A tensor that
+    does leave that range is written in bfloat16, which has float32's range, instead of overflowing.
+    """
+    halved = {}
+    for name, tensor in tensors.items():
+        if tensor.dtype == torch.float32:
+            half = tensor.to(torch.float16)
+            overflows = not torch.isfinite(half).all() and torch.isfinite(tensor).all()
+            tensor = tensor.to(torch.bfloat16) if overflows else half
+        halved[name] = tensor
+    return halved
 
 
 def _tied_aliases(model: nn.Module) -> set[str]:

@@ -1,0 +1,86 @@
+"""The promotion gate: a trained candidate serves only if it does at least as well as the serving version.
+
+Both are scored on the same dev examples (a stable hash of the example id puts one in four in dev, see
+worker.split_dev) by the final prediction, kNN interpolation included, each with a store of the train
+examples alone embedded by its own weights, so no dev example is its own neighbour
+(openbook.fitting.dev_accuracy). The metric is accuracy; a tie promotes.
+
+Verdicts: `promoted` (at least as well), `rejected` (worse: kept as a version, never published),
+`forced` (the job asked to skip the gate), `first` (nothing serves yet). With no dev example, there is
+nothing to compare: both scores are None, and the candidate is promoted. A dev set that lacks a label
+scores on the labels it has.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+from openbook.artifacts import CheckpointError
+from openbook.checkpoints import load_classifier
+from openbook.classifier import Classifier
+from openbook.fitting import LabelledTexts, StoreExamples, dev_accuracy
+from openbook.prompting import TextInput
+
+from services.bus.jobs import Published
+from services.bus.task_spec import Task
+
+logger = logging.getLogger(__name__)
+
+METRIC = "accuracy"
+Examples = dict[int, tuple[TextInput, str]]
+
+
+def load_serving(published: Published, task: Task, device: str) -> Classifier:
+    """The classifier of the task's serving checkpoint, to score on the task as it is now."""
+    classifier, _ = load_classifier(published.path, device=device)  # verifies every file's sha256
+    return classifier
+
+
+def score(
+    classifier: Classifier, examples: Examples, train_ids: list[int], dev_ids: list[int]
+) -> float | None:
+    """`classifier`'s dev accuracy with a store of the train examples only; None with no dev example."""
+    train = StoreExamples(
+        [examples[i][0] for i in train_ids], [examples[i][1] for i in train_ids], np.array(train_ids)
+    )
+    dev = LabelledTexts(
+        [examples[i][0] for i in dev_ids], classifier.label_indices([examples[i][1] for i in dev_ids])
+    )
+    return dev_accuracy(classifier, train, dev)
+
+
+def judge(
+    candidate: Classifier,
+    serving: Published | None,
+    task: Task,
+    device: str,
+    examples: Examples,
+    train_ids: list[int],
+    dev_ids: list[int],
+    *,
+    force: bool = False,
+) -> dict[str, Any]:
+    """The gate's record: {metric, candidate, serving, serving_version, dev, verdict}."""
+    candidate_score = score(candidate, examples, train_ids, dev_ids)
+    serving_score = None
+    if force:
+        verdict = "forced"
+    elif serving is None:
+        verdict = "first"
+    else:
+        try:
+            serving_score = score(load_serving(serving, task, device), examples, train_ids, dev_ids)
+        except CheckpointError as error:  # gone or damaged: it cannot be compared, nor served again
+            logger.warning("task %s: the serving version cannot be scored: %s", task.name, error)
+        comparable = candidate_score is not None and serving_score is not None
+        verdict = "rejected" if comparable and candidate_score < serving_score else "promoted"  # type: ignore[operator]
+    return {
+        "metric": METRIC,
+        "candidate": candidate_score,
+        "serving": serving_score,
+        "serving_version": None if serving is None else serving.version,
+        "dev": len(dev_ids),
+        "verdict": verdict,
+    }
