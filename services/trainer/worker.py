@@ -75,21 +75,18 @@ def in_dev(example_id: int) -> bool:
 
 
 def split_dev(examples: dict[int, tuple[TextInput, str]]) -> tuple[list[int], list[int]]:
-    """(train ids, dev ids) by `in_dev`; JobError when a label would have no training example.
+    """(train ids, dev ids) by `in_dev`.
 
-    The dev set may be empty, or lack a label: see gate.py for what the gate does then.
+    A label whose every example falls in dev (two examples do, one time in sixteen) trains on them
+    instead, and is left out of dev until it has an example to train on: a label the model never saw
+    cannot be learnt, and a few-shot start is exactly when users label two of each. The dev set may be
+    empty, or lack a label: see gate.py for what the gate does then.
     """
     train_ids = [i for i in sorted(examples) if not in_dev(i)]
-    dev_ids = [i for i in sorted(examples) if in_dev(i)]
-    untrained = sorted({label for _, label in examples.values()} - {examples[i][1] for i in train_ids})
-    if untrained:
-        label = untrained[0]
-        held = [i for i in dev_ids if examples[i][1] == label]
-        raise JobError(
-            f"label {label!r} has no training example: its {len(held)} example(s) (ids {held[:5]}) are all "
-            "held out for dev, which a hash of the id decides; add another example of it"
-        )
-    return train_ids, dev_ids
+    trained = {examples[i][1] for i in train_ids}
+    dev_ids = [i for i in sorted(examples) if in_dev(i) and examples[i][1] in trained]
+    stranded = [i for i in sorted(examples) if in_dev(i) and examples[i][1] not in trained]
+    return sorted(train_ids + stranded), dev_ids
 
 
 class Interrupted(Exception):

@@ -134,15 +134,14 @@ def test_a_job_that_cannot_train_fails_with_a_reason(server, causal_dir, tmp_pat
     settings = Settings(redis_url=server.url, default_backbone=str(causal_dir), max_length=48)
     with TestClient(create_app(settings)) as api:
         api.post("/v1/tasks", json=TASK)
-        # id 9 falls in dev (a hash of the id decides), so label 0 would have nothing to train on
-        examples = [{"text": "good", "label": "1", "id": 1}, {"text": "bad", "label": "0", "id": 9}]
+        # examples of one label only: there is nothing to tell apart
+        examples = [{"text": "good", "label": "1", "id": 1}, {"text": "fine", "label": "1", "id": 9}]
         api.post("/v1/tasks/reviews/examples", json={"examples": examples})
         assert api.post("/v1/tasks/reviews/train", json={**TRAIN, "method": "nope"}).status_code == 422
         job_id = api.post("/v1/tasks/reviews/train", json=TRAIN).json()["id"]
         Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts").run_once(block_ms=100)
         record = api.get(f"/v1/jobs/{job_id}").json()
-        assert record["state"] == "failed" and "label '0' has no training example" in record["error"]
-        assert "ids [9]" in record["error"]
+        assert record["state"] == "failed" and "at least 2 labels" in record["error"]
         assert not (tmp_path / "artifacts" / "reviews").exists()
         assert api.get("/v1/jobs/nope").status_code == 404
         assert 'openbook_jobs{state="failed"} 1.0' in api.get("/metrics").text

@@ -13,7 +13,7 @@ from services.bus.jobs import Job, Published, checkpoints_key, current_checkpoin
 from services.bus.task_spec import TASKS_KEY, Task
 from services.bus.versions import list_versions, new_record, promote, retain, set_pinned
 from services.client import OpenBookClient
-from services.trainer.worker import JobError, Worker, in_dev, split_dev
+from services.trainer.worker import Worker, in_dev, split_dev
 from tests.services.harness import TASK
 from tests.services.test_training_flow import wait_for
 
@@ -45,9 +45,14 @@ def test_the_dev_split_never_reshuffles_as_examples_arrive() -> None:
     assert dev_few[:5] == [9, 10, 12, 21, 24] and all(in_dev(i) for i in dev_many)
 
 
-def test_a_label_with_nothing_to_train_on_is_refused_and_an_empty_dev_is_allowed() -> None:
-    with pytest.raises(JobError, match=r"label '0' has no training example.*ids \[9, 10\]"):
-        split_dev({1: ("good", "1"), 9: ("bad", "0"), 10: ("awful", "0")})
+def test_a_label_all_in_dev_trains_on_its_examples_and_an_empty_dev_is_allowed() -> None:
+    # ids 9 and 10 fall in dev by their hash: label 0 would have nothing to train on, so they train
+    assert split_dev({1: ("good", "1"), 9: ("bad", "0"), 10: ("awful", "0")}) == ([1, 9, 10], [])
+    # once label 0 has an example outside dev, its dev examples are held out again
+    assert split_dev({1: ("good", "1"), 9: ("bad", "0"), 10: ("awful", "0"), 2: ("poor", "0")}) == (
+        [1, 2],
+        [9, 10],
+    )
     assert split_dev({1: ("good", "1"), 2: ("bad", "0")}) == ([1, 2], [])
 
 
