@@ -1,5 +1,13 @@
 """One router per resource; `create_app` includes them all."""
 
-from services.api.routes import classify, examples, jobs, operations, pool, tasks
+from services.api.routes import classify, examples, jobs, labels, operations, pool, tasks
 
-ROUTERS = (operations.router, tasks.router, examples.router, classify.router, jobs.router, pool.router)
+ROUTERS = (
+    operations.router,
+    tasks.router,
+    labels.router,
+    examples.router,
+    classify.router,
+    jobs.router,
+    pool.router,
+)
