@@ -342,18 +342,18 @@ class TaskRegistry:
         adopted again, fitted to the labels left. Anything else: a fresh untrained runtime.
         """
         if runtime is not None and _only_labels_differ(runtime.task, task):
-            if _extends(task.labels, runtime.task.labels):
-                with runtime.lock:
-                    runtime.classifier = fit_to_labels(runtime.classifier, task.labels)
+            try:
+                if _extends(task.labels, runtime.task.labels):
+                    with runtime.lock:
+                        runtime.classifier = fit_to_labels(runtime.classifier, task.labels)
+                        runtime.task = task
+                    return runtime
+                if runtime.published is not None:
                     runtime.task = task
-                return runtime
-            if runtime.published is not None:
-                runtime.task = task
-                try:
                     runtime.adopt(runtime.published, self.device)
                     return runtime
-                except (CheckpointError, OSError, ValueError) as error:  # served from scratch below
-                    logger.warning("task %s: its checkpoint cannot serve its labels: %s", task.name, error)
+            except (CheckpointError, OSError, ValueError) as error:  # served from scratch below
+                logger.warning("task %s: its classifier cannot serve its labels: %s", task.name, error)
         try:
             classifier = self.build(task)
         except InvalidSpec as error:

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from services.api.app import create_app
 from services.bus.examples_log import ExampleLog, NewExample, UnknownLabel
+from services.bus.task_labels import swap_spec
 from services.bus.task_spec import TASKS_KEY, Task
 from services.trainer.worker import Worker
 from tests.services.harness import TASK, api_settings
@@ -162,3 +163,24 @@ def test_the_log_refuses_a_label_the_stored_spec_lacks(server) -> None:
         log.append([NewExample("fine", "1"), NewExample("a question", "2")])
     assert refused.value.position == 1 and log.read() == [] and len(log) == 0
     assert [a.id for a in log.append([NewExample("fine", "1", id=3)])] == [3]
+
+
+def test_a_spec_swap_decided_on_a_stale_read_writes_nothing(server) -> None:
+    client = redis.Redis.from_url(server.url)
+    task = Task(**TASK, backbone="tiny")
+    client.hset(TASKS_KEY, "reviews", task.model_dump_json())
+    read = client.hget(TASKS_KEY, "reviews")
+    meanwhile = task.model_copy(update={"labels": {**task.labels, "3": "who"}})
+    client.hset(TASKS_KEY, "reviews", meanwhile.model_dump_json())  # another change lands first
+    grown = task.model_copy(update={"labels": {**task.labels, "2": "what"}})
+    assert not swap_spec(client, read, grown)
+    assert Task.model_validate_json(client.hget(TASKS_KEY, "reviews")) == meanwhile
+
+    # With the log named, the swap also needs the log to end where the caller last read it.
+    log = ExampleLog(client, "reviews")
+    current = client.hget(TASKS_KEY, "reviews")
+    (added,) = log.append([NewExample("fine", "1")])
+    assert not swap_spec(client, current, task, log_key=log.stream_key, log_offset="0-0")
+    assert Task.model_validate_json(client.hget(TASKS_KEY, "reviews")) == meanwhile
+    assert swap_spec(client, current, task, log_key=log.stream_key, log_offset=added.offset)
+    assert Task.model_validate_json(client.hget(TASKS_KEY, "reviews")) == task
