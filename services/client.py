@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -63,6 +64,14 @@ class OpenBookClient:
     def create_task(self, name: str, template: str, labels: dict[str, str], **options: Any) -> schemas.Task:
         body = schemas.TaskCreate(name=name, template=template, labels=labels, **options)
         return schemas.Task.model_validate(self._call("POST", "/v1/tasks", json=body.model_dump()))
+
+    def add_label(self, task: str, label: str, word: str) -> schemas.Task:
+        body = schemas.LabelIn(label=label, word=word).model_dump()
+        return schemas.Task.model_validate(self._call("POST", f"/v1/tasks/{task}/labels", json=body))
+
+    def remove_label(self, task: str, label: str) -> schemas.Task:
+        path = f"/v1/tasks/{task}/labels/{quote(label, safe='')}"
+        return schemas.Task.model_validate(self._call("DELETE", path))
 
     def add_examples(self, task: str, examples: Sequence[schemas.ExampleIn]) -> schemas.ExamplesAck:
         body = schemas.ExamplesIn(examples=list(examples)).model_dump()

@@ -28,6 +28,11 @@ def _each_id_once(items: list[Any], kind: str) -> list[Any]:
     return items
 
 
+class LabelIn(BaseModel):
+    label: NonBlank
+    word: NonBlank = Field(description="the word the LM scores the label by until the next training")
+
+
 class ExampleIn(BaseModel):
     text: TextOrPair
     label: str

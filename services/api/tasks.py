@@ -22,6 +22,7 @@ from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier, Prediction
 from openbook.demonstrations import DemoConfig, Demonstrations, retrieve_demonstrations
+from openbook.labels import fit_to_labels
 from openbook.methods import build_method
 from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
 from openbook.prompting import PromptError, Template, TextInput, Verbalizer
@@ -72,6 +73,7 @@ class TaskRuntime:
     offset: str = "0-0"  # last log entry applied to the store
     model_version: str = "base"
     swap_error: str | None = None  # why the last published checkpoint was refused, if it was
+    published: Published | None = None  # the checkpoint served, None for the untrained base
     texts: dict[int, TextInput] = field(default_factory=dict)  # id -> text, for neighbours and paging
     labels: dict[int, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -125,15 +127,20 @@ class TaskRuntime:
         if not manifest.is_file() or sha256_file(manifest) != published.manifest_sha256:
             raise CheckpointError(f"{published.path}: manifest missing or not the one published")
         classifier, _ = load_classifier(published.path, device=device)  # verifies every file's sha256
+        # Labels added since the checkpoint was trained are scored by their words until the next
+        # training (openbook.labels); a checkpoint with a label the task no longer has is refused.
+        classifier = fit_to_labels(classifier, self.task.labels)
         entries = self.log.read(after=published.log_offset)
         replay(classifier, entries)  # examples added since the trainer read the log
         caught = entries[-1].offset if entries else published.log_offset
         with self.lock:
+            classifier = fit_to_labels(classifier, self.task.labels)  # labels added meanwhile
             start = min(caught, self.offset, key=_order)
             tail = self.log.read(after=start)
             replay(classifier, [e for e in tail if _order(e.offset) > _order(caught)])
             self._remember([e for e in tail if _order(e.offset) > _order(self.offset)])
             self.classifier, self.model_version, self.swap_error = classifier, published.version, None
+            self.published = published
 
 
 class TaskRegistry:
@@ -280,7 +287,7 @@ class TaskRegistry:
     def get(self, name: str) -> Task | None:
         """The task's spec; BrokenTask if the stored spec no longer validates."""
         raw = self.client.hget(TASKS_KEY, name)
-        return None if raw is None else _read_spec(name, raw)
+        return None if raw is None else read_spec(name, raw)
 
     def survey(self) -> tuple[list[Task], dict[str, str]]:
         """Every stored task whose spec reads, and every task that cannot be served, with why."""
@@ -288,7 +295,7 @@ class TaskRegistry:
         for raw_name, raw in sorted(self.client.hgetall(TASKS_KEY).items()):
             name = raw_name.decode()
             try:
-                tasks.append(_read_spec(name, raw))
+                tasks.append(read_spec(name, raw))
             except BrokenTask as error:
                 broken[name] = error.reason
         broken.update({t.name: self.unbuildable[t.name] for t in tasks if t.name in self.unbuildable})
@@ -323,19 +330,50 @@ class TaskRegistry:
             with self._building:  # concurrent first requests (and the warm-up) build one runtime, not several
                 runtime = self.runtimes.get(name)
                 if runtime is None or runtime.task != task:
-                    try:
-                        classifier = self.build(task)
-                    except InvalidSpec as error:
-                        self.unbuildable[name] = str(error)
-                        self.runtimes.pop(name, None)
-                        raise BrokenTask(name, str(error)) from None
-                    self.unbuildable.pop(name, None)
-                    runtime = TaskRuntime(task, classifier, ExampleLog(self.client, name))
+                    runtime = self._follow_spec(runtime, task)
                     self.runtimes[name] = runtime
         return runtime
 
+    def _follow_spec(self, runtime: TaskRuntime | None, task: Task) -> TaskRuntime:
+        """The runtime for a spec that differs from the runtime's (or a first one); `_building` is held.
 
-def _read_spec(name: str, raw: bytes) -> Task:
+        Labels added (services/api/labels.py): the classifier grows in place, keeping the served
+        checkpoint and the store. Labels removed while a checkpoint is served: the checkpoint is
+        adopted again, fitted to the labels left. Anything else: a fresh untrained runtime.
+        """
+        if runtime is not None and _only_labels_differ(runtime.task, task):
+            try:
+                if _extends(task.labels, runtime.task.labels):
+                    with runtime.lock:
+                        runtime.classifier = fit_to_labels(runtime.classifier, task.labels)
+                        runtime.task = task
+                    return runtime
+                if runtime.published is not None:
+                    runtime.task = task
+                    runtime.adopt(runtime.published, self.device)
+                    return runtime
+            except (CheckpointError, OSError, ValueError) as error:  # served from scratch below
+                logger.warning("task %s: its classifier cannot serve its labels: %s", task.name, error)
+        try:
+            classifier = self.build(task)
+        except InvalidSpec as error:
+            self.unbuildable[task.name] = str(error)
+            self.runtimes.pop(task.name, None)
+            raise BrokenTask(task.name, str(error)) from None
+        self.unbuildable.pop(task.name, None)
+        return TaskRuntime(task, classifier, ExampleLog(self.client, task.name))
+
+
+def _only_labels_differ(old: Task, new: Task) -> bool:
+    return old.model_copy(update={"labels": new.labels}) == new
+
+
+def _extends(labels: dict[str, str], base: dict[str, str]) -> bool:
+    """`labels` begins with `base`'s labels and words, in order (dicts compare equal in any order)."""
+    return list(labels.items())[: len(base)] == list(base.items())
+
+
+def read_spec(name: str, raw: bytes) -> Task:
     try:
         return Task.model_validate_json(raw)
     except ValidationError as error:

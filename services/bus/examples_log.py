@@ -5,8 +5,11 @@ An append is acknowledged only once Redis has it on disk (WAITAOF after an
 client may choose them, so a retried POST is idempotent: an id already in the
 log with the same text and label is a no-op, with different content a
 conflict, and a batch with a conflict writes nothing (one Lua script checks
-and appends atomically). Deleting appends a tombstone, so a replica that
-replays the log ends with the same store as one that saw every request.
+and appends atomically). The same script refuses a label that the task's
+stored spec lacks: a label removed from the task (services/bus/task_labels.py)
+cannot gain an example between the removal's check and its write.
+Deleting appends a tombstone, so a replica that replays the log ends with
+the same store as one that saw every request.
 """
 
 from __future__ import annotations
@@ -20,10 +23,21 @@ from typing import Literal
 import redis
 from openbook.prompting import TextInput
 
+from services.bus.task_spec import TASKS_KEY
+
 MAX_ID = 2**63 - 1
 
 _APPEND = """
 local n = tonumber(ARGV[1])
+local spec = redis.call('HGET', KEYS[4], ARGV[2 + 3 * n])
+if spec then
+  local labels = cjson.decode(spec)['labels']
+  for i = 0, n - 1 do
+    if labels[cjson.decode(ARGV[4 + 3 * i])['label']] == nil then
+      return redis.error_reply('UNKNOWN_LABEL ' .. i)
+    end
+  end
+end
 for i = 0, n - 1 do
   local id = ARGV[2 + 3 * i]
   if id ~= '' then
@@ -60,6 +74,14 @@ return redis.call('XADD', KEYS[1], '*', 'op', 'delete', 'id', ARGV[1])
 
 class LogError(RuntimeError):
     """The log could not take the write durably (e.g. the server's AOF is off or failing)."""
+
+
+class UnknownLabel(ValueError):
+    """An example's label is not (or no longer) one of the task's; nothing of its batch was written."""
+
+    def __init__(self, position: int, label: str) -> None:
+        super().__init__(f"label {label!r} is not one of the task's labels")
+        self.position = position  # in the batch
 
 
 class ConflictError(ValueError):
@@ -108,7 +130,8 @@ class ExampleLog:
         self._delete = client.register_script(_DELETE)
 
     def append(self, examples: Sequence[NewExample]) -> list[Appended]:
-        """Append atomically and durably; raises ConflictError (nothing written) on a changed id."""
+        """Append atomically and durably; raises ConflictError on a changed id and UnknownLabel on a label
+        the task's stored spec lacks (nothing written). With no spec stored, any label goes."""
         given = [e.id for e in examples if e.id is not None]
         for example_id in given:
             if not 0 <= example_id <= MAX_ID:
@@ -119,11 +142,16 @@ class ExampleLog:
         for example in examples:
             payload = _payload(example)
             args += ["" if example.id is None else str(example.id), _digest(payload), payload]
+        args.append(self.task)
+        keys = [self.stream_key, self.ids_key, self.counter_key, TASKS_KEY]
         try:
-            rows = self._append(keys=[self.stream_key, self.ids_key, self.counter_key], args=args)
+            rows = self._append(keys=keys, args=args)
         except redis.ResponseError as error:
             if str(error).startswith("CONFLICT"):
                 raise ConflictError(int(str(error).split()[1])) from None
+            if str(error).startswith("UNKNOWN_LABEL"):
+                position = int(str(error).split()[1])
+                raise UnknownLabel(position, examples[position].label) from None
             raise
         self._wait_durable()
         return [Appended(int(i), o.decode() if o else None) for i, o in ((r[0], r[1]) for r in rows)]

@@ -12,8 +12,15 @@ from services.bus.examples_log import LogEntry
 
 
 def replay(classifier: Classifier, entries: Sequence[LogEntry]) -> str | None:
-    """Apply log entries in order (adds are embedded a run at a time); returns the last offset applied."""
-    for op, run in groupby(entries, key=lambda e: e.op):
+    """Apply log entries in order (adds are embedded a run at a time); returns the last offset applied.
+
+    An add that a later entry for its id supersedes is skipped: the end state is the same, nothing is
+    embedded for nothing, and an example of a label since removed from the task (it had to be deleted
+    first) is never asked of a classifier that no longer has the label.
+    """
+    last = {e.id: i for i, e in enumerate(entries)}
+    live = [e for i, e in enumerate(entries) if e.op == "delete" or last[e.id] == i]
+    for op, run in groupby(live, key=lambda e: e.op):
         batch = list(run)
         if op == "add":
             classifier.add_examples(

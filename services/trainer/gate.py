@@ -21,6 +21,7 @@ from openbook.artifacts import CheckpointError
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier
 from openbook.fitting import LabelledTexts, StoreExamples, dev_accuracy
+from openbook.labels import LabelError, fit_to_labels
 from openbook.prompting import TextInput
 
 from services.bus.jobs import Published
@@ -33,9 +34,13 @@ Examples = dict[int, tuple[TextInput, str]]
 
 
 def load_serving(published: Published, task: Task, device: str) -> Classifier:
-    """The classifier of the task's serving checkpoint, to score on the task as it is now."""
+    """The classifier of the task's serving checkpoint, to score on the task as it is now.
+
+    A checkpoint trained before labels were added to the task grows to them (openbook.labels), as the
+    api's hot swap does, so it is scored on the same label set as the candidate.
+    """
     classifier, _ = load_classifier(published.path, device=device)  # verifies every file's sha256
-    return classifier
+    return fit_to_labels(classifier, task.labels)
 
 
 def score(
@@ -72,7 +77,7 @@ def judge(
     else:
         try:
             serving_score = score(load_serving(serving, task, device), examples, train_ids, dev_ids)
-        except CheckpointError as error:  # gone or damaged: it cannot be compared, nor served again
+        except (CheckpointError, LabelError) as error:  # gone, damaged or on other labels: not comparable
             logger.warning("task %s: the serving version cannot be scored: %s", task.name, error)
         comparable = candidate_score is not None and serving_score is not None
         verdict = "rejected" if comparable and candidate_score < serving_score else "promoted"  # type: ignore[operator]

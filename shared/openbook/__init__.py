@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from openbook.demonstrations import DemoConfig
     from openbook.fitting import LabelledTexts, fit_and_save
     from openbook.knn import KnnConfig
+    from openbook.labels import LabelError, add_label, fit_to_labels
     from openbook.methods import METHODS, Method, build_method
     from openbook.prompting import Template, Verbalizer
     from openbook.runtime import configure
@@ -42,6 +43,9 @@ _EXPORTS = {
     "LabelledTexts": "openbook.fitting",
     "fit_and_save": "openbook.fitting",
     "KnnConfig": "openbook.knn",
+    "LabelError": "openbook.labels",
+    "add_label": "openbook.labels",
+    "fit_to_labels": "openbook.labels",
     "METHODS": "openbook.methods",
     "Method": "openbook.methods",
     "build_method": "openbook.methods",
@@ -61,6 +65,7 @@ __all__ = [
     "DemoConfig",
     "KnnConfig",
     "KnowledgeStore",
+    "LabelError",
     "LabelledTexts",
     "Method",
     "Prediction",
@@ -68,9 +73,11 @@ __all__ = [
     "TrainConfig",
     "Verbalizer",
     "__version__",
+    "add_label",
     "build_method",
     "configure",
     "fit_and_save",
+    "fit_to_labels",
     "load_backbone",
     "load_classifier",
     "save_classifier",

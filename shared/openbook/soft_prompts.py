@@ -13,6 +13,11 @@ demonstrations were injected) and runs on what it returns. It may
 - and score the labels itself from the slot's pre-LM-head features (DART's
   differentiable label embeddings).
 
+A prompt that scores the labels holds a row per label, so a label added to a
+live classifier (`openbook.labels`) needs one more: `with_label` returns the
+prompt for the grown label set. Every other prompt reads no label and serves
+any label set as it is.
+
 A classifier holds at most one soft prompt (`Classifier.prompt`); a method's
 `prepare` builds it and `trained_tensors` / `load_trained` save and restore it.
 """
@@ -20,6 +25,7 @@ A classifier holds at most one soft prompt (`Classifier.prompt`); a method's
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -39,6 +45,29 @@ class SoftPrompt(nn.Module):
     def label_logits(self, features: torch.Tensor) -> torch.Tensor:  # (B, H) -> (B, C)
         """Label scores from the slot's LM-head input features (only called when `scores_labels`)."""
         raise NotImplementedError
+
+    def with_label(self, backbone: Backbone, word_ids: Sequence[int]) -> SoftPrompt:
+        """This prompt for one more label, whose word the LM reads as `word_ids`; self is left as it was.
+
+        A prompt that reads no label serves the grown set as it is; one that scores the labels must
+        say how its new row starts, so it cannot inherit this.
+        """
+        if self.scores_labels:
+            raise NotImplementedError(f"{type(self).__name__} scores the labels and cannot take another yet")
+        return self
+
+
+def word_output_embedding(
+    backbone: Backbone, word_ids: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A label word's row of the LM head, (E',), and its bias (None when the head has none): the means
+    over the word's pieces, as the head would score the word at the slot."""
+    head = backbone.model.get_output_embeddings()
+    ids = torch.tensor(list(word_ids), device=backbone.device)
+    with torch.no_grad():
+        row = head.weight[ids].mean(0)
+        bias = getattr(head, "bias", None)
+        return row, None if bias is None else bias[ids].mean()
 
 
 def prepend_virtual_tokens(embeds: torch.Tensor, batch: EncodedBatch, virtual: torch.Tensor) -> PromptedInput:

@@ -8,11 +8,14 @@ request the app still refuses is a finding (ST202). Cases meant to be invalid ar
 
 from __future__ import annotations
 
+import itertools
+
 import schemathesis
 
 # The tasks test_fuzz.py creates before the run: name -> (takes pairs, labels).
 TASKS = {"reviews": (False, ("0", "1")), "pairs": (True, ("yes", "no"))}
 TEMPLATES = {False: "{text} It was {mask}", True: "{text_a} ? {text_b} Answer: {mask}"}
+_FRESH = itertools.count()  # makes each label added a new one, with a word no other label has
 
 
 @schemathesis.hook
@@ -32,6 +35,10 @@ def _spare_the_known_tasks(case) -> None:
         name = (case.path_parameters or {}).get("task")
         if isinstance(name, str) and name in TASKS:
             case.path_parameters["task"] = f"{name}-other"
+    if path == "/v1/tasks/{task}/labels/{label}" and method == "DELETE":
+        task, label = (case.path_parameters or {}).get("task"), (case.path_parameters or {}).get("label")
+        if task in TASKS and label in TASKS[task][1]:  # the examples the run posts use them
+            case.path_parameters["label"] = f"{label}-other"
     if path == "/v1/tasks" and method == "POST" and isinstance(case.body, dict):
         name = case.body.get("name")
         if isinstance(name, str) and name in TASKS:
@@ -71,6 +78,9 @@ def map_case(context, case):
         for i, text in enumerate(body.get("texts", [])):
             text["text"] = _fit(text["text"], pair)
             text["id"] = text["id"] // 64 * 64 + i  # ids must differ within a batch
+    elif path.endswith("/labels") and case.method.upper() == "POST":
+        fresh = next(_FRESH)
+        body["label"], body["word"] = f"{body.get('label')}-{fresh}", f"{body.get('word')}{fresh}"
     elif path.endswith("/classify"):
         body["texts"] = [_fit(text, pair) for text in body.get("texts", [])]
     elif path.endswith("/demonstrations"):

@@ -149,6 +149,9 @@ def test_typed_client_round_trip(api: TestClient) -> None:
     assert error.value.status == 404 and "no task" in error.value.detail
     client.delete_example("reviews", 5)
     assert client.classify("reviews", ["a good film"]).predictions[0].p_knn is None
+    assert list(client.add_label("reviews", "a/b", "what").labels) == ["0", "1", "a/b"]
+    assert set(client.classify("reviews", ["a good film"]).predictions[0].probabilities) == {"0", "1", "a/b"}
+    assert list(client.remove_label("reviews", "a/b").labels) == ["0", "1"]
 
 
 def test_demonstrations_per_class_with_weights(api: TestClient) -> None:

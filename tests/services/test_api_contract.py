@@ -19,6 +19,8 @@ STATUSES = {
     ("get", "/v1/tasks"): {200, 401, 403, 503},
     ("get", "/v1/tasks/{task}"): {200, 401, 403, 404, 409, 422, 503},
     ("delete", "/v1/tasks/{task}"): {204, 401, 403, 404, 422, 503},
+    ("post", "/v1/tasks/{task}/labels"): {201, 400, 401, 403, 404, 409, 413, 422, 503},
+    ("delete", "/v1/tasks/{task}/labels/{label}"): {200, 401, 403, 404, 409, 422, 503},
     ("post", "/v1/tasks/{task}/examples"): {201, 400, 401, 403, 404, 409, 413, 422, 503},
     ("get", "/v1/tasks/{task}/examples"): {200, 401, 403, 404, 409, 422, 503},
     ("delete", "/v1/tasks/{task}/examples/{example_id}"): {204, 401, 403, 404, 409, 422, 503},

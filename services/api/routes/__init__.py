@@ -1,10 +1,11 @@
 """One router per resource; `create_app` includes them all."""
 
-from services.api.routes import classify, examples, jobs, operations, pool, tasks, versions
+from services.api.routes import classify, examples, jobs, labels, operations, pool, tasks, versions
 
 ROUTERS = (
     operations.router,
     tasks.router,
+    labels.router,
     examples.router,
     classify.router,
     jobs.router,

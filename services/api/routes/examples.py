@@ -13,9 +13,9 @@ from fastapi import APIRouter, HTTPException, Query
 from services.api import schemas
 from services.api.checks import check_batch, check_label, check_text
 from services.api.deps import Reader, Runtime, SettingsDep, Threads, Writer
-from services.api.errors import declare
+from services.api.errors import declare, unprocessable
 from services.api.routes.pool import pool_of
-from services.bus.examples_log import ConflictError, NewExample
+from services.bus.examples_log import ConflictError, NewExample, UnknownLabel
 
 router = APIRouter(prefix="/v1/tasks/{task}/examples")
 
@@ -33,6 +33,8 @@ async def add_examples(
         appended = await threads.write(runtime.log.append, new)
     except ConflictError as error:
         raise HTTPException(409, str(error)) from None
+    except UnknownLabel as error:  # removed from the task since check_label read the labels
+        raise unprocessable(("body", "examples", error.position, "label"), str(error)) from None
     # Only the ids the client chose: an id the log assigned says nothing about the pool. A retry removes
     # what a failed removal left behind.
     await threads.write(pool_of(runtime).remove, [e.id for e in body.examples if e.id is not None])

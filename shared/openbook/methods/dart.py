@@ -52,6 +52,7 @@ DART needs template tokens to learn: a template made only of placeholders
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,7 @@ from openbook.methods.base import (
     register_method,
 )
 from openbook.prompting import EncodedBatch, TextInput
-from openbook.soft_prompts import SoftPrompt, prepend_virtual_tokens, text_mask
+from openbook.soft_prompts import SoftPrompt, prepend_virtual_tokens, text_mask, word_output_embedding
 
 PROMPT_PREFIX = "dart."  # checkpoint names of the prompt's tensors, beside the backbone's own names
 
@@ -125,6 +126,16 @@ class DifferentiablePrompt(SoftPrompt):
             logits = logits + self.label_bias
         return F.log_softmax(logits, dim=-1)
 
+    def with_label(self, backbone: Backbone, word_ids: Sequence[int]) -> DifferentiablePrompt:
+        """The new label's vector starts where DART starts every label: its word's output embedding."""
+        row, bias = word_output_embedding(backbone, word_ids)
+        labels = torch.cat([self.labels.detach(), row[None].to(self.labels)])  # (C + 1, E')
+        label_bias = None
+        if self.label_bias is not None:
+            assert bias is not None  # the same head that gave the first labels theirs
+            label_bias = torch.cat([self.label_bias.detach(), bias[None].to(self.label_bias)])  # (C + 1,)
+        return DifferentiablePrompt(self.template, labels, label_bias).train(self.training)
+
 
 def build_prompt(classifier: Classifier) -> DifferentiablePrompt:
     """The pseudo-tokens start as the template's word embeddings, the label vectors as the label words'."""
@@ -138,13 +149,12 @@ def build_prompt(classifier: Classifier) -> DifferentiablePrompt:
             f"dart learns the template's own tokens, and {classifier.template.source!r} has none: "
             "put some words around the placeholders, e.g. '{text} It was {mask}'"
         )
-    head = backbone.model.get_output_embeddings()
     with torch.no_grad():
         template = backbone.input_embeddings.weight[template_ids.to(backbone.device)]  # (P, E)
-        pieces = [torch.tensor(ids, device=backbone.device) for ids in classifier.encoder.label_token_ids]
-        labels = torch.stack([head.weight[ids].mean(0) for ids in pieces])  # (C, E')
-        bias = getattr(head, "bias", None)
-        label_bias = None if bias is None else torch.stack([bias[ids].mean() for ids in pieces])  # (C,)
+    rows = [word_output_embedding(backbone, ids) for ids in classifier.encoder.label_token_ids]
+    labels = torch.stack([row for row, _ in rows])  # (C, E')
+    biases = [bias for _, bias in rows]
+    label_bias = None if biases[0] is None else torch.stack(biases)  # type: ignore[arg-type]  # (C,)
     # float32 whatever the backbone's dtype, as the other prompts: `label_logits` reads float32 features
     return DifferentiablePrompt(template, labels, label_bias).to(backbone.device, torch.float32)
 

@@ -26,6 +26,7 @@ forward.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.methods.base import register_method
 from openbook.methods.soft_prompt_method import SoftPromptConfig, SoftPromptMethod
-from openbook.soft_prompts import SoftPrompt
+from openbook.soft_prompts import SoftPrompt, word_output_embedding
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,20 @@ class LinearProbeHead(SoftPrompt):
 
     def label_logits(self, features: torch.Tensor) -> torch.Tensor:  # (B, H) -> (B, C)
         return F.log_softmax(self.linear(F.normalize(features, dim=-1)), dim=-1)
+
+    def with_label(self, backbone: Backbone, word_ids: Sequence[int]) -> LinearProbeHead:
+        """The new label's row is its word's LM-head row, which lives in the probe's feature space, scaled
+        to the mean length of the rows trained so far, and its bias the mean of theirs: until the next
+        training it scores the slot as the LM scores the word, no more sharply than a trained label.
+        On an untrained (zero) probe it is zero too, and every label stays equally likely."""
+        row, _ = word_output_embedding(backbone, word_ids)
+        weight, bias = self.linear.weight.detach(), self.linear.bias.detach()  # (C, H), (C,)
+        new_row = F.normalize(row.to(weight), dim=0) * weight.norm(dim=1).mean()  # (H,)
+        grown = LinearProbeHead(weight.shape[1], weight.shape[0] + 1).to(weight)
+        with torch.no_grad():
+            grown.linear.weight.copy_(torch.cat([weight, new_row[None]]))
+            grown.linear.bias.copy_(torch.cat([bias, bias.mean()[None]]))
+        return grown.train(self.training)
 
 
 @register_method
