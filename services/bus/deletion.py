@@ -1,7 +1,8 @@
 """Deleting a task: everything it owned goes, so a task created again under its name starts clean.
 
-One script removes the spec, the example log (stream, id index, id counter),
-the pool of unlabelled texts, the checkpoints stream and the `current` pointer, and cancels the task's
+One script removes the spec, the example log (stream, id index, id counter,
+count of adds), the pool of unlabelled texts, the checkpoints stream and the
+`current` pointer, the automatic training's state, and cancels the task's
 queued and running jobs (their records stay a day, to say so). It also bumps
 the task's generation, so a job still training for the deleted task cannot
 publish into a task created again under the same name. Then the task's
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import redis
 
+from services.bus.autotrain import autotrain_key
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import JOB_PREFIX, checkpoints_key, current_key, task_jobs_key, wait_durable
 from services.bus.pool import pool_keys
@@ -36,7 +38,7 @@ for _, job in ipairs(redis.call('SMEMBERS', KEYS[8])) do
   end
   redis.call('EXPIRE', key, ARGV[3])
 end
-redis.call('DEL', KEYS[8], KEYS[9], KEYS[10])
+redis.call('DEL', unpack(KEYS, 8))
 return existed
 """
 
@@ -48,6 +50,7 @@ def delete_task(client: redis.Redis, name: str, artifacts_dir: str | Path) -> bo
     log = ExampleLog(client, name)
     keys = [TASKS_KEY, GENERATIONS_KEY, log.stream_key, log.ids_key, log.counter_key]
     keys += [checkpoints_key(name), current_key(name), task_jobs_key(name), *pool_keys(name)]
+    keys += [log.added_key, autotrain_key(name)]
     existed = client.register_script(_DELETE_TASK)(keys=keys, args=[name, JOB_PREFIX, CANCELLED_JOB_TTL_S])
     wait_durable(client)
     shutil.rmtree(Path(artifacts_dir) / name, ignore_errors=True)

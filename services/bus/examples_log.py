@@ -5,8 +5,9 @@ An append is acknowledged only once Redis has it on disk (WAITAOF after an
 client may choose them, so a retried POST is idempotent: an id already in the
 log with the same text and label is a no-op, with different content a
 conflict, and a batch with a conflict writes nothing (one Lua script checks
-and appends atomically). Deleting appends a tombstone, so a replica that
-replays the log ends with the same store as one that saw every request.
+and appends atomically, and counts the examples added: automatic training's
+clock). Deleting appends a tombstone, so a replica that replays the log ends
+with the same store as one that saw every request.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ for i = 0, n - 1 do
   else
     local offset = redis.call('XADD', KEYS[1], '*', 'op', 'add', 'id', id, 'example', ARGV[4 + 3 * i])
     redis.call('HSET', KEYS[2], id, ARGV[3 + 3 * i])
+    redis.call('INCR', KEYS[4])
     table.insert(out, {id, offset})
   end
 end
@@ -103,6 +105,8 @@ class ExampleLog:
         self.stream_key = f"{prefix}:examples"
         self.ids_key = f"{prefix}:example-ids"
         self.counter_key = f"{prefix}:next-id"
+        # How many examples were ever added (deletes and retries do not count): automatic training's clock.
+        self.added_key = f"{prefix}:added"
         self.durability_timeout_ms = durability_timeout_ms
         self._append = client.register_script(_APPEND)
         self._delete = client.register_script(_DELETE)
@@ -120,7 +124,8 @@ class ExampleLog:
             payload = _payload(example)
             args += ["" if example.id is None else str(example.id), _digest(payload), payload]
         try:
-            rows = self._append(keys=[self.stream_key, self.ids_key, self.counter_key], args=args)
+            keys = [self.stream_key, self.ids_key, self.counter_key, self.added_key]
+            rows = self._append(keys=keys, args=args)
         except redis.ResponseError as error:
             if str(error).startswith("CONFLICT"):
                 raise ConflictError(int(str(error).split()[1])) from None
