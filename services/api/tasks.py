@@ -339,7 +339,7 @@ class TaskRegistry:
             self.runtimes.pop(name, None)
             return None
         runtime = self.runtimes.get(name)
-        if runtime is not None and runtime.task.model_copy(update={"training": task.training}) == task:
+        if runtime is not None and runtime.task != task and _same_but_training(runtime.task, task):
             runtime.task = task  # only its training settings changed: keep serving what it serves
         if runtime is None or runtime.task != task:
             with self._building:  # concurrent first requests (and the warm-up) build one runtime, not several
@@ -355,6 +355,10 @@ class TaskRegistry:
                     runtime = TaskRuntime(task, classifier, ExampleLog(self.client, name))
                     self.runtimes[name] = runtime
         return runtime
+
+
+def _same_but_training(served: Task, stored: Task) -> bool:
+    return served.model_copy(update={"training": stored.training}) == stored
 
 
 def _read_spec(name: str, raw: bytes) -> Task:

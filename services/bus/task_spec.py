@@ -86,7 +86,8 @@ def check_training(options: TrainOptions, task_method: str, backbone: Backbone) 
 class TrainingSettings(TrainOptions):
     """Whether a task trains by itself, and how (services.bus.autotrain)."""
 
-    auto: bool = Field(False, description="queue a training job by itself as examples are added")
+    # strict: a JSON boolean only, as the schema says (pydantic would take 0, 1 or "yes" as well)
+    auto: bool = Field(False, strict=True, description="queue a training job by itself as examples are added")
     every: int = Field(16, ge=1, description="examples added between two automatic jobs")
 
 

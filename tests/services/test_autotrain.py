@@ -113,6 +113,7 @@ BAD_PATCHES = [
     ({"training": {"lr": 1.5}}, ["body", "training", "lr"]),
     ({"training": {"batch_size": 2000}}, ["body", "training", "batch_size"]),
     ({"training": {"auto": None}}, ["body", "training", "auto"]),
+    ({"training": {"auto": 1}}, ["body", "training", "auto"]),  # a JSON boolean, as the schema says
     ({"training": {"bogus": 1}}, ["body", "training", "bogus"]),
     ({"training": {"every": 4}, "template": "{text} {mask}"}, ["body", "template"]),
     ({"name": "reviews"}, ["body", "name"]),

@@ -42,8 +42,8 @@ async def add_examples(
     # Only the ids the client chose: an id the log assigned says nothing about the pool. A retry removes
     # what a failed removal left behind.
     await threads.write(pool_of(runtime).remove, [e.id for e in body.examples if e.id is not None])
-    await train_if_due(runtime.task.name, registry, threads, metrics)  # a retry finds it done: idempotent
     await threads.write(runtime.catch_up)  # the next classify here already sees them
+    await train_if_due(runtime.task.name, registry, threads, metrics)  # a retry finds it done: idempotent
     return schemas.ExamplesAck(
         examples=[schemas.ExampleAck(id=a.id, created=a.offset is not None) for a in appended],
         store_version=runtime.offset,
