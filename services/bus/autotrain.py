@@ -111,22 +111,26 @@ def update_training(
 ) -> Task | None:
     """Merge `changes` over the task's training settings and store the spec; None when there is no task.
 
-    `check` raises on a spec that cannot train, and then nothing is written. SpecChanged when the spec
-    or the task's generation changed under every attempt.
+    `check` raises on a spec that cannot train, and then nothing is written. A spec changed meanwhile by
+    another update is read again and merged over; a task deleted meanwhile is None, also when a task of
+    its name exists again (another generation). SpecChanged when updates kept racing it.
     """
     replace = client.register_script(_REPLACE_SPEC)
+    first = None  # the generation found first: the task this update is for
     for _ in range(_ATTEMPTS):
         pipe = client.pipeline(transaction=True)
         pipe.hget(TASKS_KEY, name)
         pipe.hget(GENERATIONS_KEY, name)
         raw, generation = pipe.execute()
-        if raw is None:
+        generation = generation or b"0"
+        first = first or generation
+        if raw is None or generation != first:
             return None
         task = Task.model_validate_json(raw)
         training = TrainingSettings.model_validate({**task.training.model_dump(), **changes})
         updated = task.model_copy(update={"training": training})
         check(updated)
-        args = [name, raw, generation or b"0", updated.model_dump_json()]
+        args = [name, raw, generation, updated.model_dump_json()]
         if replace(keys=[TASKS_KEY, GENERATIONS_KEY], args=args):
             wait_durable(client)
             return updated

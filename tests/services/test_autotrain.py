@@ -8,7 +8,8 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from services.bus.autotrain import autotrain_key, queue_if_due
+from services.bus.autotrain import autotrain_key, queue_if_due, update_training
+from services.bus.deletion import delete_task
 from services.bus.examples_log import ExampleLog, NewExample
 from services.bus.jobs import JobQueue, task_jobs_key
 from services.bus.task_spec import TASKS_KEY, Task, TrainingSettings
@@ -240,3 +241,28 @@ def test_a_killed_workers_automatic_job_is_claimed_again_not_copied(server) -> N
     assert queue_if_due(client, "reviews") is None  # the released job is still the task's automatic one
     taken = queue.claim("worker-b", block_ms=100)
     assert taken is not None and taken[1].id == job_id and client.scard(task_jobs_key("reviews")) == 1
+
+
+def test_an_update_lands_on_the_task_it_read_or_nowhere(server, tmp_path) -> None:
+    client, _ = seeded(server)
+    created = client.hget(TASKS_KEY, "reviews")
+
+    def recreate(task: Task) -> None:  # the task is deleted and created again while the update runs
+        delete_task(client, "reviews", tmp_path / "artifacts")
+        client.hset(TASKS_KEY, "reviews", created)
+
+    assert update_training(client, "reviews", {"every": 9}, recreate) is None
+    assert client.hget(TASKS_KEY, "reviews") == created  # the new task's spec is untouched
+
+    raced: list[Task] = []
+
+    def race(task: Task) -> None:  # another update lands first: this one is merged over it
+        if not raced:
+            raced.append(task)
+            stored = Task.model_validate_json(client.hget(TASKS_KEY, "reviews"))
+            changed = stored.model_copy(update={"training": stored.training.model_copy(update={"steps": 7})})
+            client.hset(TASKS_KEY, "reviews", changed.model_dump_json())
+
+    updated = update_training(client, "reviews", {"every": 9}, race)
+    assert updated is not None and (updated.training.every, updated.training.steps) == (9, 7)
+    assert Task.model_validate_json(client.hget(TASKS_KEY, "reviews")) == updated
