@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -124,7 +124,7 @@ class JobOut(BaseModel):
     metrics: dict | None = None
     published: dict | None = None  # the checkpoint: version, path, manifest sha256, log offset
     error: str | None = None
-    trigger: str = "manual"  # manual: POST .../train; auto: the task's training settings queued it
+    trigger: Literal["manual", "auto"] = "manual"  # auto: queued by the task's training settings
     created: float  # when it was queued, in seconds since the epoch
 
 

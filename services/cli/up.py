@@ -135,8 +135,9 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-# The demo task trains by itself: a job once its examples are in, then one per 8 more; a short one, so
-# that it finishes in a minute or two on a CPU.
+# The demo task trains by itself: a job once its 8 examples are in, then one per 8 more. A short one: a
+# RetroPrompt step of 8 texts takes about 2 s on a 2-core CPU (docs/benchmarks.md), so 16 steps of 4 and
+# the store's re-embedding finish well within two minutes.
 DEMO_TRAINING = {"auto": True, "every": 8, "steps": 16, "batch_size": 4, "eval_every": 8}
 
 
