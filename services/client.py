@@ -73,6 +73,11 @@ class OpenBookClient:
         path = f"/v1/tasks/{task}/labels/{quote(label, safe='')}"
         return schemas.Task.model_validate(self._call("DELETE", path))
 
+    def update_training(self, task: str, **settings: Any) -> schemas.Task:
+        """Change the task's training settings (`schemas.TrainingSettings`' fields); the others stay."""
+        body = {"training": schemas.TrainingPatch(**settings).model_dump(exclude_unset=True)}
+        return schemas.Task.model_validate(self._call("PATCH", f"/v1/tasks/{task}", json=body))
+
     def add_examples(self, task: str, examples: Sequence[schemas.ExampleIn]) -> schemas.ExamplesAck:
         body = schemas.ExamplesIn(examples=list(examples)).model_dump()
         return schemas.ExamplesAck.model_validate(self._call("POST", f"/v1/tasks/{task}/examples", json=body))
@@ -105,6 +110,11 @@ class OpenBookClient:
         body = schemas.PinIn(pinned=pinned).model_dump()
         path = f"/v1/tasks/{task}/versions/{version}"
         return schemas.VersionOut.model_validate(self._call("PATCH", path, json=body))
+
+    def jobs(self, task: str, limit: int = 20) -> list[schemas.JobOut]:
+        """The task's jobs, newest first."""
+        jobs = self._call("GET", f"/v1/tasks/{task}/jobs", params={"limit": limit})
+        return [schemas.JobOut.model_validate(job) for job in jobs]
 
     def wait_for_job(self, job_id: str, timeout: float = 600.0, poll: float = 0.5) -> schemas.JobOut:
         deadline = time.monotonic() + timeout

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StrictBool, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, field_validator
 
-from services.bus.task_spec import KnnSettings, NonBlank, Task, TaskCreate
+from services.bus.task_spec import KnnSettings, NonBlank, Task, TaskCreate, TrainingSettings, TrainOptions
 
-__all__ = ["KnnSettings", "Task", "TaskCreate"]
+__all__ = ["KnnSettings", "Task", "TaskCreate", "TrainingSettings"]
 
 # A text sent in (anything but whitespace alone, which leaves the prompt nothing to read); how long it
 # may be and how many go in one request are the app's settings, written into the OpenAPI it serves.
@@ -101,14 +101,23 @@ class ClassifyOut(BaseModel):
     store_version: str
 
 
-class TrainIn(BaseModel):
-    method: str | None = Field(None, description="default: the task's method", examples=["retroprompt"])
-    steps: int = Field(32, ge=1, le=100_000)
-    batch_size: int = Field(8, ge=1, le=1024)
-    lr: float = Field(1e-5, gt=0, lt=1, allow_inf_nan=False)
-    eval_every: int = Field(8, ge=1)
-    patience: int = Field(2, ge=1)
+class TrainIn(TrainOptions):
+    """A manual job: the method and knobs (bounds and defaults shared with a task's `training`)."""
+
     force: StrictBool = Field(False, description="publish without the promotion gate")
+
+
+class TrainingPatch(TrainingSettings):
+    """The training settings to change; keys left out keep their stored values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskPatch(BaseModel):
+    """`PATCH /v1/tasks/{task}`: only a task's training settings can change."""
+
+    model_config = ConfigDict(extra="forbid")
+    training: TrainingPatch
 
 
 class JobOut(BaseModel):
@@ -126,6 +135,8 @@ class JobOut(BaseModel):
     # forced, first); a rejected candidate is kept as a version and not published
     gate: dict | None = None
     error: str | None = None
+    trigger: Literal["manual", "auto"] = "manual"  # auto: queued by the task's training settings
+    created: float  # when it was queued, in seconds since the epoch
 
 
 class VersionOut(BaseModel):

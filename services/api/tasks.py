@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 from openbook.artifacts import MANIFEST_NAME, CheckpointError, sha256_file
@@ -28,11 +29,12 @@ from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
 from openbook.prompting import PromptError, Template, TextInput, Verbalizer
 from pydantic import ValidationError
 
+from services.bus.autotrain import update_training
 from services.bus.deletion import delete_task
 from services.bus.examples_log import ExampleLog, LogEntry
 from services.bus.jobs import Published
 from services.bus.replay import replay
-from services.bus.task_spec import TASKS_KEY, Task, build_classifier
+from services.bus.task_spec import TASKS_KEY, BadTraining, Task, build_classifier, check_training
 
 logger = logging.getLogger(__name__)
 
@@ -259,9 +261,27 @@ class TaskRegistry:
             raise InvalidSpec("backbone", f"backbone {task.backbone!r} cannot be loaded: {error}") from None
         try:
             method.check_backbone(backbone)
-            return build_classifier(task, backbone)
+            classifier = build_classifier(task, backbone)
         except ValueError as error:
             raise InvalidSpec("", str(error)) from None
+        self._check_training(task, backbone)
+        return classifier
+
+    def _check_training(self, task: Task, backbone: Backbone) -> None:
+        try:
+            check_training(task.training, task.method, backbone)
+        except BadTraining as error:
+            raise InvalidSpec(f"training.{error.field}".rstrip("."), str(error)) from None
+
+    def update_training(self, name: str, changes: dict[str, Any]) -> Task | None:
+        """Merge `changes` over the task's training settings and store them; None when there is no task.
+
+        InvalidSpec (nothing written) when the settings cannot train the task; SpecChanged when the task
+        kept changing meanwhile. The task's replicas take the new settings in place (`runtime`).
+        """
+        return update_training(
+            self.client, name, changes, lambda task: self._check_training(task, self.backbone(task.backbone))
+        )
 
     def create(self, task: Task) -> bool:
         """Store a new task (False if the same spec exists); a different spec under the name raises.
@@ -326,6 +346,8 @@ class TaskRegistry:
             self.runtimes.pop(name, None)
             return None
         runtime = self.runtimes.get(name)
+        if runtime is not None and runtime.task != task and _differs_only_in(runtime.task, task, "training"):
+            runtime.task = task  # only its training settings changed: keep serving what it serves
         if runtime is None or runtime.task != task:
             with self._building:  # concurrent first requests (and the warm-up) build one runtime, not several
                 runtime = self.runtimes.get(name)
@@ -341,7 +363,7 @@ class TaskRegistry:
         checkpoint and the store. Labels removed while a checkpoint is served: the checkpoint is
         adopted again, fitted to the labels left. Anything else: a fresh untrained runtime.
         """
-        if runtime is not None and _only_labels_differ(runtime.task, task):
+        if runtime is not None and _differs_only_in(runtime.task, task, "labels", "training"):
             try:
                 if _extends(task.labels, runtime.task.labels):
                     with runtime.lock:
@@ -364,8 +386,9 @@ class TaskRegistry:
         return TaskRuntime(task, classifier, ExampleLog(self.client, task.name))
 
 
-def _only_labels_differ(old: Task, new: Task) -> bool:
-    return old.model_copy(update={"labels": new.labels}) == new
+def _differs_only_in(old: Task, new: Task, *fields: str) -> bool:
+    """`old` and `new` are the same spec but for `fields` (a change there keeps the served model)."""
+    return old.model_copy(update={name: getattr(new, name) for name in fields}) == new
 
 
 def _extends(labels: dict[str, str], base: dict[str, str]) -> bool:

@@ -1,7 +1,8 @@
 """Deleting a task: everything it owned goes, so a task created again under its name starts clean.
 
-One script removes the spec, the example log (stream, id index, id counter),
-the pool of unlabelled texts, the checkpoints stream, the `current` pointer and the versions records,
+One script removes the spec, the example log (stream, id index, id counter,
+count of adds), the pool of unlabelled texts, the checkpoints stream, the
+`current` pointer, the versions records and the automatic training's state,
 and cancels the task's
 queued and running jobs (their records stay a day, to say so). It also bumps
 the task's generation, so a job still training for the deleted task cannot
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import redis
 
+from services.bus.autotrain import autotrain_key
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import (
     JOB_PREFIX,
@@ -44,7 +46,7 @@ for _, job in ipairs(redis.call('SMEMBERS', KEYS[8])) do
   end
   redis.call('EXPIRE', key, ARGV[3])
 end
-redis.call('DEL', KEYS[8], KEYS[9], KEYS[10], KEYS[11])
+redis.call('DEL', unpack(KEYS, 8))
 return existed
 """
 
@@ -56,7 +58,7 @@ def delete_task(client: redis.Redis, name: str, artifacts_dir: str | Path) -> bo
     log = ExampleLog(client, name)
     keys = [TASKS_KEY, GENERATIONS_KEY, log.stream_key, log.ids_key, log.counter_key]
     keys += [checkpoints_key(name), current_key(name), task_jobs_key(name), *pool_keys(name)]
-    keys += [versions_key(name)]
+    keys += [versions_key(name), log.added_key, autotrain_key(name)]
     existed = client.register_script(_DELETE_TASK)(keys=keys, args=[name, JOB_PREFIX, CANCELLED_JOB_TTL_S])
     wait_durable(client)
     shutil.rmtree(Path(artifacts_dir) / name, ignore_errors=True)

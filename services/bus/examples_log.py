@@ -5,11 +5,12 @@ An append is acknowledged only once Redis has it on disk (WAITAOF after an
 client may choose them, so a retried POST is idempotent: an id already in the
 log with the same text and label is a no-op, with different content a
 conflict, and a batch with a conflict writes nothing (one Lua script checks
-and appends atomically). The same script refuses a label that the task's
-stored spec lacks: a label removed from the task (services/bus/task_labels.py)
-cannot gain an example between the removal's check and its write.
-Deleting appends a tombstone, so a replica that replays the log ends with
-the same store as one that saw every request.
+and appends atomically, and counts the examples added: automatic training's
+clock). The same script refuses a label that the task's stored spec lacks: a
+label removed from the task (services/bus/task_labels.py) cannot gain an
+example between the removal's check and its write. Deleting appends a
+tombstone, so a replica that replays the log ends with the same store as one
+that saw every request.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ for i = 0, n - 1 do
   else
     local offset = redis.call('XADD', KEYS[1], '*', 'op', 'add', 'id', id, 'example', ARGV[4 + 3 * i])
     redis.call('HSET', KEYS[2], id, ARGV[3 + 3 * i])
+    redis.call('INCR', KEYS[5])  -- examples added: automatic training's clock (services.bus.autotrain)
     table.insert(out, {id, offset})
   end
 end
@@ -125,6 +127,8 @@ class ExampleLog:
         self.stream_key = f"{prefix}:examples"
         self.ids_key = f"{prefix}:example-ids"
         self.counter_key = f"{prefix}:next-id"
+        # How many examples were ever added (deletes and retries do not count): automatic training's clock.
+        self.added_key = f"{prefix}:added"
         self.durability_timeout_ms = durability_timeout_ms
         self._append = client.register_script(_APPEND)
         self._delete = client.register_script(_DELETE)
@@ -143,7 +147,7 @@ class ExampleLog:
             payload = _payload(example)
             args += ["" if example.id is None else str(example.id), _digest(payload), payload]
         args.append(self.task)
-        keys = [self.stream_key, self.ids_key, self.counter_key, TASKS_KEY]
+        keys = [self.stream_key, self.ids_key, self.counter_key, TASKS_KEY, self.added_key]
         try:
             rows = self._append(keys=keys, args=args)
         except redis.ResponseError as error:

@@ -44,16 +44,28 @@ JOB_PREFIX = "openbook:job:"
 # What `release` backdates an entry's delivery by: more than any claimer's idle threshold.
 RELEASED_IDLE_MS = 24 * 3600 * 1000
 
-_SUBMIT = """
+# Lua: queue a job for `task` (its record, the task's job set, a stream entry), at the task's generation.
+# `keys` are job_keys(task, job_id)'s, in that order. Shared by a manual submit and the automatic trigger.
+QUEUE_JOB = """
+local function queue_job(keys, task, job_id, method, train_config, created, trigger, force)
+  local generation = redis.call('HGET', keys[2], task) or '0'
+  redis.call('HSET', keys[3], 'id', job_id, 'task', task, 'method', method, 'train_config', train_config,
+    'state', 'queued', 'progress', '0.0', 'created', created, 'generation', generation, 'trigger', trigger,
+    'force', force)
+  redis.call('SADD', keys[4], job_id)
+  redis.call('XADD', keys[5], '*', 'job', job_id)
+end
+"""
+
+_SUBMIT = (
+    QUEUE_JOB
+    + """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return redis.error_reply('NOTASK')
 end
-local generation = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
-redis.call('HSET', KEYS[3], 'id', ARGV[2], 'task', ARGV[1], 'method', ARGV[3], 'train_config', ARGV[4],
-  'state', 'queued', 'progress', '0.0', 'created', ARGV[5], 'generation', generation, 'force', ARGV[6])
-redis.call('SADD', KEYS[4], ARGV[2])
-redis.call('XADD', KEYS[5], '*', 'job', ARGV[2])
+queue_job(KEYS, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], 'manual', ARGV[6])
 """
+)
 
 # A claimed job runs only if it is still queued or running and its task is the generation it was made for.
 _START = """
@@ -178,6 +190,11 @@ def task_jobs_key(task: str) -> str:
     return f"openbook:task:{task}:jobs"
 
 
+def job_keys(task: str, job_id: str) -> list[str]:
+    """The keys QUEUE_JOB's `queue_job` writes and reads, in its order."""
+    return [TASKS_KEY, GENERATIONS_KEY, job_key(job_id), task_jobs_key(task), JOBS_STREAM]
+
+
 def checkpoints_key(task: str) -> str:
     return f"openbook:task:{task}:checkpoints"
 
@@ -240,10 +257,8 @@ class JobQueue:
         """
         job_id = uuid.uuid4().hex
         try:
-            self._submit(
-                keys=[TASKS_KEY, GENERATIONS_KEY, job_key(job_id), task_jobs_key(task), JOBS_STREAM],
-                args=[task, job_id, method, json.dumps(train_config), time.time(), int(force)],
-            )
+            args = [task, job_id, method, json.dumps(train_config), time.time(), int(force)]
+            self._submit(keys=job_keys(task, job_id), args=args)
         except redis.ResponseError as error:
             if "NOTASK" in str(error):
                 raise TaskGone(task) from None
@@ -263,6 +278,16 @@ class JobQueue:
             if name in record:
                 record[name] = json.loads(record[name])
         return record
+
+    def of_task(self, task: str, limit: int) -> list[dict[str, Any]]:
+        """The task's newest `limit` jobs, newest first."""
+        job_ids = [raw.decode() for raw in self.client.smembers(task_jobs_key(task))]
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(job_key(job_id), "created")
+        created = {i: float(c) for i, c in zip(job_ids, pipe.execute(), strict=True) if c is not None}
+        newest = sorted(created, key=lambda i: (created[i], i), reverse=True)[:limit]
+        return [record for job_id in newest if (record := self.get(job_id)) is not None]
 
     def update(self, job_id: str, **fields: Any) -> None:
         self.client.hset(job_key(job_id), mapping=_encoded(fields))

@@ -7,7 +7,9 @@ from typing import Annotated
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.knn import KnnConfig
+from openbook.methods import build_method
 from openbook.prompting import Template, Verbalizer
+from openbook.training import TrainConfig
 from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
 
 TASKS_KEY = "openbook:tasks"  # hash: task name -> spec JSON
@@ -44,6 +46,51 @@ class KnnSettings(BaseModel):
     lam: float = Field(0.5, ge=0, le=1, allow_inf_nan=False)
 
 
+class TrainOptions(BaseModel):
+    """What a training job is asked for: the method, and the knobs of its loop (training.TrainConfig)."""
+
+    method: str | None = Field(None, description="default: the task's method", examples=["retroprompt"])
+    steps: int = Field(32, ge=1, le=100_000)
+    batch_size: int = Field(8, ge=1, le=1024)
+    lr: float = Field(1e-5, gt=0, lt=1, allow_inf_nan=False)
+    eval_every: int = Field(8, ge=1)
+    patience: int = Field(2, ge=1)
+
+    def train_config(self) -> dict[str, int | float]:
+        """The knobs, as a job's `train_config` (TrainConfig's keyword arguments)."""
+        return self.model_dump(include=set(TrainOptions.model_fields) - {"method"})
+
+
+class BadTraining(ValueError):
+    """Training options that cannot train a task; `field` is the option at fault ("" for their mix)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def check_training(options: TrainOptions, task_method: str, backbone: Backbone) -> str:
+    """The method `options` train with, once it and the knobs are checked on `backbone` (BadTraining)."""
+    method = options.method or task_method
+    try:
+        build_method(method).check_backbone(backbone)
+    except ValueError as error:  # an unknown method, or one this backbone cannot carry
+        raise BadTraining("method", str(error)) from None
+    try:
+        TrainConfig(**options.train_config())
+    except ValueError as error:
+        raise BadTraining("", str(error)) from None
+    return method
+
+
+class TrainingSettings(TrainOptions):
+    """Whether a task trains by itself, and how (services.bus.autotrain)."""
+
+    # strict: a JSON boolean only, as the schema says (pydantic would take 0, 1 or "yes" as well)
+    auto: bool = Field(False, strict=True, description="queue a training job by itself as examples are added")
+    every: int = Field(16, ge=1, description="examples added between two automatic jobs")
+
+
 class TaskCreate(BaseModel):
     name: TaskName
     template: str = Field(examples=["Review: {text}\nSentiment: {mask}"])
@@ -53,6 +100,7 @@ class TaskCreate(BaseModel):
     backbone: str | None = Field(None, description="default: the service's backbone")
     method: str = "retroprompt"
     knn: KnnSettings = KnnSettings()
+    training: TrainingSettings = TrainingSettings()
 
 
 class Task(TaskCreate):

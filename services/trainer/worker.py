@@ -18,7 +18,8 @@ While it runs, a worker sends a heartbeat (services.bus.workers) that also
 keeps its job's entry fresh, and checks at each training step that the job is
 still its own: a job cancelled meanwhile (its task deleted) stops there. At
 start it sweeps the staging directories that writers killed mid-write left
-behind (services.trainer.staging).
+behind (services.trainer.staging). Once a job has ended, the worker queues
+its task's next automatic job if one is due (services.bus.autotrain).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from openbook.methods import build_method, weights_sha256
 from openbook.prompting import TextInput
 from openbook.training import TrainConfig
 
+from services.bus.autotrain import queue_if_due
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import Job, JobQueue, Published, TaskGone, current_checkpoint, publish_checkpoint
 from services.bus.task_spec import TASKS_KEY, Task, build_classifier
@@ -156,6 +158,7 @@ class Worker:
         finally:
             self.current = None
         self.queue.ack(entry_id, self.consumer)
+        queue_if_due(self.client, job.task)  # examples that came while it ran may make the next one due
         return job.id
 
     def run_forever(self, stop: threading.Event) -> None:

@@ -58,6 +58,8 @@ def map_case(context, case):
     if case.meta is None or not case.meta.generation.mode.is_positive or not isinstance(case.body, dict):
         return case
     path, body = case.operation.path, case.body
+    if isinstance(body.get("training"), dict) and "method" in body["training"]:
+        body["training"]["method"] = None  # the task's own, as for /train below
     if path == "/v1/tasks" and case.method.upper() == "POST":
         pair = len(str(body.get("name", ""))) % 2 == 1
         body["template"], body["backbone"], body["method"] = TEMPLATES[pair], None, "retroprompt"

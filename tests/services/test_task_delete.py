@@ -12,6 +12,8 @@ from fastapi.testclient import TestClient
 import services.trainer.worker as worker_module
 from services.api.app import create_app
 from services.api.settings import Settings
+from services.bus.autotrain import autotrain_key
+from services.bus.examples_log import ExampleLog
 from services.bus.jobs import JobQueue, checkpoints_key, current_checkpoint, current_key, versions_key
 from services.bus.server import EmbeddedRedis
 from services.trainer.worker import Worker
@@ -137,3 +139,24 @@ def test_a_job_cancelled_while_it_trains_stops_at_its_next_step(server, causal_d
         assert steps == [1]  # it stopped there instead of training on
         assert api.get(f"/v1/jobs/{job_id}").json()["state"] == "cancelled"
         assert not (artifacts / "reviews").exists()
+
+
+def test_deleting_a_task_removes_its_automatic_training_state(server, causal_dir, tmp_path) -> None:
+    client = redis.Redis.from_url(server.url)
+    auto = {**TASK, "training": {"auto": True, "every": len(EXAMPLES), **TRAIN}}
+    log, state = ExampleLog(client, "reviews"), autotrain_key("reviews")
+    with api_client(server, causal_dir, tmp_path) as api:
+        assert api.post("/v1/tasks", json=auto).status_code == 201
+        assert api.post("/v1/tasks/reviews/examples", json={"examples": EXAMPLES}).status_code == 201
+        (job,) = api.get("/v1/tasks/reviews/jobs").json()
+        assert job["trigger"] == "auto" and client.exists(log.added_key, state) == 2
+
+        assert api.delete("/v1/tasks/reviews").status_code == 204
+        assert client.exists(log.added_key, state) == 0
+        assert api.get(f"/v1/jobs/{job['id']}").json()["state"] == "cancelled"
+
+        # Created again, the task counts from nothing: one example short of `every` queues nothing.
+        assert api.post("/v1/tasks", json=auto).status_code == 201
+        examples = {"examples": EXAMPLES[:-1]}
+        assert api.post("/v1/tasks/reviews/examples", json=examples).status_code == 201
+        assert api.get("/v1/tasks/reviews/jobs").json() == []

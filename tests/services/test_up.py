@@ -158,3 +158,19 @@ def test_valkey_exiting_on_a_failed_aof_write_is_restarted_and_says_why(tmp_path
     assert {e.id for e in entries} >= set(acknowledged)  # every acknowledged write
     died = next(line for line in log if line.startswith("valkey exited"))
     assert "exited with code 1" in died and "Can't recover from AOF write error" in died, log
+
+
+def test_the_demo_task_trains_by_itself(server, causal_dir: Path) -> None:
+    from services.api.app import create_app
+    from services.cli.up import DEMO_TRAINING, _seed_demo
+    from services.client import OpenBookClient
+    from tests.services.harness import api_settings, serving
+
+    with serving(create_app(api_settings(server.url, causal_dir))) as base:
+        _seed_demo(base, threading.Event())
+        with OpenBookClient(base) as client:
+            (job,) = client.jobs("sentiment")  # its 8 examples are one `every`: one job, queued at once
+            assert job.trigger == "auto" and job.train_config["steps"] == DEMO_TRAINING["steps"]
+            assert client.update_training("sentiment", every=20).training.every == 20
+            _seed_demo(base, threading.Event())  # again, on a task whose settings changed: left as it is
+            assert len(client.jobs("sentiment")) == 1

@@ -1,7 +1,7 @@
 """A task's labelled examples: add (acknowledged once Redis has them on disk), page through, delete.
 
 An example posted under a pool id labels that pool text: once the example is on disk, the text leaves
-the pool (routes/pool.py).
+the pool (routes/pool.py). A task that trains by itself may queue its next job then (routes/jobs.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from fastapi import APIRouter, HTTPException, Query
 
 from services.api import schemas
 from services.api.checks import check_batch, check_label, check_text
-from services.api.deps import Reader, Runtime, SettingsDep, Threads, Writer
+from services.api.deps import MetricsDep, Reader, Registry, Runtime, SettingsDep, Threads, Writer
 from services.api.errors import declare, unprocessable
+from services.api.routes.jobs import train_if_due
 from services.api.routes.pool import pool_of
 from services.bus.examples_log import ConflictError, NewExample, UnknownLabel
 
@@ -22,7 +23,12 @@ router = APIRouter(prefix="/v1/tasks/{task}/examples")
 
 @router.post("", status_code=201, dependencies=[Writer], responses=declare(400, 401, 403, 404, 409, 413, 503))
 async def add_examples(
-    body: schemas.ExamplesIn, runtime: Runtime, settings: SettingsDep, threads: Threads
+    body: schemas.ExamplesIn,
+    runtime: Runtime,
+    registry: Registry,
+    settings: SettingsDep,
+    threads: Threads,
+    metrics: MetricsDep,
 ) -> schemas.ExamplesAck:
     check_batch(len(body.examples), ("body", "examples"), settings)
     for i, example in enumerate(body.examples):
@@ -39,6 +45,7 @@ async def add_examples(
     # what a failed removal left behind.
     await threads.write(pool_of(runtime).remove, [e.id for e in body.examples if e.id is not None])
     await threads.write(runtime.catch_up)  # the next classify here already sees them
+    await train_if_due(runtime.task.name, registry, threads, metrics)  # a retry finds it done: idempotent
     return schemas.ExamplesAck(
         examples=[schemas.ExampleAck(id=a.id, created=a.offset is not None) for a in appended],
         store_version=runtime.offset,

@@ -1,17 +1,21 @@
-"""Training jobs: queue one for a task, follow it."""
+"""Training jobs: queue one for a task, follow it, list a task's; the automatic trigger's api side."""
 
 from __future__ import annotations
 
 import functools
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException
-from openbook.methods import build_method
-from openbook.training import TrainConfig
+from fastapi import APIRouter, HTTPException, Query
 
 from services.api import schemas
 from services.api.deps import MetricsDep, Reader, Registry, Runtime, Threads, Writer
 from services.api.errors import declare, unprocessable
+from services.api.metrics import Metrics
+from services.api.pools import Pools
+from services.api.tasks import TaskRegistry
+from services.bus.autotrain import queue_if_due
 from services.bus.jobs import JobQueue, TaskGone
+from services.bus.task_spec import BadTraining, check_training
 
 router = APIRouter()
 
@@ -25,20 +29,14 @@ router = APIRouter()
 async def start_training(
     body: schemas.TrainIn, runtime: Runtime, registry: Registry, threads: Threads, metrics: MetricsDep
 ) -> schemas.JobOut:
-    method = body.method or runtime.task.method
-    config = body.model_dump(exclude={"method", "force"})
     try:
-        build_method(method).check_backbone(runtime.classifier.backbone)
-    except ValueError as error:
-        raise unprocessable(("body", "method"), str(error)) from None
-    try:
-        TrainConfig(**config)
-    except ValueError as error:
-        raise unprocessable(("body",), str(error)) from None
+        method = check_training(body, runtime.task.method, runtime.classifier.backbone)
+    except BadTraining as error:
+        raise unprocessable(("body", error.field) if error.field else ("body",), str(error)) from None
     queue = JobQueue(registry.client)
     try:
         job_id = await threads.write(
-            functools.partial(queue.submit, runtime.task.name, method, config, force=body.force)
+            functools.partial(queue.submit, runtime.task.name, method, body.train_config(), force=body.force)
         )
     except TaskGone:  # deleted since this request found it
         raise HTTPException(404, f"no task {runtime.task.name!r}") from None
@@ -52,3 +50,18 @@ async def get_job(job_id: str, registry: Registry, threads: Threads) -> schemas.
     if record is None:
         raise HTTPException(404, f"no job {job_id!r}")
     return schemas.JobOut.model_validate(record)
+
+
+@router.get("/v1/tasks/{task}/jobs", dependencies=[Reader], responses=declare(401, 403, 404, 409, 503))
+async def list_jobs(
+    runtime: Runtime, registry: Registry, threads: Threads, limit: Annotated[int, Query(ge=1, le=200)] = 20
+) -> list[schemas.JobOut]:
+    """The task's jobs, newest first: manual and automatic (`trigger`) alike."""
+    records = await threads.read(JobQueue(registry.client).of_task, runtime.task.name, limit)
+    return [schemas.JobOut.model_validate(record) for record in records]
+
+
+async def train_if_due(task: str, registry: TaskRegistry, threads: Pools, metrics: Metrics) -> None:
+    """Queue the task's automatic job if its settings say it is due (services.bus.autotrain)."""
+    if await threads.write(queue_if_due, registry.client, task) is not None:
+        metrics.jobs.labels(task).inc()

@@ -1,13 +1,15 @@
-"""Tasks: create, list, read, delete."""
+"""Tasks: create, list, read, change the training settings, delete."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Response
 
 from services.api import schemas
-from services.api.deps import Reader, Registry, Runtime, SettingsDep, Threads, Writer
+from services.api.deps import MetricsDep, Reader, Registry, Runtime, SettingsDep, Threads, Writer
 from services.api.errors import declare, unprocessable
+from services.api.routes.jobs import train_if_due
 from services.api.tasks import InvalidSpec, TaskExists
+from services.bus.autotrain import SpecChanged
 
 router = APIRouter(prefix="/v1/tasks")
 
@@ -23,7 +25,7 @@ async def create_task(
     try:
         await threads.write(registry.create, task)
     except InvalidSpec as error:
-        raise unprocessable(("body", error.field) if error.field else ("body",), str(error)) from None
+        raise unprocessable(_located(error), str(error)) from None
     except TaskExists as error:
         raise HTTPException(409, str(error)) from None
     return task
@@ -56,6 +58,31 @@ async def list_tasks(registry: Registry, threads: Threads, response: Response) -
 @router.get("/{task}", dependencies=[Reader], responses=declare(401, 403, 404, 409, 503))
 async def get_task(runtime: Runtime) -> schemas.Task:
     return runtime.task
+
+
+@router.patch("/{task}", dependencies=[Writer], responses=declare(400, 401, 403, 404, 409, 413, 503))
+async def update_task(
+    body: schemas.TaskPatch, runtime: Runtime, registry: Registry, threads: Threads, metrics: MetricsDep
+) -> schemas.Task:
+    """Change the task's training settings: the keys given replace the stored ones, the others stay.
+
+    What the task serves (its model version and store) is untouched; only when and how it trains change.
+    """
+    name, changes = runtime.task.name, body.training.model_dump(exclude_unset=True)
+    try:
+        task = await threads.write(registry.update_training, name, changes)
+    except InvalidSpec as error:
+        raise unprocessable(_located(error), str(error)) from None
+    except SpecChanged as error:
+        raise HTTPException(409, str(error)) from None
+    if task is None:  # deleted since this request found it
+        raise HTTPException(404, f"no task {name!r}")
+    await train_if_due(name, registry, threads, metrics)  # turned on with enough examples waiting
+    return task
+
+
+def _located(error: InvalidSpec) -> tuple[str, ...]:
+    return ("body", *error.field.split(".")) if error.field else ("body",)
 
 
 @router.delete("/{task}", status_code=204, dependencies=[Writer], responses=declare(401, 403, 404, 503))
