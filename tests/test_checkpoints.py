@@ -49,3 +49,31 @@ def test_examples_sha256_identifies_texts_labels_and_their_order() -> None:
         [examples[0], dataclasses.replace(examples[1], text=("a", "pair."))],
     ]
     assert len({digest, *(examples_sha256(other) for other in changed)}) == 1 + len(changed)
+
+
+def test_only_a_frozen_backbone_checkpoint_of_the_same_backbone_loads_onto_a_shared_one(
+    causal_dir: Path, tmp_path: Path, toy
+) -> None:
+    from openbook.checkpoints import loads_onto
+    from openbook.classifier import Classifier
+    from openbook.methods import build_method, weights_sha256
+
+    backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))
+    shorter = load_backbone(BackboneConfig(name=str(causal_dir), max_length=32))
+    paths = {}
+    for spec in ("lora", "prompt-tuning", "prompt-ft"):
+        method = build_method(spec)
+        classifier = method.prepare(Classifier(backbone, toy.template, toy.verbalizer))
+        paths[spec] = save_classifier(
+            tmp_path / spec.replace("/", "-"),
+            classifier,
+            method,
+            base_weights_sha256=weights_sha256(backbone.model),
+            train_config=TrainConfig(),
+            training_data_sha256="0" * 64,
+            dev_metrics={},
+        )
+    assert loads_onto(paths["lora"], backbone) and loads_onto(paths["prompt-tuning"], backbone)
+    assert not loads_onto(paths["prompt-ft"], backbone)  # it changed the weights: a copy of its own
+    assert not loads_onto(paths["lora"], shorter)  # trained at another max_length
+    assert not loads_onto(tmp_path / "nothing", backbone)
