@@ -107,3 +107,31 @@ def test_half_precision_keeps_other_dtypes_and_falls_back_to_bfloat16_out_of_ran
     assert halved["w"].dtype == torch.float16 and halved["big"].dtype == torch.bfloat16
     assert halved["step"].dtype == torch.int64 and halved["b"].dtype == torch.bfloat16
     assert halved["big"][0].item() == pytest.approx(1e6, rel=1e-2)
+
+
+def test_only_a_frozen_backbone_checkpoint_of_the_same_backbone_loads_onto_a_shared_one(
+    causal_dir: Path, tmp_path: Path, toy
+) -> None:
+    from openbook.checkpoints import loads_onto
+    from openbook.classifier import Classifier
+    from openbook.methods import build_method, weights_sha256
+
+    backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))
+    shorter = load_backbone(BackboneConfig(name=str(causal_dir), max_length=32))
+    paths = {}
+    for spec in ("lora", "prompt-tuning", "prompt-ft"):
+        method = build_method(spec)
+        classifier = method.prepare(Classifier(backbone, toy.template, toy.verbalizer))
+        paths[spec] = save_classifier(
+            tmp_path / spec.replace("/", "-"),
+            classifier,
+            method,
+            base_weights_sha256=weights_sha256(backbone.model),
+            train_config=TrainConfig(),
+            training_data_sha256="0" * 64,
+            dev_metrics={},
+        )
+    assert loads_onto(paths["lora"], backbone) and loads_onto(paths["prompt-tuning"], backbone)
+    assert not loads_onto(paths["prompt-ft"], backbone)  # it changed the weights: a copy of its own
+    assert not loads_onto(paths["lora"], shorter)  # trained at another max_length
+    assert not loads_onto(tmp_path / "nothing", backbone)

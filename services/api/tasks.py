@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from openbook.artifacts import MANIFEST_NAME, CheckpointError, sha256_file
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
-from openbook.checkpoints import load_classifier
+from openbook.checkpoints import load_classifier, loads_onto
 from openbook.classifier import Classifier, Prediction
 from openbook.demonstrations import DemoConfig, Demonstrations, retrieve_demonstrations
 from openbook.labels import fit_to_labels
@@ -79,6 +79,7 @@ class TaskRuntime:
     texts: dict[int, TextInput] = field(default_factory=dict)  # id -> text, for neighbours and paging
     labels: dict[int, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    backbone: Backbone | None = None  # the replica's backbone of the task's name, shared by its tasks
 
     def catch_up(self) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread)."""
@@ -128,7 +129,8 @@ class TaskRuntime:
         manifest = Path(published.path) / MANIFEST_NAME
         if not manifest.is_file() or sha256_file(manifest) != published.manifest_sha256:
             raise CheckpointError(f"{published.path}: manifest missing or not the one published")
-        classifier, _ = load_classifier(published.path, device=device)  # verifies every file's sha256
+        onto = backbone_to_load_onto(Path(published.path), self.backbone)
+        classifier, _ = load_classifier(published.path, device=device, backbone=onto)  # verifies every file
         # Labels added since the checkpoint was trained are scored by their words until the next
         # training (openbook.labels); a checkpoint with a label the task no longer has is refused.
         classifier = fit_to_labels(classifier, self.task.labels)
@@ -143,6 +145,15 @@ class TaskRuntime:
             self._remember([e for e in tail if _order(e.offset) > _order(self.offset)])
             self.classifier, self.model_version, self.swap_error = classifier, published.version, None
             self.published = published
+
+
+def backbone_to_load_onto(checkpoint: Path, shared: Backbone | None) -> Backbone | None:
+    """The shared backbone for a checkpoint whose method kept it frozen; None (a copy of its own) otherwise.
+
+    Prompts, probes and LoRA adapters hold only their own tensors, so every such task of a replica
+    runs on one copy of the backbone; a fine-tuned checkpoint changed the weights and loads its own.
+    """
+    return shared if shared is not None and loads_onto(checkpoint, shared) else None
 
 
 class TaskRegistry:
@@ -383,7 +394,9 @@ class TaskRegistry:
             self.runtimes.pop(task.name, None)
             raise BrokenTask(task.name, str(error)) from None
         self.unbuildable.pop(task.name, None)
-        return TaskRuntime(task, classifier, ExampleLog(self.client, task.name))
+        return TaskRuntime(
+            task, classifier, ExampleLog(self.client, task.name), backbone=self.backbone(task.backbone)
+        )
 
 
 def _differs_only_in(old: Task, new: Task, *fields: str) -> bool:

@@ -183,13 +183,16 @@ class Backbone:
             if self._keeps_last_logits:
                 kwargs["logits_to_keep"] = 1  # the slot is the last position: skip the LM head elsewhere
         features: list[torch.Tensor] = []  # the LM head's input, read when the prompt scores the labels
-        hook = (
-            self.model.get_output_embeddings().register_forward_pre_hook(
-                lambda _module, args: features.append(args[0])
-            )
-            if own_label_head
-            else None
-        )
+        caller = threading.get_ident()
+
+        def read_head_input(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+            # Tasks whose methods keep the backbone frozen share it across threads: another task's
+            # forward passes this hook too, and must not be read as this one's.
+            if threading.get_ident() == caller:
+                features.append(args[0])
+
+        head = self.model.get_output_embeddings()
+        hook = head.register_forward_pre_hook(read_head_input) if own_label_head else None
         try:
             out = self.model(**kwargs)
         finally:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from openbook.artifacts import CheckpointError, load_checkpoint, write_checkpoint
+from openbook.artifacts import MANIFEST_NAME, CheckpointError, load_checkpoint, write_checkpoint
 from openbook.backbone import Backbone, BackboneConfig, default_device, load_backbone, resolve_device
 from openbook.classifier import Classifier
 from openbook.data import Example
@@ -86,6 +86,42 @@ def save_classifier(
     )
 
 
+def method_of(manifest: dict[str, Any]) -> Method:
+    """The configured method a manifest names (KeyError, TypeError or MethodError if it cannot say)."""
+    method_class = METHODS[manifest["method"]]
+    return method_class(method_class.config_class(**manifest["method_config"]))
+
+
+def loads_onto(path: str | Path, backbone: Backbone) -> bool:
+    """Whether the checkpoint at `path` loads onto `backbone`, leaving it unchanged for other tasks to share.
+
+    Its method must keep the backbone frozen, and it must have been trained on this backbone as
+    loaded here (name, kind, slot layer, max length, dtype); the base weights are checked on loading.
+    """
+    try:
+        manifest = json.loads((Path(path) / MANIFEST_NAME).read_text())
+        spec = manifest["backbone"]
+        trained_on = (
+            spec["name"],
+            spec["kind"],
+            spec["layer"],
+            spec["max_length"],
+            spec.get("dtype", "float32"),
+        )
+        method = method_of(manifest)
+    except (OSError, ValueError, KeyError, TypeError):  # MethodError is a ValueError
+        return False  # loading it on its own reports what is wrong
+    config = backbone.config
+    here = (
+        config.name,
+        backbone.kind,
+        config.layer,
+        config.max_length,
+        str(backbone.dtype).removeprefix("torch."),
+    )
+    return trained_on == here and not method.updates_backbone
+
+
 def load_classifier(
     path: str | Path, *, device: str | None = None, backbone: Backbone | None = None
 ) -> tuple[Classifier, Method]:
@@ -99,8 +135,7 @@ def load_classifier(
     checkpoint = load_checkpoint(path, device=device)
     manifest = checkpoint.manifest
     try:
-        method_class = METHODS[manifest["method"]]
-        method = method_class(method_class.config_class(**manifest["method_config"]))
+        method = method_of(manifest)
         spec = manifest["backbone"]
         if backbone is None:
             backbone = load_backbone(

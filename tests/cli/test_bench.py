@@ -1,4 +1,4 @@
-"""`openbook bench store` and `openbook bench train` on a tiny backbone: they run and print their ratios."""
+"""`openbook bench store | train | tasks` on a tiny backbone: they run and print their figures."""
 
 from openbook.cli import main
 
@@ -22,3 +22,13 @@ def test_bench_train_prints_throughput_ratios(causal_dir, capsys):
     for spec in ("prompt-ft", "retroprompt"):
         assert f"{spec:<12} training step" in out
     assert out.count("x raw forward+backward") == 2
+
+
+def test_bench_tasks_prints_the_cost_of_each_task_on_a_shared_backbone(causal_dir, capsys):
+    args = ["bench", "tasks", "--backbone", str(causal_dir), "--tasks", "1,3", "--max-length", "48"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "lora trained 2 steps" in out
+    for count in (1, 3):
+        assert f"{count:>4} tasks: resident +" in out and "first request" in out
+    assert main([*args[:-4], "--method", "prompt-ft"]) != 0  # it would load a backbone per task

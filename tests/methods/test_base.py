@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from openbook.methods import METHODS, build_method
+import torch
+from openbook.backbone import BackboneConfig, load_backbone
+from openbook.classifier import Classifier
+from openbook.methods import METHODS, build_method, weights_sha256
+from openbook.training import TrainConfig, train
 
 
 def test_method_specs() -> None:
@@ -24,3 +30,36 @@ def test_method_specs() -> None:
     ]:
         with pytest.raises(ValueError, match=match):
             build_method(bad)
+
+
+# Every registered method in its default configuration, and the options that change the answer.
+SPECS = [*sorted(METHODS), "retroprompt/backbone=lora"]
+QUICK = TrainConfig(steps=2, batch_size=4, lr=1e-3, eval_every=1, patience=5, warmup_ratio=0.0)
+
+
+def module_tree(model: torch.nn.Module) -> list[tuple]:
+    """What `prepare` or training could change in place: modules, parameter objects, flags, mode."""
+    return [
+        (name, type(module), module.training, [(id(p), p.requires_grad) for p in module.parameters(False)])
+        for name, module in model.named_modules()
+    ]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_a_method_that_says_it_keeps_the_backbone_leaves_it_untouched(
+    spec: str, causal_dir: Path, toy, fresh_classifier
+) -> None:
+    method = build_method(spec)
+    assert isinstance(method.updates_backbone, bool)  # declared by every method
+    backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))
+    base = backbone.model
+    sha, tree = weights_sha256(base), module_tree(base)
+    trains_base = {id(p) for p in base.parameters()}
+    classifier = method.prepare(Classifier(backbone, toy.template, toy.verbalizer))
+    trainable = {id(p) for p in method.trainable_parameters(classifier)}
+    assert bool(trainable & trains_base) == method.updates_backbone
+    if method.updates_backbone:
+        return
+    train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, QUICK, progress=False)
+    assert weights_sha256(base) == sha
+    assert module_tree(base) == tree  # not wrapped, re-flagged or left in training mode

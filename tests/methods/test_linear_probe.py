@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -92,3 +93,29 @@ def test_a_probe_for_other_labels_is_refused(causal_backbone: Backbone, toy) -> 
 def test_bad_options_are_clear_errors(spec: str, match: str) -> None:
     with pytest.raises(MethodError, match=match):
         build_method(spec)
+
+
+def test_a_probe_reads_its_own_forward_on_a_backbone_other_tasks_use(causal_backbone: Backbone, toy) -> None:
+    # Frozen-backbone tasks share one model across threads: another task's forward that runs while the
+    # probe's hook is on the LM head must not be read as the probe's.
+    probe, _ = prepared(causal_backbone, toy)
+    with torch.no_grad():
+        probe.prompt.linear.weight.normal_(std=3.0)
+    other = Classifier(causal_backbone, toy.template, toy.verbalizer)
+    expected = probe.embed(toy.texts).lm_log_probs
+    interleaved = []
+
+    def another_task_meanwhile(_module, _args, _output) -> None:
+        if not interleaved:
+            interleaved.append(True)
+            thread = threading.Thread(target=other.embed, args=(["a bad film"],))
+            thread.start()
+            thread.join()
+
+    handle = causal_backbone.model.get_output_embeddings().register_forward_hook(another_task_meanwhile)
+    try:
+        got = probe.embed(toy.texts).lm_log_probs
+    finally:
+        handle.remove()
+    assert interleaved
+    np.testing.assert_allclose(got, expected, atol=1e-6)

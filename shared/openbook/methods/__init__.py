@@ -1,6 +1,6 @@
 """Trainable prompt methods, one module each, registered by name (see `base.py`)."""
 
-from openbook.methods import dart, ipt, l2p, linear_probe, peft_prompts, prompt_ft, retroprompt
+from openbook.methods import dart, ipt, l2p, linear_probe, lora, peft_prompts, prompt_ft, retroprompt
 from openbook.methods.base import (
     METHODS,
     Method,
@@ -23,6 +23,7 @@ __all__ = [
     "ipt",
     "l2p",
     "linear_probe",
+    "lora",
     "peft_prompts",
     "prompt_ft",
     "register_method",

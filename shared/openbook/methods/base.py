@@ -57,6 +57,10 @@ class Method(ABC):
     summary: ClassVar[str]  # one line for `openbook methods`
     config_class: ClassVar[type[MethodConfig]]
     uses_store_in_training: ClassVar[bool] = False  # the store is re-embedded on a schedule if so
+    # Whether training changes the backbone's own weights. Every method says so (a class attribute, or
+    # set in __init__ where an option decides); a method that does not shares one loaded backbone
+    # with every other such task, and its checkpoint holds only its own tensors.
+    updates_backbone: bool
 
     def __init__(self, config: MethodConfig | None = None) -> None:
         self.config = config if config is not None else self.config_class()
@@ -135,6 +139,8 @@ class FullFineTuning(Method):
     Its checkpoints hold a whole backbone, so they are written in half precision (`half_precision`):
     half the disk, and `load_trained` copies them back into the model's own dtype.
     """
+
+    updates_backbone = True
 
     def trainable_parameters(self, classifier: Classifier) -> list[nn.Parameter]:
         return [p for p in classifier.backbone.model.parameters() if p.requires_grad]

@@ -167,6 +167,7 @@ class L2P(Method):
     summary = "L2P: a pool of key-prompt pairs, the best-matching prompts prepended; backbone frozen"
     config_class = L2PConfig
     config: L2PConfig
+    updates_backbone = False
 
     @property
     def inference(self) -> Inference:

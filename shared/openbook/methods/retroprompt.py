@@ -14,6 +14,11 @@ Three additions to `prompt-ft`, each of which can be switched off for ablations:
 - neural demonstrations (see `demonstrations.py`) in training and inference;
 - kNN interpolation at inference, with k, T and lambda chosen on dev.
 
+`retroprompt/backbone=lora` trains LoRA adapters (`lora.py`; options r, alpha,
+dropout, targets, lora-lr) instead of every backbone weight: the same loss,
+demonstrations and interpolation, a frozen backbone that tasks share, and a
+checkpoint that holds the adapters and the store.
+
 The store's keys are re-embedded with the current weights on a schedule
 (`TrainConfig.reembed_every`, default each epoch): between two re-embeddings a
 training example's query is its own store key, so a step costs one forward and
@@ -42,12 +47,14 @@ from openbook.methods.base import (
     prompt_cross_entropy,
     register_method,
 )
+from openbook.methods.lora import LoraAdapters, LoraOptions, TrainsLora
 from openbook.store import KnowledgeStore
 
 
 @dataclass(frozen=True)
-class RetroPromptConfig(MethodConfig):
+class RetroPromptConfig(MethodConfig, LoraOptions):
     INFERENCE_ONLY = ("knn_infer",)
+    BACKBONES = ("full", "lora")
 
     demos: bool = True
     knn_loss: bool = True
@@ -58,8 +65,18 @@ class RetroPromptConfig(MethodConfig):
     min_p_knn: float = 0.01
     demo_m: int = 4  # neighbours per class averaged into one demonstration
     demo_temperature: float = 0.1
+    backbone: str = "full"  # full: every weight trains; lora: LoRA adapters on a frozen backbone
 
     def __post_init__(self) -> None:
+        if self.backbone not in self.BACKBONES:
+            raise ValueError(f"backbone must be one of {', '.join(self.BACKBONES)}, got {self.backbone!r}")
+        if self.backbone == "lora":
+            self.check_lora()
+        else:
+            lora_fields = [f.name for f in dataclasses.fields(LoraOptions)]
+            changed = [n for n in lora_fields if getattr(self, n) != getattr(LoraOptions(), n)]
+            if changed:
+                raise ValueError(f"{', '.join(changed)} apply to LoRA adapters only: add backbone=lora")
         if self.beta < 0:
             raise ValueError(f"beta must be non-negative, got {self.beta}")
         if self.k < 1 or self.temperature <= 0:
@@ -87,7 +104,7 @@ def knn_guided_weights(
 
 
 @register_method
-class RetroPrompt(FullFineTuning):
+class RetroPrompt(TrainsLora, FullFineTuning):
     name = "retroprompt"
     summary = "prompt-ft + kNN-guided loss, neural demonstrations and kNN interpolation (RetroPrompt)"
     config_class = RetroPromptConfig
@@ -98,7 +115,11 @@ class RetroPrompt(FullFineTuning):
     def inference(self) -> Inference:
         return "knn-interp" if self.config.knn_infer else "zero-shot"
 
+    def lora_adapters(self) -> LoraAdapters | None:
+        return LoraAdapters(self.config) if self.config.backbone == "lora" else None
+
     def check_backbone(self, backbone: Backbone) -> None:
+        super().check_backbone(backbone)
         embedding_dim = backbone.input_embeddings.embedding_dim
         if self.config.demos and embedding_dim != backbone.hidden_size:
             raise MethodError(
@@ -107,7 +128,7 @@ class RetroPrompt(FullFineTuning):
             )
 
     def prepare(self, classifier: Classifier) -> Classifier:
-        self.check_backbone(classifier.backbone)
+        classifier = super().prepare(classifier)  # checks the backbone; attaches adapters with backbone=lora
         demos = DemoConfig(self.config.demo_m, self.config.demo_temperature) if self.config.demos else None
         return dataclasses.replace(classifier, demos=demos)
 

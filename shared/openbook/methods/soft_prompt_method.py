@@ -45,6 +45,7 @@ class SoftPromptMethod(Method):
     """A frozen backbone plus one trainable `SoftPrompt`; cross-entropy over the label scores."""
 
     config: SoftPromptConfig
+    updates_backbone = False
     prompt_class: type[SoftPrompt] = SoftPrompt  # what `build_prompt` returns; checked before training
 
     @abstractmethod
