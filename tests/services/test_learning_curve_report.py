@@ -19,7 +19,11 @@ def _curves(task: str, accuracies: dict[str, list[float]], *, seed: int = 13, or
     records = []
     for method, values in accuracies.items():
         for shots, accuracy in zip([2, 4, 8, 16, 32], values, strict=True):
-            service = {"seconds_to_served": 1.5, "verdict": "promoted", "jobs": [{}]} if method == "service" else None
+            service = (
+                {"seconds_to_served": 1.5, "verdict": "promoted", "jobs": [{}]}
+                if method == "service"
+                else None
+            )
             records.append(CurveRecord(task, seed, order, method, shots, 2 * shots, accuracy, 1.0, service))
     return records
 

@@ -80,5 +80,5 @@ def test_bad_rounds_and_unknown_tasks_are_refused(tmp_path: Path) -> None:
     full = _full(tmp_path / "full")
     with pytest.raises(DataError, match="no full training set for task 'mpqa'"):
         load_full_train_test(full, "mpqa")
-    with pytest.raises(FileNotFoundError, match="stsa.fine.train"):
+    with pytest.raises(FileNotFoundError, match=r"stsa\.fine\.train"):
         load_full_train_test(full, "sst-5")
