@@ -130,7 +130,7 @@ async def _load_async(address: SplitResult, texts: list[str], clients: int) -> f
     return time.perf_counter() - started
 
 
-class _Served:
+class Served:
     """An api under uvicorn in a background thread."""
 
     def __init__(self, settings: Settings) -> None:
@@ -156,7 +156,7 @@ class _Bench:
     bus_url: str
     tmp: Path
     settings: Callable[[], Settings]  # settings for another replica on the same bus
-    first: _Served
+    first: Served
     api: httpx.Client
     classifier: Classifier
     text: str  # the single text the latency and hot-swap measurements send
@@ -186,7 +186,7 @@ def run_api_bench(
                 redis_url=bus.url, default_backbone=backbone, max_length=max_length, port=free_port()
             )
 
-        first = _Served(settings())
+        first = Served(settings())
         api = httpx.Client(base_url=first.base, timeout=600)
         api.post("/v1/tasks", json=TASK).raise_for_status()
         seed_texts = synthetic_sentences(64, seed=3)
@@ -199,7 +199,7 @@ def run_api_bench(
         for count in client_counts:
             measure_throughput(bench, count)
         measure_freshness(bench)
-        second = _Served(settings())
+        second = Served(settings())
         measure_hot_swap(bench, second, max_length)
         measure_replicas(bench, second)
         api.close()
@@ -281,7 +281,7 @@ def measure_freshness(bench: _Bench) -> None:
     )
 
 
-def measure_hot_swap(bench: _Bench, second: _Served, max_length: int) -> None:
+def measure_hot_swap(bench: _Bench, second: Served, max_length: int) -> None:
     """Failed requests on two replicas while a trained checkpoint is swapped in, and the time from
     publishing to the first response served by the new version."""
     httpx.post(
@@ -329,7 +329,7 @@ def measure_hot_swap(bench: _Bench, second: _Served, max_length: int) -> None:
     )
 
 
-def measure_replicas(bench: _Bench, second: _Served) -> None:
+def measure_replicas(bench: _Bench, second: Served) -> None:
     """Two api replicas on one Redis, after a burst of POSTs and the swap, hold the same ids and give
     the same predictions."""
     burst = [{"text": t, "label": str(i % 2)} for i, t in enumerate(synthetic_sentences(48, seed=17))]

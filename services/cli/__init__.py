@@ -1,7 +1,8 @@
-"""`openbook up | serve | worker | bench api`, the service commands; every other command is the library's.
+"""`openbook up | serve | worker | bench api | bench learning-curve`, the service commands; every other
+command is the library's.
 
 One module per command: `up` (the whole stack, supervised), `serve` (the
-api), `worker` (the trainer) and `bench_api`. Each imports what it needs only
+api), `worker` (the trainer), `bench_api` and `bench_learning_curve`. Each imports what it needs only
 when it runs, so `openbook --help` stays quick.
 """
 
@@ -22,11 +23,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         from services.cli.bench_api import run_bench_api
 
         return run_bench_api(argv[2:])
+    if argv[:2] == ["bench", "learning-curve"]:
+        from services.cli.bench_learning_curve import run_bench_learning_curve
+
+        return run_bench_learning_curve(argv[2:])
     if not argv or argv[0] not in SERVICE_COMMANDS:
         from openbook.cli import main as library_main
 
         if argv and argv[0] in ("-h", "--help"):
-            print("service commands: openbook up [--demo] | serve | worker | bench api\n")
+            print(
+                "service commands: openbook up [--demo] | serve | worker | bench api | bench learning-curve\n"
+            )
         return library_main(argv)
     parser = argparse.ArgumentParser(prog=f"openbook {argv[0]}")
     parser.add_argument("--demo", action="store_true", help="up: create a demo task seeded with examples")

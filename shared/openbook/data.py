@@ -287,3 +287,24 @@ def load_full(data_dir: str | Path, task: str, seed: int, dev_size: int = 256) -
     rng = random.Random(seed)
     dev = [dev[i] for i in sorted(rng.sample(range(len(dev)), min(dev_size, len(dev))))]
     return KShotSplits(train=train, dev=dev, test=test)
+
+
+# A training file and the test file for the tasks whose full training set is in `full/`: SST-2 and sst-5
+# as in FULL_LAYOUT, and TREC, whose test file is the 500 questions that k-shot/trec tests on.
+FULL_TRAIN_TEST: dict[str, tuple[str, str]] = {
+    **{task: (train, test) for task, (train, _, test) in FULL_LAYOUT.items()},
+    "trec": ("TREC.train.all", "TREC.test.all"),
+}
+
+
+def load_full_train_test(data_dir: str | Path, task: str) -> tuple[list[Example], list[Example]]:
+    """(train, test) of `task` read whole from the `full/` directory `data_dir` (see FULL_TRAIN_TEST)."""
+    names = {name.lower(): files for name, files in FULL_TRAIN_TEST.items()}
+    if task.lower() not in names:
+        raise DataError(f"no full training set for task {task!r}; known: {', '.join(FULL_TRAIN_TEST)}")
+    paths = [Path(data_dir) / name for name in names[task.lower()]]
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"full-data split not found: {path}")
+    train, test = (read_full_split(path) for path in paths)
+    return train, test

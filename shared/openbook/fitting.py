@@ -10,6 +10,9 @@
    (the worker stores every example under its log id, dev included);
 4. `checkpoints.save_classifier`, atomically.
 
+`fit_classifier` stops before step 4, for a caller that only scores the result (the baselines of
+`openbook bench learning-curve`).
+
 `dev_accuracy` scores a trained classifier on dev as it would serve, for the
 service's promotion gate.
 """
@@ -59,23 +62,19 @@ class Fitted:
     result: TrainResult
 
 
-def fit_and_save(
-    path: str | Path,
+def fit_classifier(
     classifier: Classifier,
     method: Method,
     train_set: LabelledTexts,
     dev_set: LabelledTexts,
     config: TrainConfig,
     *,
-    base_weights_sha256: str,
-    training_data_sha256: str,
     store_examples: StoreExamples | None = None,
-    extra: dict[str, Any] | None = None,  # more manifest entries (see `save_classifier`)
-    overwrite: bool = False,
     progress: bool = True,
     on_step: Callable[[int, int, float], None] | None = None,
-) -> Fitted:
-    """Train `classifier` (already `method.prepare`d) in place, choose its inference on dev, save it."""
+) -> tuple[dict[str, Any], TrainResult]:
+    """Steps 1-3 without saving: train `classifier` (already `method.prepare`d) in place and choose its
+    inference on dev; returns the dev metrics and the training result."""
     result = train(
         classifier,
         method,
@@ -101,6 +100,36 @@ def fit_and_save(
     if store_examples is not None:
         classifier.store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
         classifier.add_examples(store_examples.texts, store_examples.labels, ids=store_examples.ids)
+    return dev_metrics, result
+
+
+def fit_and_save(
+    path: str | Path,
+    classifier: Classifier,
+    method: Method,
+    train_set: LabelledTexts,
+    dev_set: LabelledTexts,
+    config: TrainConfig,
+    *,
+    base_weights_sha256: str,
+    training_data_sha256: str,
+    store_examples: StoreExamples | None = None,
+    extra: dict[str, Any] | None = None,  # more manifest entries (see `save_classifier`)
+    overwrite: bool = False,
+    progress: bool = True,
+    on_step: Callable[[int, int, float], None] | None = None,
+) -> Fitted:
+    """Train `classifier` (already `method.prepare`d) in place, choose its inference on dev, save it."""
+    dev_metrics, result = fit_classifier(
+        classifier,
+        method,
+        train_set,
+        dev_set,
+        config,
+        store_examples=store_examples,
+        progress=progress,
+        on_step=on_step,
+    )
     saved = save_classifier(
         path,
         classifier,

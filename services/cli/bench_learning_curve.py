@@ -1,0 +1,94 @@
+"""`openbook bench learning-curve`: accuracy against labelled examples through the service
+(services/learning_curve/)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def _list(kind: type) -> object:
+    def parse(text: str) -> list:
+        return [kind(item) for item in text.split(",") if item]
+
+    return parse
+
+
+def _size(text: str) -> int | None:
+    return None if text == "all" else int(text)
+
+
+def run_bench_learning_curve(argv: list[str]) -> int:
+    from openbook.data import DataError
+    from openbook.models import DEFAULT_BACKBONE
+
+    from services.learning_curve.baselines import BASELINES
+    from services.learning_curve.schedule import ORDERS, ROUNDS
+    from services.learning_curve.service import Waiting
+
+    parser = argparse.ArgumentParser(
+        prog="openbook bench learning-curve",
+        description="accuracy against labelled examples per class: the service with automatic training, "
+        "driven over HTTP by a simulated labeller, against baselines on the same examples",
+    )
+    parser.add_argument("--task", type=_list(str), required=True, help="comma-separated, e.g. SST-2,trec")
+    parser.add_argument("--seeds", type=_list(int), default=[13, 21])
+    parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
+    parser.add_argument("--data", help="the full/ directory (default: $OPENBOOK_DATA/full)")
+    parser.add_argument("--out", type=Path, default=Path("docs/learning-curve"))
+    parser.add_argument(
+        "--rounds", type=_list(int), default=list(ROUNDS), help="cumulative examples per class"
+    )
+    parser.add_argument("--orders", type=_list(str), default=list(ORDERS))
+    parser.add_argument("--baselines", type=_list(str), default=list(BASELINES))
+    parser.add_argument("--method", default="retroprompt", help="the service task's method")
+    parser.add_argument(
+        "--test-size", type=_size, default=500, help="test examples scored ('all': every one)"
+    )
+    parser.add_argument("--pool-size", type=_size, default=500, help="the uncertainty order's pool ('all')")
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--eval-every", type=int, default=8)
+    parser.add_argument("--patience", type=int, default=2)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a round's jobs may take")
+    args = parser.parse_args(argv)
+
+    from openbook.data import data_root
+
+    from services.learning_curve.run import CurveSettings, run_learning_curve
+
+    try:
+        settings = CurveSettings(
+            data=Path(args.data) if args.data else data_root() / "full",
+            out=args.out,
+            tasks=args.task,
+            seeds=args.seeds,
+            backbone=args.backbone,
+            rounds=args.rounds,
+            orders=args.orders,
+            baselines=args.baselines,
+            method=args.method,
+            test_size=args.test_size,
+            pool_size=args.pool_size,
+            training={
+                "steps": args.steps,
+                "batch_size": args.batch_size,
+                "lr": args.lr,
+                "eval_every": args.eval_every,
+                "patience": args.patience,
+            },
+            max_length=args.max_length,
+            device=args.device,
+            waiting=Waiting(timeout=args.timeout),
+            command=shlex.join(["openbook", "bench", "learning-curve", *argv]),
+        )
+        run_learning_curve(settings)
+    except (DataError, FileNotFoundError, ValueError) as error:
+        print(f"openbook bench learning-curve: {error}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,117 @@
+"""The baselines of a round, on the examples the labeller has labelled, computed in-process with the library.
+
+- knn-interp: the untrained prompted classifier a new task starts from (`build_classifier`: the task's
+  template and label words, content-free calibration, the task's k, T and lambda; the library has no
+  other rule for that few examples) with a store of the labelled examples;
+- prompt-ft: LM-BFF fine-tuning from the pre-trained weights, with the service jobs' training settings,
+  dev held out as the worker holds it out (`split_dev`), inference chosen on dev (`fit_classifier`);
+- setfit: SetFit from its pre-trained encoder (`openbook.experiments.setfit_peer`), with the extra
+  `setfit` installed.
+
+One backbone serves all of them; its pre-trained weights are put back before and after each training,
+so every round starts from scratch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+from openbook.backbone import Backbone
+from openbook.classifier import Embeddings
+from openbook.fitting import LabelledTexts, StoreExamples, fit_classifier
+from openbook.methods import build_method
+from openbook.training import TrainConfig
+
+from services.bus.task_spec import Task, build_classifier
+from services.learning_curve.schedule import CurveData
+from services.trainer.worker import split_dev
+
+BASELINES = ("knn-interp", "prompt-ft", "setfit")
+
+
+def unavailable(names: Sequence[str]) -> dict[str, str]:
+    """Baselines that cannot run here, with why (setfit without its extra)."""
+    unknown = [name for name in names if name not in BASELINES]
+    if unknown:
+        raise ValueError(f"unknown baseline(s) {unknown}; known: {', '.join(BASELINES)}")
+    if "setfit" not in names:
+        return {}
+    from openbook.experiments.setfit_peer import PeerUnavailable, packaged_encoder, require_setfit
+
+    try:
+        require_setfit()
+        packaged_encoder()
+    except PeerUnavailable as error:
+        return {"setfit": str(error)}
+    return {}
+
+
+class Baselines:
+    def __init__(
+        self, backbone: Backbone, task: Task, data: CurveData, config: TrainConfig, *, device: str = "cpu"
+    ) -> None:
+        self.backbone, self.task, self.data, self.config, self.device = backbone, task, data, config, device
+        self.initial = {name: t.detach().clone() for name, t in backbone.model.state_dict().items()}
+        self.test_texts = [e.text for e in data.test]
+        self.test_labels = np.array([list(task.labels).index(e.label) for e in data.test])
+        self._untrained_test: Embeddings | None = None  # the test sample under the pre-trained weights
+
+    def accuracy(self, name: str, ids: Sequence[int], seed: int) -> float:
+        predicted = {"knn-interp": self._knn_interp, "prompt-ft": self._prompt_ft, "setfit": self._setfit}[
+            name
+        ](ids, seed)
+        return float((predicted == self.test_labels).mean())
+
+    def _restore(self) -> None:
+        self.backbone.model.load_state_dict(self.initial)
+
+    def _knn_interp(self, ids: Sequence[int], seed: int) -> np.ndarray:
+        classifier = build_classifier(self.task, self.backbone)
+        if self._untrained_test is None:
+            self._untrained_test = classifier.embed(self.test_texts)
+        classifier.add_examples(
+            [self.data.train[i].text for i in ids], [self.data.train[i].label for i in ids], ids
+        )
+        return classifier.score(self._untrained_test).probabilities.argmax(-1)
+
+    def _prompt_ft(self, ids: Sequence[int], seed: int) -> np.ndarray:
+        self._restore()
+        method = build_method("prompt-ft")
+        classifier = method.prepare(
+            dataclasses.replace(build_classifier(self.task, self.backbone), label_bias=None)
+        )
+        examples = {i: (self.data.train[i].text, self.data.train[i].label) for i in ids}
+        train_ids, dev_ids = split_dev(examples)
+
+        def labelled(chosen: list[int]) -> LabelledTexts:
+            return LabelledTexts(
+                [examples[i][0] for i in chosen], classifier.label_indices([examples[i][1] for i in chosen])
+            )
+
+        everything = sorted(examples)
+        store = StoreExamples(
+            [examples[i][0] for i in everything], [examples[i][1] for i in everything], np.array(everything)
+        )
+        try:
+            fit_classifier(
+                classifier,
+                method,
+                labelled(train_ids),
+                labelled(dev_ids),
+                self.config,
+                store_examples=store,
+                progress=False,
+            )
+            return classifier.score(classifier.embed(self.test_texts)).probabilities.argmax(-1)
+        finally:
+            self._restore()
+
+    def _setfit(self, ids: Sequence[int], seed: int) -> np.ndarray:
+        from openbook.experiments.setfit_peer import SetFitConfig, SetFitPeer
+
+        peer = SetFitPeer(SetFitConfig(), device=self.device)  # fresh encoder weights each round
+        labels = np.array([list(self.task.labels).index(self.data.train[i].label) for i in ids])
+        peer.fit([self.data.train[i].text for i in ids], labels, seed=seed, progress=False)
+        return peer.predict_proba(self.test_texts, len(self.task.labels)).argmax(-1)

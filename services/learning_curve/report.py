@@ -1,0 +1,212 @@
+"""The learning curve's records on disk (results.json, results.md, results.png) and the target check.
+
+A record is one round of one series: the service in one labelling order, or a baseline. Tables and
+plots show the mean over seeds per task, and the mean over tasks where every task has the cell.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from openbook.atomic import staged_file, write_text
+
+SERVICE = "service"
+TARGET_FROM_SHOTS = 8  # the target counts the rounds from this many examples per class on
+TARGET_BELOW_BEST = 1.0  # points the service may trail the best baseline at a round
+TARGET_OVER_PROMPT_FT = 2.0  # points its mean must lead prompt-ft from scratch by
+
+
+@dataclass(frozen=True)
+class CurveRecord:
+    task: str
+    seed: int
+    order: str  # fixed | uncertainty
+    method: str  # "service", or a baseline's name
+    shots: int  # the round: labelled examples per class
+    labelled: int  # examples labelled after the round
+    accuracy: float  # on the task's test sample
+    seconds: float
+    service: dict | None = None  # the service's rounds: versions, gate verdict, jobs, seconds to served
+
+    @property
+    def series(self) -> str:
+        return self.method if self.order == "fixed" else f"{self.method}/{self.order}"
+
+
+def read_results(out_dir: str | Path) -> tuple[list[dict], list[CurveRecord]]:
+    """(runs, records) of an earlier run in `out_dir`; none if it has no results.json."""
+    path = Path(out_dir) / "results.json"
+    if not path.exists():
+        return [], []
+    try:
+        document = json.loads(path.read_text())
+        return document["runs"], [CurveRecord(**row) for row in document["records"]]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"{path} is not a learning-curve results file: {error}") from None
+
+
+def write_results(
+    out_dir: str | Path, runs: list[dict], records: Sequence[CurveRecord], *, plot: bool = True
+) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    document = {"runs": runs, "records": [asdict(r) for r in records]}
+    write_text(out / "results.json", json.dumps(document, indent=2) + "\n")
+    lines = target_lines(check_target(records))
+    write_text(
+        out / "results.md", curve_tables(records) + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
+    )
+    if plot and records:
+        plot_curves(records, out / "results.png")
+
+
+def seed_means(records: Sequence[CurveRecord]) -> dict[str, dict[str, dict[int, float]]]:
+    """task -> series -> shots -> accuracy in %, the mean over seeds; in the order records came."""
+    groups: dict[str, dict[str, dict[int, list[float]]]] = {}
+    for r in records:
+        groups.setdefault(r.task, {}).setdefault(r.series, {}).setdefault(r.shots, []).append(
+            100 * r.accuracy
+        )
+    return {
+        task: {
+            series: {shots: float(np.mean(accs)) for shots, accs in sorted(by_shots.items())}
+            for series, by_shots in by_series.items()
+        }
+        for task, by_series in groups.items()
+    }
+
+
+def task_mean(means: dict[str, dict[str, dict[int, float]]]) -> dict[str, dict[int, float]]:
+    """series -> shots -> the mean over tasks, for the cells every task has."""
+    tasks = list(means.values())
+    series = dict.fromkeys(s for by_series in tasks for s in by_series)
+    result: dict[str, dict[int, float]] = {}
+    for s in series:
+        shots = sorted(set.intersection(*(set(by_series.get(s, {})) for by_series in tasks)))
+        if shots:
+            result[s] = {n: float(np.mean([by_series[s][n] for by_series in tasks])) for n in shots}
+    return result
+
+
+def _table(by_series: dict[str, dict[int, float]]) -> list[str]:
+    series = list(by_series)
+    shots = sorted({n for by_shots in by_series.values() for n in by_shots})
+    lines = ["| examples per class | " + " | ".join(series) + " |", "|---" * (len(series) + 1) + "|"]
+    for n in shots:
+        cells = [f"{by_series[s][n]:.1f}" if n in by_series[s] else "" for s in series]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def curve_tables(records: Sequence[CurveRecord]) -> str:
+    """Markdown: per task, rounds x series (test accuracy in %, mean over seeds); then the mean over tasks;
+    then the service's rounds: seconds from the last POST to the new version answering, and verdicts."""
+    means = seed_means(records)
+    lines = []
+    for task, by_series in means.items():
+        seeds = sorted({r.seed for r in records if r.task == task})
+        lines += [f"### {task} (seeds {', '.join(map(str, seeds))})", "", *_table(by_series), ""]
+    if len(means) > 1:
+        lines += ["### mean over tasks", "", *_table(task_mean(means)), ""]
+    served = [r for r in records if r.service is not None]
+    if served:
+        lines += [
+            "### the service's rounds",
+            "",
+            "| task | order | examples per class | seconds to served (mean) | verdicts | jobs per round |",
+            "|---|---|---|---|---|---|",
+        ]
+        groups: dict[tuple[str, str, int], list[CurveRecord]] = {}
+        for r in served:
+            groups.setdefault((r.task, r.order, r.shots), []).append(r)
+        for (task, order, shots), group in groups.items():
+            times = [
+                r.service["seconds_to_served"] for r in group if r.service["seconds_to_served"] is not None
+            ]
+            verdicts = ", ".join(str(r.service["verdict"]) for r in group)
+            jobs = ", ".join(str(len(r.service["jobs"])) for r in group)
+            mean_time = f"{np.mean(times):.1f}" if times else "never"
+            lines.append(f"| {task} | {order} | {shots} | {mean_time} | {verdicts} | {jobs} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TaskTarget:
+    task: str
+    holds: bool | None  # None: the records cannot tell (no service or prompt-ft rounds from 8 on)
+    worst_gap: float | None  # the service minus the best baseline, at its worst round
+    worst_shots: int | None
+    over_prompt_ft: float | None  # the service's mean over the rounds minus prompt-ft's
+
+
+def check_target(records: Sequence[CurveRecord]) -> list[TaskTarget]:
+    """Per task, on the means over seeds of the fixed order (the baselines' examples): from
+    TARGET_FROM_SHOTS examples per class on, the service is never more than TARGET_BELOW_BEST points
+    below the best baseline at a round, and its mean over those rounds is at least
+    TARGET_OVER_PROMPT_FT points above prompt-ft's."""
+    targets = []
+    for task, by_series in seed_means(records).items():
+        service = {n: a for n, a in by_series.get(SERVICE, {}).items() if n >= TARGET_FROM_SHOTS}
+        baselines = {s: v for s, v in by_series.items() if "/" not in s and s != SERVICE}
+        rounds = [n for n in service if "prompt-ft" in baselines and n in baselines["prompt-ft"]]
+        if not rounds:
+            targets.append(TaskTarget(task, None, None, None, None))
+            continue
+        gaps = {n: service[n] - max(v[n] for v in baselines.values() if n in v) for n in rounds}
+        worst = min(gaps, key=gaps.__getitem__)
+        lead = float(
+            np.mean([service[n] for n in rounds]) - np.mean([baselines["prompt-ft"][n] for n in rounds])
+        )
+        holds = gaps[worst] >= -TARGET_BELOW_BEST and lead >= TARGET_OVER_PROMPT_FT
+        targets.append(TaskTarget(task, holds, gaps[worst], worst, lead))
+    return targets
+
+
+def target_lines(targets: Sequence[TaskTarget]) -> list[str]:
+    lines = []
+    for t in targets:
+        if t.holds is None:
+            lines.append(
+                f"{t.task}: target not checked (no service and prompt-ft rounds from {TARGET_FROM_SHOTS} on)"
+            )
+            continue
+        lines.append(
+            f"{t.task}: target {'holds' if t.holds else 'missed'}: at worst {t.worst_gap:+.1f} points"
+            f" against the best baseline ({t.worst_shots} per class; at least -{TARGET_BELOW_BEST:.0f}"
+            f" wanted), mean {t.over_prompt_ft:+.1f} points over prompt-ft from scratch (at least"
+            f" +{TARGET_OVER_PROMPT_FT:.0f} wanted)"
+        )
+    checked = [t.holds for t in targets if t.holds is not None]
+    if checked:
+        lines.append(f"target over all tasks: {'holds' if all(checked) else 'missed'}")
+    return lines
+
+
+def plot_curves(records: Sequence[CurveRecord], path: Path) -> None:
+    """One panel per task: accuracy (mean over seeds) against labelled examples per class, a line a series."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    means = seed_means(records)
+    figure, axes = plt.subplots(1, len(means), figsize=(4.5 * len(means), 3.8), squeeze=False)
+    for panel, (task, by_series) in zip(axes[0], means.items(), strict=True):
+        for series, by_shots in by_series.items():
+            style = "-" if series.startswith(SERVICE) else "--"
+            panel.plot(list(by_shots), list(by_shots.values()), style, marker="o", label=series)
+        panel.set_xscale("log", base=2)
+        panel.set_title(task)
+        panel.set_xlabel("labelled examples per class")
+        panel.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test accuracy (%), mean over seeds")
+    axes[0][-1].legend(fontsize="small")
+    figure.tight_layout()
+    with staged_file(path) as staging:
+        figure.savefig(staging, format="png", dpi=120)
+    plt.close(figure)

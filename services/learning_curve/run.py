@@ -1,0 +1,236 @@
+"""`openbook bench learning-curve`: accuracy against labelled examples, as a user of the service lives it.
+
+The real stack runs in this process, as `bench api` runs it: the embedded Redis, the api under uvicorn
+on a local port (real HTTP) and the trainer worker in a thread, with automatic training on. Per task,
+seed and labelling order a fresh service task is labelled round by round (`service.py`); after each
+fixed-order round the baselines are computed on the same examples (`baselines.py`). Every record is
+written as soon as it exists; a (task, seed, order) whose records are all in results.json is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import redis
+import torch
+from openbook.backbone import BackboneConfig, load_backbone
+from openbook.models import DEFAULT_BACKBONE
+from openbook.prompting import get_preset
+from openbook.training import TrainConfig
+from tqdm.auto import tqdm
+
+from services.api.settings import Settings
+from services.bench import Served
+from services.bus.server import EmbeddedRedis, free_port
+from services.bus.task_spec import Task
+from services.learning_curve.baselines import BASELINES, Baselines, unavailable
+from services.learning_curve.client import CurveClient
+from services.learning_curve.report import (
+    SERVICE,
+    CurveRecord,
+    check_target,
+    read_results,
+    target_lines,
+    write_results,
+)
+from services.learning_curve.schedule import ORDERS, ROUNDS, CurveData, check_rounds, load_curve_data
+from services.learning_curve.service import Waiting, label_and_score
+from services.trainer.worker import Worker
+
+
+@dataclass(frozen=True)
+class CurveSettings:
+    data: Path  # the full/ directory
+    out: Path
+    tasks: Sequence[str]
+    seeds: Sequence[int]
+    backbone: str = DEFAULT_BACKBONE
+    rounds: Sequence[int] = ROUNDS
+    orders: Sequence[str] = ORDERS
+    baselines: Sequence[str] = BASELINES
+    method: str = "retroprompt"  # the service task's method, which its automatic jobs train
+    test_size: int | None = 500
+    pool_size: int | None = 500  # the uncertainty order's pool (the service scores up to 2000)
+    training: dict = field(
+        default_factory=lambda: {"steps": 32, "batch_size": 8, "lr": 1e-5, "eval_every": 8, "patience": 2}
+    )
+    max_length: int = 128
+    device: str = "cpu"
+    waiting: Waiting = field(default_factory=Waiting)
+    command: str = ""  # as typed, for the record
+
+    def __post_init__(self) -> None:
+        check_rounds(self.rounds)
+        unknown = [order for order in self.orders if order not in ORDERS]
+        if unknown:
+            raise ValueError(f"unknown order(s) {unknown}; known: {', '.join(ORDERS)}")
+        TrainConfig(**self.training)  # bad training settings fail before anything starts
+
+    def task_spec(self, name: str, data: CurveData, kind: str) -> dict:
+        """The service task: the task's preset prompt; an automatic job every smallest round."""
+        template, verbalizer = get_preset(data.task).prompt(kind)
+        return {
+            "name": name,
+            "template": template.source,
+            "labels": dict(zip(verbalizer.labels, verbalizer.words, strict=True)),
+            "method": self.method,
+            "training": {"auto": True, "every": self.rounds[0] * len(data.labels), **self.training},
+        }
+
+
+def hardware() -> dict:
+    cpu = platform.processor()
+    with contextlib.suppress(OSError):
+        names = re.findall(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
+        cpu = names[0] if names else cpu
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "torch": torch.__version__}
+
+
+@contextlib.contextmanager
+def service_stack(s: CurveSettings, directory: Path) -> Iterator[CurveClient]:
+    """The embedded Redis, the api on a local port and a worker thread; a client of the api."""
+    with EmbeddedRedis(directory / "redis") as bus:
+        settings = Settings(
+            redis_url=bus.url,
+            data_dir=directory,
+            default_backbone=s.backbone,
+            max_length=s.max_length,
+            device=s.device,
+            port=free_port(),
+        )
+        served = Served(settings)
+        worker = Worker(
+            redis.Redis.from_url(bus.url), settings.artifacts, device=s.device, max_length=s.max_length
+        )
+        stop = threading.Event()
+        training = threading.Thread(target=worker.run_forever, args=(stop,), daemon=True)
+        training.start()
+        client = CurveClient(served.base, max_batch=settings.max_batch)
+        try:
+            yield client
+        finally:
+            client.close()
+            stop.set()
+            training.join(timeout=120)
+            served.stop()
+
+
+def _unit_done(
+    records: Sequence[CurveRecord], unit: tuple[str, int, str], series: Sequence[str], rounds: Sequence[int]
+) -> bool:
+    have = {(r.method, r.shots) for r in records if (r.task, r.seed, r.order) == unit}
+    return all((method, shots) in have for method in series for shots in rounds)
+
+
+def run_learning_curve(
+    s: CurveSettings, *, progress: bool = True, say: Callable[[str], None] = print
+) -> list[CurveRecord]:
+    """Run every (task, seed, order) not already in `s.out`/results.json; returns all the records."""
+    skipped = unavailable(s.baselines)
+    for name, why in skipped.items():
+        say(f"skipping the {name} baseline: {why}")
+    baselines = [name for name in s.baselines if name not in skipped]
+    runs, records = read_results(s.out)
+    data = {task: load_curve_data(s.data, task, s.test_size) for task in s.tasks}  # all data checked first
+    units = [(task, seed, order) for task in s.tasks for seed in s.seeds for order in s.orders]
+    todo = [
+        u
+        for u in units
+        if not _unit_done(records, u, [SERVICE, *(baselines if u[2] == "fixed" else [])], s.rounds)
+    ]
+    run = {
+        "command": s.command,
+        "hardware": hardware(),
+        "backbone": s.backbone,
+        "settings": {k: v for k, v in asdict(s).items() if k not in ("data", "out", "command")}
+        | {"baselines": baselines},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "units": [list(u) for u in todo],
+        "seconds": 0.0,
+    }
+    if not todo:
+        say(f"every (task, seed, order) asked for is in {s.out}/results.json already")
+    else:
+        runs.append(run)
+        records = _run_units(s, todo, data, baselines, runs, records, progress)
+    for line in target_lines(check_target(records)):
+        say(line)
+    return records
+
+
+def _run_units(
+    s: CurveSettings,
+    todo: Sequence[tuple[str, int, str]],
+    data: dict[str, CurveData],
+    baselines: Sequence[str],
+    runs: list[dict],
+    records: list[CurveRecord],
+    progress: bool,
+) -> list[CurveRecord]:
+    started = time.perf_counter()
+    backbone = load_backbone(BackboneConfig(name=s.backbone, max_length=s.max_length, device=s.device))
+    config = TrainConfig(**s.training)
+    computed: dict[str, Baselines] = {}
+    with tempfile.TemporaryDirectory(prefix="openbook-curve-") as tmp, service_stack(s, Path(tmp)) as client:
+        for task, seed, order in tqdm(todo, desc="learning curve", disable=not progress):
+            records = [
+                r for r in records if (r.task, r.seed, r.order) != (task, seed, order)
+            ]  # a partial unit
+            name = re.sub(r"[^a-z0-9-]", "", f"{task}-{seed}-{order}".lower())
+            spec = s.task_spec(name, data[task], backbone.kind)
+            if order == "fixed" and baselines and task not in computed:
+                computed[task] = Baselines(
+                    backbone,
+                    Task.model_validate({**spec, "backbone": s.backbone}),
+                    data[task],
+                    config,
+                    device=s.device,
+                )
+            rounds = label_and_score(
+                client, data[task], spec, seed, order, s.rounds, pool_size=s.pool_size, waiting=s.waiting
+            )
+            for outcome in tqdm(
+                rounds,
+                desc=f"{task} seed {seed} {order}",
+                total=len(s.rounds),
+                leave=False,
+                disable=not progress,
+            ):
+                common = {
+                    "task": task,
+                    "seed": seed,
+                    "order": order,
+                    "shots": outcome.shots,
+                    "labelled": len(outcome.ids),
+                }
+                records.append(
+                    CurveRecord(
+                        **common,
+                        method=SERVICE,
+                        accuracy=outcome.accuracy,
+                        seconds=outcome.seconds,
+                        service=outcome.service,
+                    )
+                )
+                line = [f"service {100 * outcome.accuracy:.1f} ({outcome.service['verdict']})"]
+                for baseline in baselines if order == "fixed" else []:
+                    baseline_started = time.perf_counter()
+                    accuracy = computed[task].accuracy(baseline, outcome.ids, seed)
+                    seconds = round(time.perf_counter() - baseline_started, 3)
+                    records.append(CurveRecord(**common, method=baseline, accuracy=accuracy, seconds=seconds))
+                    line.append(f"{baseline} {100 * accuracy:.1f}")
+                runs[-1]["seconds"] = round(time.perf_counter() - started, 1)
+                write_results(s.out, runs, records)
+                if progress:
+                    tqdm.write(f"{task} seed {seed} {order} {outcome.shots}/class: " + ", ".join(line))
+    return records

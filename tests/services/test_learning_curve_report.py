@@ -1,0 +1,98 @@
+"""The learning curve's tables, plot, results file and target check, on hand-made records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.learning_curve.report import (
+    CurveRecord,
+    check_target,
+    curve_tables,
+    read_results,
+    target_lines,
+    write_results,
+)
+
+
+def _curves(task: str, accuracies: dict[str, list[float]], *, seed: int = 13, order: str = "fixed") -> list:
+    """Records of one seed: series -> accuracy (0-1) at 2, 4, 8, 16 and 32 examples per class."""
+    records = []
+    for method, values in accuracies.items():
+        for shots, accuracy in zip([2, 4, 8, 16, 32], values, strict=True):
+            service = (
+                {"seconds_to_served": 1.5, "verdict": "promoted", "jobs": [{}]}
+                if method == "service"
+                else None
+            )
+            records.append(CurveRecord(task, seed, order, method, shots, 2 * shots, accuracy, 1.0, service))
+    return records
+
+
+PASSING = {
+    "service": [0.50, 0.60, 0.80, 0.85, 0.90],
+    "knn-interp": [0.55, 0.62, 0.78, 0.84, 0.88],
+    "prompt-ft": [0.50, 0.55, 0.75, 0.80, 0.85],
+}
+
+
+def test_the_target_holds_when_the_service_tracks_the_best_baseline_and_beats_prompt_ft() -> None:
+    # rounds 2 and 4 (below 8 per class) do not count: the service trails knn-interp there by 5 and 2 points
+    [target] = check_target(_curves("SST-2", PASSING))
+    assert target.holds is True
+    assert round(target.worst_gap, 6) == 1.0 and target.worst_shots == 16  # 85 vs knn-interp's 84
+    assert round(target.over_prompt_ft, 6) == 5.0  # (80+85+90)/3 - (75+80+85)/3
+
+
+def test_the_target_is_missed_by_more_than_a_point_below_the_best_baseline_at_one_round() -> None:
+    failing = dict(PASSING, setfit=[0.4, 0.5, 0.7, 0.865, 0.8])  # 86.5 at 16 per class: 1.5 over the service
+    [target] = check_target(_curves("SST-2", failing))
+    assert target.holds is False and target.worst_shots == 16 and round(target.worst_gap, 6) == -1.5
+    assert "target missed" in target_lines([target])[0]
+    assert target_lines([target])[-1] == "target over all tasks: missed"
+
+
+def test_the_target_is_missed_by_too_small_a_lead_over_prompt_ft_and_uses_seed_means() -> None:
+    close = dict(PASSING, **{"prompt-ft": [0.5, 0.55, 0.79, 0.84, 0.88]})  # mean lead 4/3 points
+    [target] = check_target(_curves("trec", close))
+    assert target.holds is False and round(target.over_prompt_ft, 6) == round(4 / 3, 6)
+    # a second seed far below on round 8 pulls the mean under the best baseline by more than a point
+    second = _curves("trec", {"service": [0.5, 0.6, 0.72, 0.85, 0.90]}, seed=21)
+    second += _curves("trec", {m: v for m, v in PASSING.items() if m != "service"}, seed=21)
+    [mean_target] = check_target(_curves("trec", PASSING) + second)
+    assert mean_target.worst_shots == 8 and round(mean_target.worst_gap, 6) == -2.0  # (80+72)/2 - 78
+
+
+def test_the_target_is_not_checked_without_prompt_ft_and_ignores_the_uncertainty_order() -> None:
+    records = _curves("SST-2", {"service": PASSING["service"], "knn-interp": PASSING["knn-interp"]})
+    records += _curves("SST-2", {"service": [0.0] * 5}, order="uncertainty")
+    [target] = check_target(records)
+    assert target.holds is None and "not checked" in target_lines([target])[0]
+    [target] = check_target(records + _curves("SST-2", {"prompt-ft": PASSING["prompt-ft"]}))
+    assert target.holds is True  # the uncertainty order's zeros are another series
+
+
+def test_tables_give_the_mean_over_seeds_per_round_and_the_mean_over_tasks() -> None:
+    records = _curves("SST-2", PASSING) + _curves("SST-2", {"service": [0.6, 0.7, 0.9, 0.95, 1.0]}, seed=21)
+    records += _curves("trec", PASSING) + _curves("trec", {"service": [0.3] * 5}, order="uncertainty")
+    table = curve_tables(records)
+    sst2 = table.split("### SST-2 (seeds 13, 21)")[1].split("###")[0]
+    assert "| examples per class | service | knn-interp | prompt-ft |" in sst2
+    assert "| 8 | 85.0 | 78.0 | 75.0 |" in sst2  # service: (80 + 90) / 2
+    trec = table.split("### trec (seeds 13)")[1].split("###")[0]
+    assert "| 2 | 50.0 | 55.0 | 50.0 | 30.0 |" in trec  # the uncertainty order is a column of its own
+    means = table.split("### mean over tasks")[1].split("###")[0]
+    assert "| 8 | 82.5 | 78.0 | 75.0 |" in means  # (85 + 80) / 2
+    assert "service/uncertainty" not in means  # SST-2 has no such series: no mean over tasks
+    assert "| SST-2 | fixed | 8 | 1.5 | promoted, promoted | 1, 1 |" in table
+
+
+def test_results_round_trip_and_the_plot_is_a_png(tmp_path: Path) -> None:
+    records = _curves("SST-2", PASSING) + _curves("trec", PASSING)
+    runs = [{"command": "openbook bench learning-curve --task SST-2,trec", "hardware": {"gpu": None}}]
+    write_results(tmp_path, runs, records)
+    assert read_results(tmp_path) == (runs, records)
+    assert read_results(tmp_path / "elsewhere") == ([], [])
+    markdown = (tmp_path / "results.md").read_text()
+    assert "### mean over tasks" in markdown and "- target over all tasks: holds" in markdown
+    png = (tmp_path / "results.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
