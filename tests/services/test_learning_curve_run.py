@@ -1,0 +1,60 @@
+"""`bench learning-curve` end to end on the tiny model: the real stack, automatic training, both orders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from services.learning_curve.run import CurveSettings, run_learning_curve
+
+WORDS = {"1": ["great", "fun", "good", "lovely"], "0": ["bad", "awful", "boring", "terrible"]}
+
+
+def _full_sst2(root: Path) -> Path:
+    """A toy `full/` directory with SST-2's file names: 40 training and 8 test sentences."""
+    root.mkdir(parents=True)
+    lines = [f"{label} the film was {WORDS[label][i % 4]} , scene {i}" for i in range(40) for label in "01"]
+    (root / "stsa.binary.train").write_text("\n".join(lines[:80]) + "\n")
+    test = [f"{label} a {WORDS[label][i % 4]} movie" for i in range(4) for label in "01"]
+    (root / "stsa.binary.dev").write_text("\n".join(test) + "\n")
+    return root
+
+
+def test_a_labeller_drives_the_service_round_by_round(causal_dir: Path, tmp_path: Path) -> None:
+    settings = CurveSettings(
+        _full_sst2(tmp_path / "full"),
+        tmp_path / "out",
+        ["SST-2"],
+        [13],
+        backbone=str(causal_dir),
+        rounds=[2, 4],
+        baselines=["knn-interp"],
+        test_size=8,
+        pool_size=16,
+        training={"steps": 2, "batch_size": 4, "lr": 1e-4, "eval_every": 1, "patience": 1},
+        max_length=48,
+    )
+    records = run_learning_curve(settings, progress=False, say=lambda line: None)
+    service = [r for r in records if r.method == "service"]
+    assert sorted((r.order, r.shots) for r in service) == [
+        ("fixed", 2),
+        ("fixed", 4),
+        ("uncertainty", 2),
+        ("uncertainty", 4),
+    ]
+    for record in service:
+        assert record.labelled == 2 * record.shots  # two classes, cumulative
+        assert 0.0 <= record.accuracy <= 1.0
+        # every round's labels queued exactly one automatic job, which finished with a verdict
+        assert record.service["auto_jobs"] == 1, record.service
+        assert record.service["verdict"] in ("first", "promoted", "rejected")
+    first = [r for r in service if r.shots == 2]
+    assert first[0].accuracy == first[1].accuracy  # both orders start from the same first round
+    assert {(r.method, r.shots) for r in records if r.method != "service"} == {
+        ("knn-interp", 2),
+        ("knn-interp", 4),
+    }
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert len(saved["records"]) == len(records)
+    assert (tmp_path / "out" / "results.png").stat().st_size > 0
+    assert "| " in (tmp_path / "out" / "results.md").read_text()
