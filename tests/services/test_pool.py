@@ -79,6 +79,26 @@ def test_suggestions_are_the_pool_texts_the_model_is_least_sure_of(api: TestClie
     assert first["prediction"]["p_knn"] == pytest.approx(same["p_knn"], abs=1e-5)
 
 
+def test_a_deliberately_ambiguous_text_is_suggested_first(make_client) -> None:
+    # The store decides alone (lambda 1), from the two nearest neighbours at a sharp temperature. "so-so"
+    # is labelled once as each label, so its two nearest neighbours (itself, twice) split 50/50: margin 0.
+    # Every other pool text repeats an example of one label: its nearest neighbour is that example.
+    task = {**TASK, "name": "ambiguous", "knn": {"k": 2, "temperature": 0.01, "lam": 1.0}}
+    labelled = [("so-so", "0"), ("so-so", "1"), ("a good film", "1"), ("great fun", "1"), ("boring", "0")]
+    labelled += [("a bad film , it was awful", "0")]
+    with make_client(max_batch=8) as api:
+        assert api.post("/v1/tasks", json=task).status_code == 201
+        examples = [{"text": t, "label": label, "id": 700 + i} for i, (t, label) in enumerate(labelled)]
+        assert api.post("/v1/tasks/ambiguous/examples", json={"examples": examples}).status_code == 201
+        pool = ["a good film", "boring", "great fun", "so-so", "a bad film , it was awful"]
+        body = {"texts": [{"id": i + 1, "text": t} for i, t in enumerate(pool)]}
+        assert api.post("/v1/tasks/ambiguous/pool", json=body).status_code == 201
+        suggestions = api.get("/v1/tasks/ambiguous/suggestions", params={"n": 5}).json()["suggestions"]
+        assert suggestions[0]["text"] == "so-so"
+        assert suggestions[0]["margin"] == pytest.approx(0.0, abs=1e-4)
+        assert all(s["margin"] > 0.5 for s in suggestions[1:])  # the others lean clearly one way
+
+
 def test_pool_adds_are_idempotent_and_a_changed_text_conflicts(api: TestClient) -> None:
     first = api.post(POOL, json={"texts": [{"id": 3, "text": "fine"}, {"id": 9, "text": "dull"}]})
     assert first.status_code == 201, first.text
