@@ -5,8 +5,8 @@ import { $, el, say } from "./util.js";
 
 let actions;
 let state;
-// The spec field for automatic training, when the api's TaskCreate schema has one.
-let everyField = null;
+// Whether the api's TaskCreate schema has automatic training settings (`training: {auto, every}`).
+let canAutoTrain = false;
 
 function labelRow(label = "", word = "") {
   const index = $("label-rows").children.length + 1;
@@ -102,7 +102,7 @@ async function create(event) {
     method: $("new-method").value.trim() || "retroprompt",
   };
   if ($("new-backbone").value.trim()) body.backbone = $("new-backbone").value.trim();
-  if (everyField && $("new-every").value) body[everyField] = Number($("new-every").value);
+  if (canAutoTrain && $("new-every").value) body.training = { auto: true, every: Number($("new-every").value) };
   if (Object.keys(body.labels).length < 2) {
     say(status, "A task needs at least two labels.", "error");
     return;
@@ -142,8 +142,8 @@ export function init(shared, wired) {
   for (const id of ["new-template", "preview-text", "preview-text-b"]) $(id).addEventListener("input", preview);
   $("create-form").addEventListener("submit", create);
   $("task-delete").addEventListener("click", remove);
-  everyField = ["every", "train_every"].find((name) => state.caps.properties("TaskCreate").includes(name)) ?? null;
-  $("auto-train").hidden = everyField === null;
+  canAutoTrain = state.caps.properties("TaskCreate").includes("training");
+  $("auto-train").hidden = !canAutoTrain;
   preview();
 }
 

@@ -5,7 +5,7 @@ import { formatDetail, get, metrics, post, taskPath } from "./api.js";
 import { $, el, formatTime, percent, say, table } from "./util.js";
 
 const POLL_MS = 1000;
-const FINAL = new Set(["succeeded", "failed"]);
+const FINAL = new Set(["succeeded", "failed", "cancelled"]);
 
 let state;
 const jobs = new Map(); // id -> {record, losses}
@@ -30,27 +30,38 @@ function sparkline(losses) {
   return holder;
 }
 
+const score = (value) => (typeof value === "number" ? value.toFixed(3) : "—");
+
 function result(record) {
   if (record.state === "succeeded") {
     const dev = Object.entries(record.metrics ?? {})
       .filter(([, v]) => typeof v === "number")
       .map(([k, v]) => `${k} ${Number.isInteger(v) ? v : v.toFixed(3)}`)
       .join(", ");
-    return el("span", {}, "version ", el("code", { class: "job-version" }, record.published?.version ?? "?"), dev ? ` · dev: ${dev}` : "");
+    const gate = record.gate;
+    if (gate?.verdict === "rejected") {
+      // kept as a version, never served: the promotion gate found it worse on the same dev examples
+      return el("span", { class: "job-rejected" }, `rejected by the gate: dev ${score(gate.candidate)} vs ${score(gate.serving)} serving`);
+    }
+    const verdict = gate?.verdict && gate.verdict !== "first" ? ` · gate: ${gate.verdict}` : "";
+    return el("span", {}, "version ", el("code", { class: "job-version" }, record.published?.version ?? "?"), dev ? ` · dev: ${dev}` : "", verdict);
   }
   if (record.state === "failed") return el("span", { class: "error-text" }, record.error ?? "failed");
   return record.error ? el("span", { class: "muted" }, record.error) : "";
 }
 
+const queuedAt = (record) => record.created ?? Number.MAX_VALUE; // not read yet: just started here
+
 function render() {
   const task = state.task?.name;
   const rows = [...jobs.values()]
     .filter(({ record }) => record.task === task)
+    .sort((a, b) => queuedAt(b.record) - queuedAt(a.record)) // newest first
     .map(({ record, losses }) =>
       el(
         "tr",
         { dataset: { job: record.id, state: record.state } },
-        el("td", {}, el("code", { title: record.id }, record.id.slice(0, 8)), " ", record.method, ` · ${record.train_config?.steps ?? "?"} steps`),
+        el("td", {}, el("code", { title: record.id }, record.id.slice(0, 8)), " ", record.method, ` · ${record.train_config?.steps ?? "?"} steps`, record.trigger === "auto" ? " · automatic" : ""),
         el("td", { class: "job-state" }, record.state),
         el("td", {}, el("progress", { max: 1, value: record.progress, "aria-label": `progress ${percent(record.progress)}` }), ` ${percent(record.progress)}`),
         el("td", {}, losses.length ? [`${losses.at(-1).toFixed(4)} `, sparkline(losses)] : "—"),
@@ -58,7 +69,7 @@ function render() {
       ),
     );
   $("jobs").replaceChildren(
-    rows.length ? table(["job", "state", "progress", "loss", "result"], rows, "Training jobs") : el("p", { class: "muted" }, "No job started from this browser tab."),
+    rows.length ? table(["job", "state", "progress", "loss", "result"], rows, "Training jobs") : el("p", { class: "muted" }, "No training job yet."),
   );
 }
 
@@ -189,21 +200,37 @@ export function init(shared) {
   $("versions-card").hidden = !state.caps.has("GET", "/v1/tasks/{}/versions");
 }
 
-export function taskChanged() {
-  const task = state.task?.name;
-  say($("train-status"), "");
-  $("train-method").placeholder = state.task ? `the task's method: ${state.task.method}` : "";
-  if (task) {
-    for (const id of JSON.parse(sessionStorage.getItem(storageKey(task)) ?? "[]")) {
-      if (!jobs.has(id)) jobs.set(id, { record: { id, task, method: "?", state: "queued", progress: 0 }, losses: [] });
+// The task's recent jobs, automatic ones included, where the api lists them; else the ones this tab started.
+async function loadJobs(task) {
+  if (state.caps.has("GET", "/v1/tasks/{}/jobs")) {
+    try {
+      for (const record of await get(taskPath(task, "/jobs?limit=10"))) {
+        const known = jobs.get(record.id);
+        if (known) known.record = record;
+        else jobs.set(record.id, { record, losses: [] });
+      }
+    } catch {
+      // unreadable for now: the next change of task or tab asks again
     }
+  }
+  for (const id of JSON.parse(sessionStorage.getItem(storageKey(task)) ?? "[]")) {
+    if (!jobs.has(id)) jobs.set(id, { record: { id, task, method: "?", state: "queued", progress: 0 }, losses: [] });
   }
   render();
   startPolling();
 }
 
+export function taskChanged() {
+  const task = state.task?.name;
+  say($("train-status"), "");
+  $("train-method").placeholder = state.task ? `the task's method: ${state.task.method}` : "";
+  if (task) loadJobs(task);
+  else render();
+}
+
 export function shown(tab) {
   if (tab !== "training") return;
+  if (state.task) loadJobs(state.task.name);
   showServing();
   loadVersions();
 }
