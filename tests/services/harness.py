@@ -15,6 +15,17 @@ from services.api.settings import Settings
 from services.bus.server import free_port
 
 TASK = {"name": "reviews", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
+# Eight short reviews, four per label of TASK: enough for a job on the tiny backbone to train and publish.
+TRAINING_EXAMPLES = [
+    ("the movie was great and fun", "1"),
+    ("a good film with a great cast", "1"),
+    ("great fun", "1"),
+    ("a good film", "1"),
+    ("it was terrible and boring", "0"),
+    ("a bad film , it was awful", "0"),
+    ("boring and bad", "0"),
+    ("a terrible film", "0"),
+]
 PAIR_TASK = {
     "name": "pairs",
     "template": "{text_a} ? {text_b} Answer: {mask}",
@@ -43,3 +54,13 @@ def serving(app: FastAPI, *, timeout: float = 30.0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout)
+
+
+def wait_for(condition, timeout: float = 30.0):
+    """`condition()`'s first truthy value, polled every 50 ms; AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")

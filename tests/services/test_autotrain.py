@@ -15,8 +15,7 @@ from services.bus.jobs import JobQueue, task_jobs_key
 from services.bus.task_spec import TASKS_KEY, Task, TrainingSettings
 from services.bus.workers import worker_died
 from services.trainer.worker import Worker
-from tests.services.harness import TASK
-from tests.services.test_training_flow import wait_for
+from tests.services.harness import TASK, wait_for
 
 KNOBS = {"steps": 2, "batch_size": 4, "lr": 1e-3, "eval_every": 2, "patience": 2}
 AUTO_TASK = {**TASK, "training": {"auto": True, "every": 4, **KNOBS}}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from services.bus.examples_log import ExampleLog, NewExample, UnknownLabel
 from services.bus.task_labels import swap_spec
 from services.bus.task_spec import TASKS_KEY, Task
 from services.trainer.worker import Worker
-from tests.services.harness import TASK, api_settings
+from tests.services.harness import TASK, api_settings, wait_for
 
 EXAMPLES = [
     ("the movie was great and fun", "1"),
@@ -25,15 +24,6 @@ EXAMPLES = [
 ]
 TRAIN = {"method": "retroprompt", "steps": 2, "batch_size": 4, "lr": 1e-3, "eval_every": 2}
 QUESTION = "what is the answer to this question"
-
-
-def wait_for(condition, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def classify(api: TestClient, text: str) -> dict:

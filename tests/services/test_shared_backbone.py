@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -11,29 +10,11 @@ from openbook.checkpoints import load_classifier
 
 from services.bus.jobs import current_checkpoint
 from services.trainer.worker import Worker
-from tests.services.harness import TASK
+from tests.services.harness import TASK, TRAINING_EXAMPLES, wait_for
 
-EXAMPLES = [
-    ("the movie was great and fun", "1"),
-    ("a good film with a great cast", "1"),
-    ("great fun", "1"),
-    ("a good film", "1"),
-    ("it was terrible and boring", "0"),
-    ("a bad film , it was awful", "0"),
-    ("boring and bad", "0"),
-    ("a terrible film", "0"),
-]
+EXAMPLES = TRAINING_EXAMPLES
 METHODS = {"probe": "linear-probe", "prompted": "prompt-tuning", "adapted": "lora", "tuned": "prompt-ft"}
 TEXTS = ["fun film", "a terrible cast", "great"]
-
-
-def wait_for(condition, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def test_frozen_backbone_tasks_share_one_backbone_and_answer_as_alone(

@@ -17,7 +17,7 @@ from services.bus.examples_log import ExampleLog
 from services.bus.jobs import JobQueue, checkpoints_key, current_checkpoint, current_key, versions_key
 from services.bus.server import EmbeddedRedis
 from services.trainer.worker import Worker
-from tests.services.test_training_flow import wait_for
+from tests.services.harness import wait_for
 
 TASK = {"name": "reviews", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
 EXAMPLES = [

@@ -17,18 +17,10 @@ from services.bus.jobs import Job, JobQueue, Published, current_checkpoint, publ
 from services.bus.server import EmbeddedRedis
 from services.bus.task_spec import TASKS_KEY, Task
 from services.trainer.worker import Worker
+from tests.services.harness import TRAINING_EXAMPLES, wait_for
 
 TASK = {"name": "reviews", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
-EXAMPLES = [
-    ("the movie was great and fun", "1"),
-    ("a good film with a great cast", "1"),
-    ("great fun", "1"),
-    ("a good film", "1"),
-    ("it was terrible and boring", "0"),
-    ("a bad film , it was awful", "0"),
-    ("boring and bad", "0"),
-    ("a terrible film", "0"),
-]
+EXAMPLES = TRAINING_EXAMPLES
 TRAIN = {"method": "retroprompt", "steps": 4, "batch_size": 4, "lr": 1e-3, "eval_every": 2}
 
 
@@ -36,16 +28,6 @@ TRAIN = {"method": "retroprompt", "steps": 4, "batch_size": 4, "lr": 1e-3, "eval
 def server(tmp_path: Path):
     with EmbeddedRedis(tmp_path / "redis") as running:
         yield running
-
-
-def wait_for(condition, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @contextmanager

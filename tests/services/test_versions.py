@@ -14,8 +14,7 @@ from services.bus.task_spec import TASKS_KEY, Task
 from services.bus.versions import list_versions, new_record, promote, retain, set_pinned
 from services.client import OpenBookClient
 from services.trainer.worker import Worker, in_dev, split_dev
-from tests.services.harness import TASK
-from tests.services.test_training_flow import wait_for
+from tests.services.harness import TASK, wait_for
 
 POSITIVE = ["the movie was great and fun", "a good film with a great cast", "great fun", "a good film"]
 NEGATIVE = ["it was terrible and boring", "a bad film , it was awful", "boring and bad", "a terrible film"]
