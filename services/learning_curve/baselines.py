@@ -4,7 +4,8 @@
   template and label words, content-free calibration, the task's k, T and lambda; the library has no
   other rule for that few examples) with a store of the labelled examples;
 - prompt-ft: LM-BFF fine-tuning from the pre-trained weights, with the service jobs' training settings,
-  dev held out as the worker holds it out (`split_dev`), inference chosen on dev (`fit_classifier`);
+  dev held out as the worker holds it out (`split_dev`, `checked_on`), inference chosen on dev
+  (`fit_classifier`);
 - setfit: SetFit from its pre-trained encoder (`openbook.experiments.setfit_peer`), with the extra
   `setfit` installed.
 
@@ -26,7 +27,7 @@ from openbook.training import TrainConfig
 
 from services.bus.task_spec import Task, build_classifier
 from services.learning_curve.schedule import CurveData
-from services.trainer.worker import split_dev
+from services.trainer.worker import checked_on, split_dev
 
 BASELINES = ("knn-interp", "prompt-ft", "setfit")
 
@@ -99,7 +100,7 @@ class Baselines:
                 classifier,
                 method,
                 labelled(train_ids),
-                labelled(dev_ids),
+                labelled(checked_on(train_ids, dev_ids)),  # as the service's jobs do
                 self.config,
                 store_examples=store,
                 progress=False,

@@ -91,6 +91,12 @@ def split_dev(examples: dict[int, tuple[TextInput, str]]) -> tuple[list[int], li
     return sorted(train_ids + stranded), dev_ids
 
 
+def checked_on(train_ids: list[int], dev_ids: list[int]) -> list[int]:
+    """What training's dev checks and its choice of k, T and lambda score on: dev, or, with no dev
+    example yet (a tiny set), the train examples, which then stand in for it."""
+    return dev_ids or train_ids
+
+
 class Interrupted(Exception):
     """The worker was asked to stop in the middle of a job."""
 
@@ -231,8 +237,7 @@ class Worker:
             classifier,
             method,
             labelled(train_ids),
-            # with no dev example (a tiny set), the train examples stand in for the dev checks
-            labelled(dev_ids or train_ids),
+            labelled(checked_on(train_ids, dev_ids)),
             TrainConfig(**job.train_config),
             base_weights_sha256=base_sha,
             training_data_sha256=_examples_digest(examples),

@@ -14,6 +14,7 @@ from services.bus.task_spec import Task
 from services.learning_curve.baselines import Baselines, unavailable
 from services.learning_curve.run import CurveSettings
 from services.learning_curve.schedule import CurveData, fixed_rounds
+from services.trainer.worker import in_dev
 
 TEXTS = ["the movie was great and fun", "it was terrible and boring", "a good film with a great cast"]
 
@@ -45,6 +46,9 @@ def test_baselines_score_rounds_from_the_pretrained_weights_every_time(
     after = backbone.model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before)  # training started from scratch
     assert baselines.accuracy("knn-interp", first, 13) == knn_first  # and left nothing behind
+    # ids 1-4 all hash outside dev: with no dev example the train examples stand in, as in the service
+    assert not any(in_dev(i) for i in (1, 2, 3, 4))
+    assert 0.0 <= baselines.accuracy("prompt-ft", [1, 2, 3, 4], 13) <= 1.0
 
 
 def test_an_unavailable_baseline_is_named_with_why_and_an_unknown_one_refused() -> None:

@@ -28,7 +28,7 @@ def test_a_labeller_drives_the_service_round_by_round(causal_dir: Path, tmp_path
         [13],
         backbone=str(causal_dir),
         rounds=[2, 4],
-        baselines=["knn-interp"],
+        baselines=["knn-interp", "prompt-ft"],
         test_size=8,
         pool_size=16,
         training={"steps": 2, "batch_size": 4, "lr": 1e-4, "eval_every": 1, "patience": 1},
@@ -51,8 +51,7 @@ def test_a_labeller_drives_the_service_round_by_round(causal_dir: Path, tmp_path
     first = [r for r in service if r.shots == 2]
     assert first[0].accuracy == first[1].accuracy  # both orders start from the same first round
     assert {(r.method, r.shots) for r in records if r.method != "service"} == {
-        ("knn-interp", 2),
-        ("knn-interp", 4),
+        (method, shots) for method in ("knn-interp", "prompt-ft") for shots in (2, 4)
     }
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert len(saved["records"]) == len(records)
