@@ -34,7 +34,14 @@ from services.bus.deletion import delete_task
 from services.bus.examples_log import ExampleLog, LogEntry
 from services.bus.jobs import Published
 from services.bus.replay import replay
-from services.bus.task_spec import TASKS_KEY, BadTraining, Task, build_classifier, check_training
+from services.bus.task_spec import (
+    GENERATIONS_KEY,
+    TASKS_KEY,
+    BadTraining,
+    Task,
+    build_classifier,
+    check_training,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +87,9 @@ class TaskRuntime:
     labels: dict[int, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     backbone: Backbone | None = None  # the replica's backbone of the task's name, shared by its tasks
+    # which task of its name this is (task_spec.GENERATIONS_KEY): one deleted and created again under the
+    # same spec, by any replica, is another task, and gets a runtime of its own
+    generation: bytes = b"0"
 
     def catch_up(self) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread)."""
@@ -348,26 +358,34 @@ class TaskRegistry:
         Raises BrokenTask when the stored spec no longer validates or its classifier cannot be built.
         """
         try:
-            task = self.get(name)
+            pipe = self.client.pipeline(transaction=False)  # one round trip
+            pipe.hget(TASKS_KEY, name)
+            pipe.hget(GENERATIONS_KEY, name)
+            raw, generation = pipe.execute()
         except redis.ConnectionError:
             if name in self.runtimes:
                 return self.runtimes[name]
             raise
-        if task is None:
+        if raw is None:
             self.runtimes.pop(name, None)
             return None
+        task, generation = read_spec(name, raw), generation or b"0"
         runtime = self.runtimes.get(name)
+        if runtime is not None and runtime.generation != generation:
+            runtime = None  # deleted and created again since: nothing of the old one may serve
         if runtime is not None and runtime.task != task and _differs_only_in(runtime.task, task, "training"):
             runtime.task = task  # only its training settings changed: keep serving what it serves
         if runtime is None or runtime.task != task:
             with self._building:  # concurrent first requests (and the warm-up) build one runtime, not several
                 runtime = self.runtimes.get(name)
+                if runtime is not None and runtime.generation != generation:
+                    runtime = None
                 if runtime is None or runtime.task != task:
-                    runtime = self._follow_spec(runtime, task)
+                    runtime = self._follow_spec(runtime, task, generation)
                     self.runtimes[name] = runtime
         return runtime
 
-    def _follow_spec(self, runtime: TaskRuntime | None, task: Task) -> TaskRuntime:
+    def _follow_spec(self, runtime: TaskRuntime | None, task: Task, generation: bytes) -> TaskRuntime:
         """The runtime for a spec that differs from the runtime's (or a first one); `_building` is held.
 
         Labels added (services/api/labels.py): the classifier grows in place, keeping the served
@@ -394,9 +412,9 @@ class TaskRegistry:
             self.runtimes.pop(task.name, None)
             raise BrokenTask(task.name, str(error)) from None
         self.unbuildable.pop(task.name, None)
-        return TaskRuntime(
-            task, classifier, ExampleLog(self.client, task.name), backbone=self.backbone(task.backbone)
-        )
+        backbone = self.backbone(task.backbone)
+        log = ExampleLog(self.client, task.name)
+        return TaskRuntime(task, classifier, log, backbone=backbone, generation=generation)
 
 
 def _differs_only_in(old: Task, new: Task, *fields: str) -> bool:

@@ -160,3 +160,22 @@ def test_deleting_a_task_removes_its_automatic_training_state(server, causal_dir
         examples = {"examples": EXAMPLES[:-1]}
         assert api.post("/v1/tasks/reviews/examples", json=examples).status_code == 201
         assert api.get("/v1/tasks/reviews/jobs").json() == []
+
+
+def test_another_replica_does_not_serve_a_deleted_task_recreated_under_the_same_spec(
+    server, causal_dir, tmp_path
+) -> None:
+    # Replica B has the task loaded; replica A deletes it and creates it again with the very same spec.
+    # B must serve the new task (an empty store), not its memory of the old one.
+    with api_client(server, causal_dir, tmp_path) as a, api_client(server, causal_dir, tmp_path) as b:
+        create_with_examples(a)
+        before = b.post(
+            "/v1/tasks/reviews/classify", json={"texts": ["great fun"], "neighbours": True}
+        ).json()
+        assert before["predictions"][0]["neighbours"]  # B holds the old examples
+        assert a.delete("/v1/tasks/reviews").status_code == 204
+        assert a.post("/v1/tasks", json=TASK).status_code == 201
+        after = b.post("/v1/tasks/reviews/classify", json={"texts": ["great fun"], "neighbours": True})
+        assert after.status_code == 200
+        assert after.json()["predictions"][0]["neighbours"] == []  # nothing of the deleted task
+        assert b.get("/v1/tasks/reviews/examples").json()["examples"] == []
