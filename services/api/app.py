@@ -45,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             device=settings.device,
             default_backbone=settings.default_backbone,
             model_dirs=settings.model_dirs,
+            batch_size=settings.batch_max_texts,
         )
         pools = Pools(reads=settings.read_threads, writes=settings.write_threads)
         batchers = Batchers(

@@ -141,6 +141,7 @@ class TaskRuntime:
             raise CheckpointError(f"{published.path}: manifest missing or not the one published")
         onto = backbone_to_load_onto(Path(published.path), self.backbone)
         classifier, _ = load_classifier(published.path, device=device, backbone=onto)  # verifies every file
+        classifier.batch_size = self.classifier.batch_size  # the replica's, as the registry set it
         # Labels added since the checkpoint was trained are scored by their words until the next
         # training (openbook.labels); a checkpoint with a label the task no longer has is refused.
         classifier = fit_to_labels(classifier, self.task.labels)
@@ -181,8 +182,13 @@ class TaskRegistry:
         device: str,
         default_backbone: str = DEFAULT_BACKBONE,
         model_dirs: Sequence[Path] = (),
+        batch_size: int | None = None,
     ) -> None:
         self.client = client
+        # Texts per forward in a task's classifier (None: the library's default). The micro-batcher
+        # already bounds a forward (OPENBOOK_BATCH_MAX_TEXTS, 1024 on CUDA); a smaller chunk here would
+        # cut each of its batches into several forwards again.
+        self.batch_size = batch_size
         self.max_length = max_length
         self.device = device
         self.default_backbone = default_backbone
@@ -286,6 +292,8 @@ class TaskRegistry:
         except ValueError as error:
             raise InvalidSpec("", str(error)) from None
         self._check_training(task, backbone)
+        if self.batch_size is not None:
+            classifier.batch_size = self.batch_size
         return classifier
 
     def _check_training(self, task: Task, backbone: Backbone) -> None:

@@ -32,8 +32,13 @@ def server(tmp_path: Path):
 
 @contextmanager
 def _api_with_examples(server, causal_dir):
-    """The api on a tiny backbone, with the task `reviews` and its labelled EXAMPLES posted."""
-    settings = Settings(redis_url=server.url, default_backbone=str(causal_dir), max_length=48)
+    """The api on a tiny backbone, with the task `reviews` and its labelled EXAMPLES posted.
+
+    Forwards of at most 5 texts (OPENBOOK_BATCH_MAX_TEXTS): the task's classifier runs its chunks so too.
+    """
+    settings = Settings(
+        redis_url=server.url, default_backbone=str(causal_dir), max_length=48, batch_max_texts=5
+    )
     with TestClient(create_app(settings)) as api:
         assert api.post("/v1/tasks", json=TASK).status_code == 201
         body = {"examples": [{"text": t, "label": label} for t, label in EXAMPLES]}
@@ -45,6 +50,7 @@ def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal
     with _api_with_examples(server, causal_dir) as api:
         before = api.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"]}).json()
         assert before["model_version"] == "base"
+        assert api.app.state.registry.runtimes["reviews"].classifier.batch_size == 5
 
         job = api.post("/v1/tasks/reviews/train", json=TRAIN)
         assert job.status_code == 202, job.text
@@ -83,6 +89,7 @@ def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal
         ).json()
         runtime = api.app.state.registry.runtimes["reviews"]
         assert after["model_version"] == version and len(runtime.classifier.store) == len(EXAMPLES)
+        assert runtime.classifier.batch_size == 5  # the swapped-in classifier chunks as the batcher does
         assert after["predictions"][0]["neighbours"]  # the re-embedded store answers
         assert record["progress"] == 1.0 and record["metrics"]["train"] + record["metrics"]["dev"] == len(
             EXAMPLES
