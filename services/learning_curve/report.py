@@ -141,26 +141,27 @@ class TaskTarget:
     holds: bool | None  # None: the records cannot tell (no service or prompt-ft rounds from 8 on)
     worst_gap: float | None  # the service minus the best baseline, at its worst round
     worst_shots: int | None
-    over_prompt_ft: float | None  # the service's mean over the rounds minus prompt-ft's
+    over_prompt_ft: float | None  # the service's mean over every round minus prompt-ft's
 
 
 def check_target(records: Sequence[CurveRecord]) -> list[TaskTarget]:
     """Per task, on the means over seeds of the fixed order (the baselines' examples): from
     TARGET_FROM_SHOTS examples per class on, the service is never more than TARGET_BELOW_BEST points
-    below the best baseline at a round, and its mean over those rounds is at least
+    below the best baseline at a round, and its mean over every round is at least
     TARGET_OVER_PROMPT_FT points above prompt-ft's."""
     targets = []
     for task, by_series in seed_means(records).items():
-        service = {n: a for n, a in by_series.get(SERVICE, {}).items() if n >= TARGET_FROM_SHOTS}
+        every = by_series.get(SERVICE, {})
         baselines = {s: v for s, v in by_series.items() if "/" not in s and s != SERVICE}
-        rounds = [n for n in service if "prompt-ft" in baselines and n in baselines["prompt-ft"]]
+        compared = [n for n in every if "prompt-ft" in baselines and n in baselines["prompt-ft"]]
+        rounds = [n for n in compared if n >= TARGET_FROM_SHOTS]
         if not rounds:
             targets.append(TaskTarget(task, None, None, None, None))
             continue
-        gaps = {n: service[n] - max(v[n] for v in baselines.values() if n in v) for n in rounds}
+        gaps = {n: every[n] - max(v[n] for v in baselines.values() if n in v) for n in rounds}
         worst = min(gaps, key=gaps.__getitem__)
         lead = float(
-            np.mean([service[n] for n in rounds]) - np.mean([baselines["prompt-ft"][n] for n in rounds])
+            np.mean([every[n] for n in compared]) - np.mean([baselines["prompt-ft"][n] for n in compared])
         )
         holds = gaps[worst] >= -TARGET_BELOW_BEST and lead >= TARGET_OVER_PROMPT_FT
         targets.append(TaskTarget(task, holds, gaps[worst], worst, lead))
