@@ -51,6 +51,8 @@ def job_summary(job: dict) -> dict:
         "trigger": job.get("trigger"),
         "version": published.get("version"),
         "verdict": gate.get("verdict"),
+        # the gate's dev scores: candidate, serving, and how many dev examples they rest on
+        "gate": {k: gate.get(k) for k in ("candidate", "serving", "dev")} if gate else None,
         "error": job.get("error"),
     }
 
