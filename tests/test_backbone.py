@@ -14,7 +14,8 @@ def test_kind_is_detected_from_the_saved_model(masked_backbone, causal_backbone)
     assert detect_kind(masked_backbone.model.config, masked_backbone.tokenizer) == "masked"
 
 
-def test_slot_outputs_have_batch_and_label_shapes(backbone):
+def test_slot_outputs_have_batch_and_label_shapes(any_backbone):
+    backbone = any_backbone
     encoder = backbone.encoder(TEMPLATE, VERBALIZER)
     batch = encoder.encode(["the movie was great", "a bad film"])
     with torch.no_grad():
@@ -24,8 +25,9 @@ def test_slot_outputs_have_batch_and_label_shapes(backbone):
     assert torch.all(out.label_log_probs <= 0)
 
 
-def test_padding_does_not_change_a_row(backbone):
+def test_padding_does_not_change_a_row(any_backbone):
     """A short text scores the same alone and padded next to a long one."""
+    backbone = any_backbone
     encoder = backbone.encoder(TEMPLATE, VERBALIZER)
     with torch.no_grad():
         alone = backbone.forward(encoder.encode(["a bad film"]), encoder.label_token_ids)
@@ -35,6 +37,29 @@ def test_padding_does_not_change_a_row(backbone):
         )
     torch.testing.assert_close(alone.hidden[0], padded.hidden[0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(alone.label_log_probs[0], padded.label_log_probs[0], atol=1e-4, rtol=1e-4)
+
+
+def test_input_embedding_scale_is_what_the_embedding_module_applies(any_backbone):
+    ids = torch.arange(len(any_backbone.tokenizer), device=any_backbone.device)
+    table = any_backbone.input_embeddings.weight
+    expected = table[ids] * any_backbone.input_embedding_scale
+    torch.testing.assert_close(any_backbone.input_embeddings(ids), expected)
+
+
+def test_gemma_scales_its_embeddings_and_the_slot_scores_are_its_own(gemma_backbone):
+    """Gemma 3's embedding module multiplies by sqrt(hidden size); the backbone's label scores, read from
+    the inputs_embeds it builds, are those of the model run on the token ids."""
+    assert gemma_backbone.input_embedding_scale == pytest.approx(gemma_backbone.hidden_size**0.5)
+    encoder = gemma_backbone.encoder(TEMPLATE, VERBALIZER)
+    batch = encoder.encode(["a bad film", "the movie was great and fun , a good film"])
+    with torch.no_grad():
+        out = gemma_backbone.forward(batch, encoder.label_token_ids)
+        logits = gemma_backbone.model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+        ).logits[:, -1]
+    assert all(len(ids) == 1 for ids in encoder.label_token_ids)
+    words = torch.tensor([ids[0] for ids in encoder.label_token_ids])
+    torch.testing.assert_close(out.label_log_probs, F.log_softmax(logits, -1)[:, words])
 
 
 def _reference_sequence_log_prob(backbone, prompt_ids: list[int], word_ids: list[int]) -> float:

@@ -90,6 +90,31 @@ def test_demonstrations_change_p_lm_but_not_the_store_keys(backbone):
     assert not np.allclose(a.lm_log_probs, b.lm_log_probs)
 
 
+def test_a_class_without_examples_is_injected_at_the_mean_embedding_the_model_reads(any_backbone):
+    """The inputs_embeds the model receives hold, at the placeholder of a class with no examples, the mean
+    of the embedding module's outputs (on Gemma 3 the table times sqrt(hidden size), not the raw rows)."""
+    from openbook.demonstrations import DemoConfig
+
+    backbone = any_backbone
+    demo = Classifier(backbone, TEMPLATE, VERBALIZER, demos=DemoConfig(m=2))
+    demo.add_examples(TRAIN[:2], TRAIN_LABELS[:2])  # "pos" only
+    seen: list[torch.Tensor] = []
+    hook = backbone.model.register_forward_pre_hook(
+        lambda _m, _args, kwargs: seen.append(kwargs["inputs_embeds"]), with_kwargs=True
+    )
+    try:
+        with torch.no_grad():
+            demo.embed(["a bad film"])
+    finally:
+        hook.remove()
+    batch = demo.demo_encoder.encode(["a bad film"])
+    vocabulary = torch.arange(len(backbone.tokenizer), device=backbone.device)
+    token_mean = backbone.input_embeddings(vocabulary).float().mean(0)
+    neg = demo.labels.index("neg")
+    injected = seen[-1][0, batch.demo_index[0, neg]]  # the last pass is the one with demonstrations
+    torch.testing.assert_close(injected.float(), token_mean, atol=1e-5, rtol=1e-4)
+
+
 def test_an_empty_batch_is_a_clear_error(classifier):
     with pytest.raises(PromptError, match="no texts"):
         classifier.predict([])

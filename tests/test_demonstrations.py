@@ -44,7 +44,7 @@ def test_leave_one_out_and_missing_class():
 def test_input_space_mapping_centres_classes_and_places_them_among_tokens():
     embedding = torch.randn(50, 6) * 3 + 1.0
     vectors = np.array([[[1.0, 0, 0, 0, 0, 0], [0, 1.0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]], dtype=np.float32)
-    mapped = to_input_space(vectors, embedding)  # (1, 3, 6); class 2 has no neighbours
+    mapped = to_input_space(vectors, embedding, 1.0)  # (1, 3, 6); class 2 has no neighbours
     token_mean = embedding.mean(0)
     spread = (embedding - token_mean).norm(dim=-1).mean()
     for c in (0, 1):
@@ -54,3 +54,18 @@ def test_input_space_mapping_centres_classes_and_places_them_among_tokens():
     direction = (mapped[0, 0] - token_mean) / spread
     torch.testing.assert_close(direction, torch.tensor([1.0, -1.0, 0, 0, 0, 0]) / 2**0.5)
     torch.testing.assert_close(mapped[0, 2], token_mean)  # no neighbour: the centre, not a zero row
+
+
+def test_input_space_is_the_token_embeddings_as_the_model_reads_them(any_backbone):
+    """Gemma 3 multiplies its embedding table by sqrt(hidden size) inside the embedding module: the mapped
+    vectors sit among the embeddings the module returns, not among the raw table's rows."""
+    backbone = any_backbone
+    tokens = backbone.input_embeddings(torch.arange(len(backbone.tokenizer), device=backbone.device)).float()
+    token_mean = tokens.mean(0)
+    spread = (tokens - token_mean).norm(dim=-1).mean()
+    vectors = np.zeros((1, 3, backbone.hidden_size), dtype=np.float32)
+    vectors[0, 0, 0] = vectors[0, 1, 1] = 1.0  # class 2 has no neighbours
+    mapped = to_input_space(vectors, backbone.input_embeddings.weight, backbone.input_embedding_scale)
+    torch.testing.assert_close(mapped[0, 2], token_mean, atol=1e-5, rtol=1e-4)
+    for c in (0, 1):
+        torch.testing.assert_close((mapped[0, c] - token_mean).norm(), spread, atol=1e-5, rtol=1e-4)

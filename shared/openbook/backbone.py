@@ -138,6 +138,17 @@ class Backbone:
     def input_embeddings(self) -> nn.Embedding:
         return self.model.get_input_embeddings()
 
+    @property
+    def input_embedding_scale(self) -> float:
+        """The factor the input-embedding module multiplies its table by: 1.0 for most models.
+
+        Gemma 3 multiplies by sqrt(hidden_size) inside that module (transformers' scaled word
+        embeddings keep the factor as `embed_scale`), and `inputs_embeds` bypass it. So a vector read
+        from `input_embeddings.weight`, or built to sit among token embeddings, is multiplied by this
+        before the model reads it; calling `input_embeddings(ids)` applies it already.
+        """
+        return float(getattr(self.input_embeddings, "embed_scale", 1.0))
+
     def encoder(
         self, template: Template, verbalizer: Verbalizer, *, demonstrations: bool = False
     ) -> PromptEncoder:

@@ -169,8 +169,10 @@ class Classifier:
             self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids
         )
         batch = self.demo_encoder.encode(texts)
-        injected = to_input_space(demos.vectors, self.backbone.input_embeddings.weight)  # (B, C, H)
-        out = self.backbone.forward(
+        backbone = self.backbone
+        table, scale = backbone.input_embeddings.weight, backbone.input_embedding_scale
+        injected = to_input_space(demos.vectors, table, scale)  # (B, C, H)
+        out = backbone.forward(
             batch, self.demo_encoder.label_token_ids, demo_vectors=injected, prompt=self.prompt
         )
         return out.label_log_probs, batch.truncated

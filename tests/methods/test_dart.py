@@ -96,9 +96,10 @@ def test_the_fluency_objective_is_what_lowers_the_fluency_loss(model_dir: Path, 
     assert after["dart/prompt-lr=0.01"] < 0.8 * after["dart/no-fluency/prompt-lr=0.01"]
 
 
-def test_untrained_prompt_is_the_hand_written_one(backbone: Backbone, toy) -> None:
+def test_untrained_prompt_is_the_hand_written_one(any_backbone: Backbone, toy) -> None:
     """Pseudo-tokens start as the template's words and label vectors as the label words: before training
     DART scores the classes like the plain prompt renormalised over the label words."""
+    backbone = any_backbone
     classifier = Classifier(backbone, Template(TEMPLATE), Verbalizer.parse("0=bad,1=good"))
     prepared = build_method("dart").prepare(classifier)
     batch = classifier.encoder.encode([*toy.texts[:3], "bad"])  # rows of different lengths: padding
@@ -110,10 +111,11 @@ def test_untrained_prompt_is_the_hand_written_one(backbone: Backbone, toy) -> No
 
 
 def test_fluency_matches_a_per_row_reference(
-    backbone: Backbone, monkeypatch: pytest.MonkeyPatch, toy
+    any_backbone: Backbone, monkeypatch: pytest.MonkeyPatch, toy
 ) -> None:
     """The batched fluency pass (padding, B*C rows, LM head on the read positions only) against one plain
     forward per row and class, with the hidden token pinned to each row's last text token."""
+    backbone = any_backbone
     classifier = build_method("dart").prepare(
         Classifier(backbone, Template(TEMPLATE), Verbalizer.parse("0=bad,1=good"))
     )
@@ -151,13 +153,38 @@ def reference_fluency(classifier: Classifier, text: str, label: int, gold: int) 
     row[batch.template_mask[0]] = prompt.template
     special = torch.tensor(backbone.tokenizer.all_special_ids, device=backbone.device)
     chosen = int(torch.nonzero(text_mask(batch)[0] & ~torch.isin(ids, special)).max())
+    as_input = prompt.labels[label] * backbone.input_embedding_scale  # as the model reads a tied row
     if backbone.kind == "masked":
-        row[int(batch.slot_index[0])] = prompt.labels[label]
+        row[int(batch.slot_index[0])] = as_input
         row[chosen] = backbone.input_embeddings.weight[backbone.tokenizer.mask_token_id]
     else:  # class vector first; the position before the chosen token (in the shifted row) predicts it
-        row = torch.cat([prompt.labels[label][None], row])
+        row = torch.cat([as_input[None], row])
     p = backbone.model(inputs_embeds=row[None]).logits[0, chosen].softmax(-1)[ids[chosen]]
     return F.binary_cross_entropy(p, torch.tensor(float(label == gold), device=p.device))
+
+
+def test_untrained_fluency_reads_each_class_vector_as_its_label_word(gemma_backbone: Backbone, toy) -> None:
+    """Gemma 3 ties its LM head to the embedding table and scales that table by sqrt(hidden size) on the
+    way in: an untrained class vector (its word's head row) enters the fluency pass as its word would."""
+    backbone = gemma_backbone
+    assert backbone.model.config.tie_word_embeddings and backbone.input_embedding_scale > 1
+    classifier = build_method("dart").prepare(
+        Classifier(backbone, Template(TEMPLATE), Verbalizer.parse("0=bad,1=good"))
+    )
+    seen: list[torch.Tensor] = []
+    hook = backbone.model.register_forward_pre_hook(
+        lambda _m, _args, kwargs: seen.append(kwargs["inputs_embeds"]), with_kwargs=True
+    )
+    try:
+        with torch.no_grad():
+            fluency_loss(classifier, toy.texts[:1], torch.tensor([1]))
+            words = [
+                backbone.input_embeddings(torch.tensor(ids)).mean(0)
+                for ids in classifier.encoder.label_token_ids
+            ]
+    finally:
+        hook.remove()
+    torch.testing.assert_close(seen[0][:, 0], torch.stack(words))  # row c: class c's vector, then the text
 
 
 def test_fluency_term_is_finite_and_changes_the_loss(backbone: Backbone, toy) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from openbook.methods.ipt import (
     IPTConfig,
     LabelledCorpus,
     build_prompt,
+    neutral_token,
     pretrain_prompt_table,
     pretrained_table_path,
 )
@@ -123,6 +125,20 @@ def test_different_inputs_get_different_prompts(backbone: Backbone, spec: str, t
     assert prompts.shape == (2, 4, backbone.input_embeddings.embedding_dim)
     # Untrained encoders mean-pool random features, so inputs differ by a few percent (the MLP least).
     assert relative_difference(prompts[0], prompts[1]) > 0.01
+
+
+def test_prompts_start_at_a_line_break_as_the_model_reads_it(any_backbone: Backbone, toy) -> None:
+    """The base vectors are the neutral token's embedding as the embedding module returns it (Gemma 3
+    scales the table by sqrt(hidden size)), and the input-dependent part is small beside it."""
+    backbone = any_backbone
+    prompt = build_prompt(IPTConfig(), backbone)
+    line_break = torch.tensor(neutral_token(backbone.tokenizer), device=backbone.device)
+    with torch.no_grad():
+        expected = backbone.input_embeddings(line_break).float()
+    torch.testing.assert_close(prompt.base, expected.expand_as(prompt.base))
+    classifier = dataclasses.replace(Classifier(backbone, toy.template, toy.verbalizer), prompt=prompt)
+    instance = instance_part(classifier, toy.texts[:2])  # (2, k, E)
+    assert 0 < float(instance.norm(dim=-1).mean()) < float(expected.norm())
 
 
 @pytest.mark.parametrize("spec", GENERATORS)

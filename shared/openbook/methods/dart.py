@@ -150,7 +150,7 @@ def build_prompt(classifier: Classifier) -> DifferentiablePrompt:
             "put some words around the placeholders, e.g. '{text} It was {mask}'"
         )
     with torch.no_grad():
-        template = backbone.input_embeddings.weight[template_ids.to(backbone.device)]  # (P, E)
+        template = backbone.input_embeddings(template_ids.to(backbone.device))  # (P, E) as the model reads
     rows = [word_output_embedding(backbone, ids) for ids in classifier.encoder.label_token_ids]
     labels = torch.stack([row for row, _ in rows])  # (C, E')
     biases = [bias for _, bias in rows]
@@ -171,14 +171,17 @@ def fluency_loss(classifier: Classifier, texts: list[TextInput], gold: torch.Ten
     rows, length, width = embeds.shape
     classes = len(prompt.labels)
     chosen, counted = choose_text_tokens(batch, backbone)  # (B,), (B,)
-    label_vectors = prompt.labels.to(embeds.dtype)  # (C, E)
+    # The label vectors live in the LM head's space; read as inputs they take the embedding module's
+    # scale, as a tied head's row does when its token is in the input.
+    label_vectors = prompt.labels.to(embeds.dtype) * backbone.input_embedding_scale  # (C, E)
     per_class = embeds[:, None].expand(rows, classes, length, width)  # (B, C, T, E): row b, class c
 
     if backbone.kind == "masked":
         positions = torch.arange(length, device=device)
         at_slot = (positions == batch.slot_index[:, None])[:, None, :, None]  # (B, 1, T, 1)
         at_chosen = (positions == chosen[:, None])[:, None, :, None]  # (B, 1, T, 1)
-        mask_vector = backbone.input_embeddings.weight[backbone.tokenizer.mask_token_id]  # (E,)
+        mask_id = torch.tensor(backbone.tokenizer.mask_token_id, device=device)
+        mask_vector = backbone.input_embeddings(mask_id)  # (E,)
         inputs = torch.where(at_slot, label_vectors[None, :, None, :], per_class)
         inputs = torch.where(at_chosen, mask_vector, inputs)  # (B, C, T, E)
         kwargs: dict[str, Any] = {

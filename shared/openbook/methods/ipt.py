@@ -208,12 +208,18 @@ class InstancePrompt(SoftPrompt):
         self.base = nn.Parameter(torch.zeros(config.num_prompts, embed_dim))
 
     @torch.no_grad()
-    def init_from_embeddings(self, word_embeddings: torch.Tensor, base_token: int) -> None:
-        """Start as k copies of a neutral token plus a small input-dependent part."""
-        self.base.copy_(word_embeddings[base_token].expand_as(self.base))
-        scale = INSTANCE_INIT * float(word_embeddings.std())
-        # LayerNorm'd features have unit variance, so this makes each output element's std about `scale`.
-        nn.init.normal_(self.project.weight, std=scale / self.features.out_dim**0.5)
+    def init_from_embeddings(
+        self, word_embeddings: torch.Tensor, embedding_scale: float, base_token: int
+    ) -> None:
+        """Start as k copies of a neutral token plus a small input-dependent part.
+
+        The model reads the table `word_embeddings` multiplied by `embedding_scale`
+        (`Backbone.input_embedding_scale`), and so must the prompts start.
+        """
+        self.base.copy_(embedding_scale * word_embeddings[base_token].expand_as(self.base))
+        spread = INSTANCE_INIT * embedding_scale * float(word_embeddings.std())
+        # LayerNorm'd features have unit variance, so this makes each output element's std about `spread`.
+        nn.init.normal_(self.project.weight, std=spread / self.features.out_dim**0.5)
         nn.init.zeros_(self.project.bias)
 
     def generate(self, embeds: torch.Tensor, batch: EncodedBatch) -> torch.Tensor:
@@ -234,7 +240,9 @@ def build_prompt(config: IPTConfig, backbone: Backbone) -> InstancePrompt:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(INIT_SEED)
         prompt = InstancePrompt(config, word_embeddings.shape[0], word_embeddings.shape[1])
-        prompt.init_from_embeddings(word_embeddings, neutral_token(backbone.tokenizer))
+        prompt.init_from_embeddings(
+            word_embeddings, backbone.input_embedding_scale, neutral_token(backbone.tokenizer)
+        )
     return prompt.to(backbone.device)
 
 

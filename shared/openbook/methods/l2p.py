@@ -110,19 +110,22 @@ def frozen_query(embeds: torch.Tensor, batch: EncodedBatch, backbone: Backbone) 
 class PromptPool(SoftPrompt):
     """M keys (M, H) and M prompts (M, L, E); prepends the N prompts whose keys best match the query."""
 
-    def __init__(self, config: L2PConfig, hidden_size: int, token_embeddings: torch.Tensor) -> None:
+    def __init__(
+        self, config: L2PConfig, hidden_size: int, token_embeddings: torch.Tensor, embedding_scale: float
+    ) -> None:
         super().__init__()
         self.top_n = config.top_n
         self.frequency_penalty = config.frequency_penalty
         generator = torch.Generator().manual_seed(INIT_SEED)
         # Uniform keys, as the paper initialises them; prompts start as real token embeddings (prompt
-        # tuning's vocabulary initialisation), so the frozen LM first reads familiar inputs.
+        # tuning's vocabulary initialisation), so the frozen LM first reads familiar inputs. The model
+        # reads the table `token_embeddings` times `embedding_scale` (`Backbone.input_embedding_scale`).
         keys = torch.rand(config.pool_size, hidden_size, generator=generator) * 2 - 1  # (M, H)
         vocabulary = token_embeddings.detach().float().cpu()  # (V, E)
         tokens = torch.randint(len(vocabulary), (config.pool_size, config.prompt_length), generator=generator)
         device = token_embeddings.device
         self.keys = nn.Parameter(keys.to(device))
-        self.prompts = nn.Parameter(vocabulary[tokens].to(device))  # (M, L, E)
+        self.prompts = nn.Parameter((vocabulary[tokens] * embedding_scale).to(device))  # (M, L, E)
         self.register_buffer("counts", torch.zeros(config.pool_size, device=device))  # (M,) selections
         # The counts when this training run began: what the penalty reads (not saved; see `close_task`).
         self.register_buffer("previous_counts", torch.zeros_like(self.counts), persistent=False)
@@ -176,7 +179,8 @@ class L2P(Method):
     def prepare(self, classifier: Classifier) -> Classifier:
         self.check_backbone(classifier.backbone)
         backbone = classifier.backbone
-        pool = PromptPool(self.config, backbone.hidden_size, backbone.input_embeddings.weight)
+        table, scale = backbone.input_embeddings.weight, backbone.input_embedding_scale
+        pool = PromptPool(self.config, backbone.hidden_size, table, scale)
         # Inference mode until the loop's training steps switch it: the untrained pool's calibration and
         # step-0 dev pass must neither count selections nor use the training-time penalty.
         return dataclasses.replace(classifier, prompt=pool.eval())
