@@ -117,3 +117,19 @@ def test_dev_accuracy_never_finds_a_dev_example_among_the_neighbours(
     assert dev_accuracy(classifier, train, DEV) == 1.0  # the train twins, correctly labelled, answer
     assert classifier.store.ids().tolist() == [100, 101, 102, 103]  # the served store is left alone
     assert dev_accuracy(classifier, train, LabelledTexts([], np.array([], dtype=np.int64))) is None
+
+
+def test_dev_check_ranks_an_accuracy_tie_by_the_gold_likelihood(causal_dir: Path, fresh_classifier) -> None:
+    from openbook.fitting import dev_check
+
+    classifier, _ = fresh_classifier(causal_dir, "retroprompt")
+    classifier.knn = KnnConfig(k=1, temperature=0.01, lam=1.0)  # the nearest neighbour's label alone
+    words = classifier.verbalizer.labels
+    train = StoreExamples(DEV.texts, [words[i] for i in DEV.labels], np.arange(4))
+    sure = dev_check(classifier, train, DEV)
+    classifier.knn = KnnConfig(k=1, temperature=0.01, lam=0.6)  # the same answers, less sure of them
+    unsure = dev_check(classifier, train, DEV)
+    assert sure is not None and unsure is not None
+    assert sure.accuracy == unsure.accuracy == 1.0
+    assert sure.log_likelihood == pytest.approx(0.0, abs=1e-3) and unsure.log_likelihood < sure.log_likelihood
+    assert unsure.key() < sure.key()

@@ -131,8 +131,9 @@ class JobOut(BaseModel):
     metrics: dict | None = None
     published: dict | None = None  # the checkpoint: version, path, manifest sha256, log offset
     force: bool = False  # the job skips the promotion gate
-    # the promotion gate: metric, candidate, serving, serving_version, dev, verdict (promoted, rejected,
-    # forced, first); a rejected candidate is kept as a version and not published
+    # the promotion gate: metric, candidate, serving (dev accuracies), candidate_log_likelihood,
+    # serving_log_likelihood (the tie-break), serving_version, dev, verdict (promoted, rejected, forced,
+    # first); a rejected candidate is kept as a version and not published
     gate: dict | None = None
     error: str | None = None
     trigger: Literal["manual", "auto"] = "manual"  # auto: queued by the task's training settings

@@ -3,7 +3,11 @@
 Both are scored on the same dev examples (a stable hash of the example id puts one in four in dev, see
 worker.split_dev) by the final prediction, kNN interpolation included, each with a store of the train
 examples alone embedded by its own weights, so no dev example is its own neighbour
-(openbook.fitting.dev_accuracy). The metric is accuracy; a tie promotes.
+(openbook.fitting.dev_check). They are ranked by accuracy, and an accuracy tie by the mean
+log-likelihood of the gold labels; only a full tie promotes. Dev starts with a handful of examples
+(two per class labelled puts about one in dev), where accuracies tie often: in the learning-curve
+benchmark a candidate and the serving model both scored 2 of 2, and the tie promoted a candidate 21
+points worse on test. The likelihood is the smooth part of the same evidence that separates them.
 
 Verdicts: `promoted` (at least as well), `rejected` (worse: kept as a version, never published),
 `forced` (the job asked to skip the gate), `first` (nothing serves yet). With no dev example, there is
@@ -20,7 +24,7 @@ import numpy as np
 from openbook.artifacts import CheckpointError
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier
-from openbook.fitting import LabelledTexts, StoreExamples, dev_accuracy
+from openbook.fitting import DevCheck, LabelledTexts, StoreExamples, dev_check
 from openbook.labels import LabelError, fit_to_labels
 from openbook.prompting import TextInput
 
@@ -29,7 +33,7 @@ from services.bus.task_spec import Task
 
 logger = logging.getLogger(__name__)
 
-METRIC = "accuracy"
+METRIC = "accuracy, then gold log-likelihood"
 Examples = dict[int, tuple[TextInput, str]]
 
 
@@ -45,15 +49,15 @@ def load_serving(published: Published, task: Task, device: str) -> Classifier:
 
 def score(
     classifier: Classifier, examples: Examples, train_ids: list[int], dev_ids: list[int]
-) -> float | None:
-    """`classifier`'s dev accuracy with a store of the train examples only; None with no dev example."""
+) -> DevCheck | None:
+    """`classifier` scored on dev with a store of the train examples only; None with no dev example."""
     train = StoreExamples(
         [examples[i][0] for i in train_ids], [examples[i][1] for i in train_ids], np.array(train_ids)
     )
     dev = LabelledTexts(
         [examples[i][0] for i in dev_ids], classifier.label_indices([examples[i][1] for i in dev_ids])
     )
-    return dev_accuracy(classifier, train, dev)
+    return dev_check(classifier, train, dev)
 
 
 def judge(
@@ -67,7 +71,8 @@ def judge(
     *,
     force: bool = False,
 ) -> dict[str, Any]:
-    """The gate's record: {metric, candidate, serving, serving_version, dev, verdict}."""
+    """The gate's record: {metric, candidate, serving (dev accuracies), their log-likelihoods,
+    serving_version, dev, verdict}."""
     candidate_score = score(candidate, examples, train_ids, dev_ids)
     serving_score = None
     if force:
@@ -79,13 +84,24 @@ def judge(
             serving_score = score(load_serving(serving, task, device), examples, train_ids, dev_ids)
         except (CheckpointError, LabelError) as error:  # gone, damaged or on other labels: not comparable
             logger.warning("task %s: the serving version cannot be scored: %s", task.name, error)
-        comparable = candidate_score is not None and serving_score is not None
-        verdict = "rejected" if comparable and candidate_score < serving_score else "promoted"  # type: ignore[operator]
+        verdict = "rejected" if loses(candidate_score, serving_score) else "promoted"
     return {
         "metric": METRIC,
-        "candidate": candidate_score,
-        "serving": serving_score,
+        "candidate": _rounded(candidate_score, "accuracy"),
+        "serving": _rounded(serving_score, "accuracy"),
+        "candidate_log_likelihood": _rounded(candidate_score, "log_likelihood"),
+        "serving_log_likelihood": _rounded(serving_score, "log_likelihood"),
         "serving_version": None if serving is None else serving.version,
         "dev": len(dev_ids),
         "verdict": verdict,
     }
+
+
+def loses(candidate: DevCheck | None, serving: DevCheck | None) -> bool:
+    """Whether the candidate does worse than the serving version; with nothing to compare, it does not."""
+    return candidate is not None and serving is not None and candidate.key() < serving.key()
+
+
+def _rounded(check: DevCheck | None, field: str) -> float | None:
+    """A score as the records keep it: 6 decimals, which the version record's Lua JSON keeps exactly."""
+    return None if check is None else round(getattr(check, field), 6)

@@ -13,8 +13,8 @@
 `fit_classifier` stops before step 4, for a caller that only scores the result (the baselines of
 `openbook bench learning-curve`).
 
-`dev_accuracy` scores a trained classifier on dev as it would serve, for the
-service's promotion gate.
+`dev_check` scores a trained classifier on dev as it would serve (accuracy, then the
+gold label's log-likelihood), for the service's promotion gate.
 """
 
 from __future__ import annotations
@@ -144,8 +144,19 @@ def fit_and_save(
     return Fitted(saved, dev_metrics, result)
 
 
-def dev_accuracy(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) -> float | None:
-    """Accuracy of the final prediction (kNN interpolation included) on dev; None with no dev example.
+@dataclass(frozen=True)
+class DevCheck:
+    """A classifier's score on dev as it would serve, ranked as training ranks its dev checks."""
+
+    accuracy: float
+    log_likelihood: float  # mean log P(gold) of the final distribution
+
+    def key(self) -> tuple[float, float]:
+        return (self.accuracy, self.log_likelihood)
+
+
+def dev_check(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) -> DevCheck | None:
+    """The final prediction (kNN interpolation included) scored on dev; None with no dev example.
 
     The classifier predicts with a store of the train examples alone, embedded by its own weights, so no
     dev example is its own neighbour. The classifier itself is left as it was.
@@ -155,5 +166,15 @@ def dev_accuracy(classifier: Classifier, train: StoreExamples, dev: LabelledText
     store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
     scoring = dataclasses.replace(classifier, store=store)
     scoring.add_examples(train.texts, train.labels, ids=train.ids)
-    predicted = scoring.label_indices([p.label for p in scoring.predict(dev.texts)])
-    return float((predicted == dev.labels).mean())
+    predictions = scoring.predict(dev.texts)
+    predicted = scoring.label_indices([p.label for p in predictions])
+    gold = [p.probabilities[scoring.labels[i]] for p, i in zip(predictions, dev.labels, strict=True)]
+    return DevCheck(
+        float((predicted == dev.labels).mean()), float(np.log(np.maximum(gold, 1e-12)).mean())
+    )
+
+
+def dev_accuracy(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) -> float | None:
+    """`dev_check`'s accuracy; None with no dev example."""
+    check = dev_check(classifier, train, dev)
+    return None if check is None else check.accuracy

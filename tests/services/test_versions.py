@@ -13,6 +13,7 @@ from services.bus.jobs import Job, Published, checkpoints_key, current_checkpoin
 from services.bus.task_spec import TASKS_KEY, Task
 from services.bus.versions import list_versions, new_record, promote, retain, set_pinned
 from services.client import OpenBookClient
+from services.trainer.gate import METRIC
 from services.trainer.worker import Worker, in_dev, split_dev
 from tests.services.harness import TASK, wait_for
 
@@ -97,7 +98,7 @@ def test_a_worse_candidate_is_rejected_and_force_skips_the_gate(server, replicas
     worse = train(api, worker, WORSE)
     gate = worse["gate"]
     assert gate["verdict"] == "rejected" and gate["candidate"] < gate["serving"], gate
-    assert gate["serving_version"] == serving and gate["metric"] == "accuracy" and gate["dev"] == 5
+    assert gate["serving_version"] == serving and gate["metric"] == METRIC and gate["dev"] == 5
     assert worse["published"] is None  # never on the checkpoints stream: no replica can serve it
     assert (
         client.xlen(checkpoints_key("reviews")) == 1
