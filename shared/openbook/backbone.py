@@ -31,7 +31,7 @@ from torch import nn
 
 from openbook.models import DEFAULT_BACKBONE, resolve_backbone
 from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
-from openbook.prompting.encoder import BackboneKind
+from openbook.prompting.encoder import BackboneKind, DemoLayout
 
 DEVICE_ENV = "OPENBOOK_DEVICE"  # the default device everywhere: cpu (default), cuda, cuda:N or auto
 
@@ -138,8 +138,22 @@ class Backbone:
     def input_embeddings(self) -> nn.Embedding:
         return self.model.get_input_embeddings()
 
+    @property
+    def output_head(self) -> nn.Module:
+        """The LM head's output layer: a module with `weight` (V, H) and maybe `bias` (V,)."""
+        return self.model.get_output_embeddings()
+
+    def input_embedding_table(self) -> torch.Tensor:
+        """(V, E) every token's input embedding as the model's input layer hands it on.
+
+        Code that builds input vectors from the embedding table (statistics of it, or rows of it) reads
+        the table here, so a model whose input layer does more than look the row up has one place to
+        say so.
+        """
+        return self.input_embeddings.weight
+
     def encoder(
-        self, template: Template, verbalizer: Verbalizer, *, demonstrations: bool = False
+        self, template: Template, verbalizer: Verbalizer, *, demonstrations: DemoLayout = "none"
     ) -> PromptEncoder:
         return PromptEncoder(
             self.tokenizer,
@@ -191,7 +205,7 @@ class Backbone:
             if threading.get_ident() == caller:
                 features.append(args[0])
 
-        head = self.model.get_output_embeddings()
+        head = self.output_head
         hook = head.register_forward_pre_hook(read_head_input) if own_label_head else None
         try:
             out = self.model(**kwargs)
