@@ -103,7 +103,7 @@ def test_masked_multi_token_label_is_mean_of_piece_log_probs(masked_backbone):
 
 
 def test_demo_vectors_reach_the_model_at_the_placeholders(backbone):
-    encoder = backbone.encoder(TEMPLATE, VERBALIZER, demonstrations=True)
+    encoder = backbone.encoder(TEMPLATE, VERBALIZER, demonstrations="vectors")
     batch = encoder.encode(["the movie was great", "a bad film"]).to(backbone.device)
     captured = {}
     hook = backbone.input_embeddings.register_forward_hook(lambda _m, _i, out: captured.setdefault("e", out))

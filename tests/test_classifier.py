@@ -26,6 +26,7 @@ def classifier(backbone):
 def test_prediction_carries_lm_knn_and_neighbours(classifier):
     ids = classifier.add_examples(TRAIN, TRAIN_LABELS, ids=[10, 11, 12, 13])
     assert ids.tolist() == [10, 11, 12, 13] and len(classifier.store) == 4
+    assert classifier.store.texts_of(ids) == TRAIN  # kept with the entries, for textual demonstrations
     (prediction,) = classifier.predict(["the movie was great and fun"])
     assert len(prediction.neighbours) == 3
     top = prediction.neighbours[0]

@@ -1,6 +1,13 @@
 import numpy as np
+import pytest
 import torch
-from openbook.demonstrations import DemoConfig, retrieve_demonstrations, to_input_space
+from openbook.demonstrations import (
+    DemoConfig,
+    retrieve_demonstrations,
+    retrieve_texts,
+    to_input_space,
+    to_words,
+)
 from openbook.store import KnowledgeStore
 
 
@@ -69,3 +76,39 @@ def test_input_space_is_the_token_embeddings_as_the_model_reads_them(any_backbon
     torch.testing.assert_close(mapped[0, 2], token_mean, atol=1e-5, rtol=1e-4)
     for c in (0, 1):
         torch.testing.assert_close((mapped[0, c] - token_mean).norm(), spread, atol=1e-5, rtol=1e-4)
+
+
+def test_text_demonstrations_are_nearest_first_in_label_order_and_leave_one_out():
+    # Ids 0-5 on a circle: labels 0, 1, 2, 0, 1, 2; query = item 0's own vector.
+    angles = np.linspace(0, 1.5, 6)
+    vectors = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
+    store = KnowledgeStore(2)
+    store.add(np.arange(6), vectors, [0, 1, 2, 0, 1, 2], texts=[f"text {i}" for i in range(6)])
+    shown = retrieve_texts(store, vectors[:1], 3, DemoConfig(m=2, mode="text"))
+    # Rank by rank, classes in label order: the nearest of each class, then the second nearest.
+    assert shown == [
+        [("text 0", 0), ("text 1", 1), ("text 2", 2), ("text 3", 0), ("text 4", 1), ("text 5", 2)]
+    ]
+    alone = retrieve_texts(store, vectors[:2], 3, DemoConfig(m=1, mode="text"), exclude_ids=np.array([0, 1]))
+    assert alone == [
+        [("text 3", 0), ("text 1", 1), ("text 2", 2)],
+        [("text 0", 0), ("text 4", 1), ("text 2", 2)],
+    ]
+    store.add([6], vectors[:1], [0])  # stored without its text
+    with pytest.raises(KeyError, match="without its text"):
+        retrieve_texts(store, vectors[:1], 3, DemoConfig(m=1, mode="text"), exclude_ids=np.array([0]))
+
+
+def test_word_mapping_places_the_input_embedding_of_the_head_argmax_word():
+    vocab, hidden, embedding_dim = 5, 3, 4
+    head = torch.nn.Linear(hidden, vocab, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(torch.tensor([[1.0, 0, 0], [0, 1, 0], [0, 0, 1], [-1, 0, 0], [0.6, 0.6, 0]]))
+        head.bias.copy_(torch.tensor([0, 0, 0, 0, 0.5]))  # the bias counts: word 4 wins for (1, 1, 0)
+    table = torch.arange(vocab * embedding_dim, dtype=torch.float32).reshape(vocab, embedding_dim)
+    vectors = np.array([[[0, 0.2, 0.9], [-1.0, 0.1, 0], [1.0, 1.0, 0], [0, 0, 0]]], dtype=np.float32)
+    mapped = to_words(vectors, head, table)  # (1, 4, 4); the last class has no neighbours
+    assert mapped.shape == (1, 4, embedding_dim)
+    for c, word in enumerate([2, 3, 4]):
+        torch.testing.assert_close(mapped[0, c], table[word])
+    torch.testing.assert_close(mapped[0, 3], table.mean(0))

@@ -289,3 +289,23 @@ def test_approx_recall_reports_what_the_index_really_achieves():
     measured = np.mean((found[:, :, None] == ref_ids[:, None, :]).any(axis=2))
     assert measured < 0.9
     assert store.approx_recall == pytest.approx(measured, abs=0.05)
+
+
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_texts_follow_their_entries(backend):
+    store = KnowledgeStore(DIM, backend=backend, shard_size=2)
+    vectors = np.random.default_rng(13).standard_normal((4, DIM))
+    store.add([1, 2, 3], vectors[:3], [0, 1, 0], texts=["one", ("two a", "two b"), "three"])
+    assert store.texts_of([3, 1, 2]) == ["three", "one", ("two a", "two b")]
+    store.add([1, 1], vectors[2:4], [1, 1], texts=["stale", "new one"])  # upsert: the last occurrence wins
+    assert store.texts_of([1]) == ["new one"]
+    store.add([3], vectors[:1], [0])  # replaced without a text: the old one does not linger
+    with pytest.raises(KeyError, match="id 3 is stored without its text"):
+        store.texts_of([3])
+    store.remove([2])
+    with pytest.raises(KeyError, match="id 2 is not in the store"):
+        store.texts_of([2])
+    moved = store.to("cpu", backend="torch" if backend == "faiss" else "faiss")
+    assert moved.texts_of([1]) == ["new one"] and moved.backend != store.backend
+    with pytest.raises(ValueError, match="texts must have the same length"):
+        store.add([4, 5], vectors[:2], [0, 0], texts=["only one"])

@@ -124,7 +124,8 @@ class TaskRuntime:
             return self.classifier.predict(texts), self.model_version, self.offset
 
     def demonstrations(self, text: TextInput) -> Demonstrations:
-        """What neural demonstrations would retrieve for `text`: per class, neighbours and weights."""
+        """What demonstrations would retrieve for `text`: per class, neighbours and their weights in the
+        class vector (textual demonstrations write the same neighbours out, nearest first)."""
         with self.lock:
             query = self.classifier.embed([text], vectors_only=True).vectors
             config = self.classifier.demos or DemoConfig()

@@ -31,7 +31,7 @@ from torch import nn
 
 from openbook.models import DEFAULT_BACKBONE, resolve_backbone
 from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
-from openbook.prompting.encoder import BackboneKind
+from openbook.prompting.encoder import BackboneKind, DemoLayout
 
 DEVICE_ENV = "OPENBOOK_DEVICE"  # the default device everywhere: cpu (default), cuda, cuda:N or auto
 
@@ -149,8 +149,21 @@ class Backbone:
         """
         return float(getattr(self.input_embeddings, "embed_scale", 1.0))
 
+    @property
+    def output_head(self) -> nn.Module:
+        """The LM head's output layer: a module with `weight` (V, H) and maybe `bias` (V,)."""
+        return self.model.get_output_embeddings()
+
+    def input_embedding_table(self) -> torch.Tensor:
+        """(V, E) the input layer's table as stored; the model reads a row times `input_embedding_scale`.
+
+        Code that builds input vectors from the table (statistics of it, or rows of it) reads it here
+        and applies the scale.
+        """
+        return self.input_embeddings.weight
+
     def encoder(
-        self, template: Template, verbalizer: Verbalizer, *, demonstrations: bool = False
+        self, template: Template, verbalizer: Verbalizer, *, demonstrations: DemoLayout = "none"
     ) -> PromptEncoder:
         return PromptEncoder(
             self.tokenizer,
@@ -202,7 +215,7 @@ class Backbone:
             if threading.get_ident() == caller:
                 features.append(args[0])
 
-        head = self.model.get_output_embeddings()
+        head = self.output_head
         hook = head.register_forward_pre_hook(read_head_input) if own_label_head else None
         try:
             out = self.model(**kwargs)

@@ -8,8 +8,9 @@ subtracting a per-label log-prior (`label_bias`, see `calibration.py`);
 prediction carries both, and the neighbours it used, as its explanation.
 
 Store keys and kNN queries are the slot vectors of the plain prompt. With
-demonstrations on, a second pass injects them and only P_LM is read from it,
-so the store never depends on what was retrieved into it.
+demonstrations on (vectors or texts, `demonstrations.py`), a second pass
+shows them and only P_LM is read from it, so the store never depends on what
+was retrieved into it.
 """
 
 from __future__ import annotations
@@ -23,9 +24,15 @@ from tqdm.auto import tqdm
 
 from openbook.backbone import Backbone
 from openbook.calibration import CalibrationMode, calibrated_p_lm, label_bias
-from openbook.demonstrations import DemoConfig, retrieve_demonstrations, to_input_space
+from openbook.demonstrations import (
+    DemoConfig,
+    retrieve_demonstrations,
+    retrieve_texts,
+    to_input_space,
+    to_words,
+)
 from openbook.knn import KnnConfig, knn_mixture
-from openbook.prompting import PromptError, Template, TextInput, Verbalizer
+from openbook.prompting import PromptEncoder, PromptError, Template, TextInput, Verbalizer
 from openbook.soft_prompts import SoftPrompt
 from openbook.store import KnowledgeStore, SearchResult
 
@@ -69,16 +76,17 @@ class Classifier:
     verbalizer: Verbalizer
     store: KnowledgeStore = field(default=None)  # type: ignore[assignment]  # built in __post_init__
     knn: KnnConfig = field(default_factory=KnnConfig)
-    demos: DemoConfig | None = None  # None: no neural demonstrations
+    demos: DemoConfig | None = None  # None: no demonstrations
     label_bias: np.ndarray | None = None  # (C,) log-prior subtracted from the label scores
     prompt: SoftPrompt | None = None  # trainable prompt vectors of DART, IPT, L2P, PEFT (soft_prompts.py)
     batch_size: int = 32
 
     def __post_init__(self) -> None:
         self.encoder = self.backbone.encoder(self.template, self.verbalizer)
-        self.demo_encoder = (
-            self.backbone.encoder(self.template, self.verbalizer, demonstrations=True) if self.demos else None
-        )
+        self.demo_encoder: PromptEncoder | None = None
+        if self.demos is not None:
+            layout = "text" if self.demos.mode == "text" else "vectors"
+            self.demo_encoder = self.backbone.encoder(self.template, self.verbalizer, demonstrations=layout)
         if self.store is None:
             self.store = KnowledgeStore(self.backbone.hidden_size, device=self.backbone.device)
         elif self.store.dim != self.backbone.hidden_size:
@@ -165,16 +173,23 @@ class Classifier:
             return out.label_log_probs, batch.truncated
         if queries is None:
             raise ValueError("demonstrations need query vectors to retrieve them")
+        label_ids = self.demo_encoder.label_token_ids
+        if self.demos.mode == "text":
+            shown = retrieve_texts(self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids)
+            batch = self.demo_encoder.encode(texts, demos=shown)
+            out = self.backbone.forward(batch, label_ids, prompt=self.prompt)
+            return out.label_log_probs, batch.truncated
         demos = retrieve_demonstrations(
             self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids
         )
         batch = self.demo_encoder.encode(texts)
-        backbone = self.backbone
-        table, scale = backbone.input_embeddings.weight, backbone.input_embedding_scale
-        injected = to_input_space(demos.vectors, table, scale)  # (B, C, H)
-        out = backbone.forward(
-            batch, self.demo_encoder.label_token_ids, demo_vectors=injected, prompt=self.prompt
+        table, scale = self.backbone.input_embedding_table(), self.backbone.input_embedding_scale
+        injected = (  # (B, C, E), as the model reads its input embeddings
+            to_words(demos.vectors, self.backbone.output_head, table) * scale
+            if self.demos.mode == "words"
+            else to_input_space(demos.vectors, table, scale)
         )
+        out = self.backbone.forward(batch, label_ids, demo_vectors=injected, prompt=self.prompt)
         return out.label_log_probs, batch.truncated
 
     def score(
@@ -225,20 +240,26 @@ class Classifier:
         if len(texts) != len(labels):
             raise PromptError("texts and labels must have the same length")
         self.label_indices(labels)  # unknown labels fail before the forward passes
-        return self.add_embeddings(self.embed(texts), labels, ids)
+        return self.add_embeddings(self.embed(texts, vectors_only=True), labels, ids, texts=texts)
 
     def add_embeddings(
-        self, embeddings: Embeddings, labels: Sequence[str], ids: Sequence[int] | np.ndarray | None = None
+        self,
+        embeddings: Embeddings,
+        labels: Sequence[str],
+        ids: Sequence[int] | np.ndarray | None = None,
+        *,
+        texts: Sequence[TextInput] | None = None,  # kept with the entries, for textual demonstrations
     ) -> np.ndarray:
         """Put already-embedded examples into the store. Returns their ids (new ones follow the largest)."""
-        if len(labels) != len(embeddings.vectors) or (ids is not None and len(ids) != len(labels)):
-            raise PromptError("embeddings, labels and ids must have the same length")
+        lengths = {len(embeddings.vectors), *(len(x) for x in (ids, texts) if x is not None)}
+        if lengths != {len(labels)}:
+            raise PromptError("embeddings, labels, ids and texts must have the same length")
         label_ids = self.label_indices(labels)
         if ids is None:
             first = int(self.store.ids().max()) + 1 if len(self.store) else 0
             ids = np.arange(first, first + len(labels), dtype=np.int64)
         ids = np.asarray(ids, dtype=np.int64)
-        self.store.add(ids, embeddings.vectors, label_ids)
+        self.store.add(ids, embeddings.vectors, label_ids, texts)
         return ids
 
 

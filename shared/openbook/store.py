@@ -1,4 +1,7 @@
-"""A FAISS store of L2-normalised "slot vectors", each with a stable id and a class label.
+"""A FAISS store of L2-normalised "slot vectors", each with a stable id, a class label and maybe its text.
+
+The text is what textual demonstrations (`demonstrations.py`) write into a prompt; it travels with the
+entry (an upsert without a text leaves the entry without one, a removal drops it) and with snapshots.
 
 Similarity is the inner product of unit vectors, i.e. cosine similarity. Small stores search exactly,
 over flat shards; once a store reaches ``approx_threshold`` items it is rebuilt as an IVF index and the
@@ -10,7 +13,8 @@ matrix product per batch. Snapshots are written in the FAISS format either way (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import faiss
@@ -18,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from openbook.prompting.templates import TextInput
 from openbook.store_torch import TorchKeys
 
 # A faiss flat index keeps its vectors in one growing buffer: removing a row moves everything after it,
@@ -106,6 +111,7 @@ class StoreState:
     labels: np.ndarray  # int64 (N,), aligned with ids
     index_of: np.ndarray  # int64 (N,), which index holds each id
     ivf_built_at: int
+    texts: dict[int, TextInput] = field(default_factory=dict)  # id -> text, for the entries that have one
 
 
 class KnowledgeStore:
@@ -151,6 +157,7 @@ class KnowledgeStore:
         self._labels = np.zeros(0, dtype=np.int64)
         self._index_of = np.zeros(0, dtype=np.int64)
         self._ivf_built_at = 0
+        self._texts: dict[int, TextInput] = {}
         self._label_cache: tuple[tuple[int, int], list[Any], list[Any], np.ndarray] | None = None
         self.device = torch.device(device)
         if backend == "auto":
@@ -231,14 +238,30 @@ class KnowledgeStore:
             vectors[rows] = self._indexes[holder].reconstruct_batch(np.ascontiguousarray(ids[rows]))
         return vectors
 
-    def add(self, ids: npt.ArrayLike, vectors: npt.ArrayLike, labels: npt.ArrayLike) -> None:
-        """Upsert: an id already stored is replaced. Within one batch the last occurrence of an id wins."""
+    def texts_of(self, ids: npt.ArrayLike) -> list[TextInput]:
+        """The stored texts of `ids`; KeyError for an id not stored, or stored without its text."""
+        ids = _as_ids(ids, "ids", non_negative=False)
+        self._positions_of(ids)
+        missing = [int(i) for i in ids if int(i) not in self._texts]
+        if missing:
+            raise KeyError(f"id {missing[0]} is stored without its text (add it with texts=...)")
+        return [self._texts[int(i)] for i in ids]
+
+    def add(
+        self,
+        ids: npt.ArrayLike,
+        vectors: npt.ArrayLike,
+        labels: npt.ArrayLike,
+        texts: Sequence[TextInput] | None = None,
+    ) -> None:
+        """Upsert: an id already stored is replaced (its text too). Within one batch the last occurrence
+        of an id wins."""
         ids = _as_ids(ids, "ids", non_negative=True)
         vectors = _unit_rows(vectors, self._dim, "vectors")
         labels = _as_ids(labels, "labels", non_negative=True)
-        if not len(ids) == len(vectors) == len(labels):
-            lengths = f"{len(ids)}, {len(vectors)}, {len(labels)}"
-            raise ValueError(f"ids, vectors and labels must have the same length, got {lengths}")
+        lengths = [len(ids), len(vectors), len(labels), *([] if texts is None else [len(texts)])]
+        if len(set(lengths)) > 1:
+            raise ValueError(f"ids, vectors, labels and texts must have the same length, got {lengths}")
         if len(ids) == 0:
             return
         # np.unique keeps the first occurrence, so run it on the reversed batch to keep the last one.
@@ -248,6 +271,8 @@ class KnowledgeStore:
         # faiss IndexIDMap2 happily stores a duplicate id, so an upsert must remove the old copy first.
         self._drop(ids[self.contains(ids)])
         self._insert(ids, vectors, labels)
+        if texts is not None:
+            self._texts.update(zip(ids.tolist(), [texts[i] for i in keep], strict=True))
         self.version += 1
         self._maybe_change_kind()
 
@@ -304,6 +329,8 @@ class KnowledgeStore:
         self._ids = np.delete(self._ids, positions)
         self._labels = np.delete(self._labels, positions)
         self._index_of = np.delete(self._index_of, positions)
+        for dropped in ids.tolist():
+            self._texts.pop(dropped, None)
         if self._kind == "flat":
             # Forget sealed shards that churn emptied, so searches don't keep visiting them.
             empty = [i for i, index in enumerate(self._indexes[:-1]) if index.ntotal == 0]
@@ -456,11 +483,17 @@ class KnowledgeStore:
         """
         if self._keys is not None:
             flat = KnowledgeStore(self._dim, shard_size=self.shard_size)
-            flat._ids, flat._labels = self._ids, self._labels
+            flat._ids, flat._labels, flat._texts = self._ids, self._labels, self._texts
             flat._build_flat(self._keys.vectors_of(self._ids))
             return flat.export_state()
         return StoreState(
-            self._kind, self._indexes, self._ids, self._labels, self._index_of, self._ivf_built_at
+            self._kind,
+            self._indexes,
+            self._ids,
+            self._labels,
+            self._index_of,
+            self._ivf_built_at,
+            self._texts,
         )
 
     def restore_state(self, state: StoreState) -> None:
@@ -472,7 +505,9 @@ class KnowledgeStore:
             self._keys.add(state.ids, source._stored_vectors(), state.labels)
             self._ids, self._labels = state.ids, state.labels
             self._index_of = np.zeros(len(state.ids), dtype=np.int64)
+            self._texts = dict(state.texts)
             return
         self._kind, self._indexes, self._ivf_built_at = state.kind, state.indexes, state.ivf_built_at
         self._ids, self._labels, self._index_of = state.ids, state.labels, state.index_of
+        self._texts = dict(state.texts)
         self._label_cache = None

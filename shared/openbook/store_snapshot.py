@@ -1,7 +1,10 @@
 """Snapshot persistence for :class:`~openbook.store.KnowledgeStore`: one directory per snapshot.
 
 A snapshot holds a JSON manifest, the sorted id, label and index-assignment arrays as ``.npy`` files and
-one faiss file per index. It is written into a staging directory next to the target and published with a
+one faiss file per index, and, when some entry has its text, ``texts.json`` (ids and texts, a pair as a
+two-item list). The texts file is optional, so the format version did not change: a snapshot without it
+(written before stores kept texts) loads with no texts, and a reader that does not know it ignores it.
+It is written into a staging directory next to the target and published with a
 rename, so readers see either the old snapshot or the new one, never a half-written one.
 """
 
@@ -16,11 +19,13 @@ import faiss
 import numpy as np
 
 from openbook.atomic import staged_directory
+from openbook.prompting.templates import TextInput
 from openbook.store import KnowledgeStore, StoreState
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "store.json"
 ARRAY_FILES = ("ids.npy", "labels.npy", "index_of.npy")
+TEXTS_NAME = "texts.json"
 
 
 def write_snapshot(
@@ -45,6 +50,7 @@ def write_snapshot(
         "approx_recall": store.approx_recall,
         "ivf_built_at": state.ivf_built_at,
         "index_files": index_files,
+        "texts_file": TEXTS_NAME if state.texts else None,
         "metadata": new_metadata,
     }
     try:
@@ -58,6 +64,9 @@ def write_snapshot(
             faiss.write_index(index, str(staging / name))
         for name, array in zip(ARRAY_FILES, arrays, strict=True):
             np.save(staging / name, array)
+        if state.texts:
+            texts = {"ids": list(state.texts), "texts": list(state.texts.values())}
+            (staging / TEXTS_NAME).write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
         (staging / MANIFEST_NAME).write_text(manifest_text, encoding="utf-8")
     store.metadata = new_metadata
 
@@ -83,13 +92,22 @@ def read_snapshot(path: str | os.PathLike[str]) -> KnowledgeStore:
         indexes = [faiss.read_index(str(source / name)) for name in manifest["index_files"]]
         store.version = int(manifest["version"])
         store.approx_recall, store.metadata = manifest["approx_recall"], dict(manifest["metadata"])
+        texts = _read_texts(source / manifest["texts_file"]) if manifest.get("texts_file") else {}
         store.restore_state(
-            StoreState(manifest["kind"], indexes, ids, labels, index_of, int(manifest["ivf_built_at"]))
+            StoreState(manifest["kind"], indexes, ids, labels, index_of, int(manifest["ivf_built_at"]), texts)
         )
         _check_consistency(store, int(manifest["count"]))
     except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"corrupt knowledge store snapshot at {source}: {error}") from error
     return store
+
+
+def _read_texts(path: Path) -> dict[int, TextInput]:
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        int(i): text if isinstance(text, str) else tuple(text)
+        for i, text in zip(stored["ids"], stored["texts"], strict=True)
+    }
 
 
 def _check_consistency(store: KnowledgeStore, count: int) -> None:
@@ -106,6 +124,8 @@ def _check_consistency(store: KnowledgeStore, count: int) -> None:
     actual = [index.ntotal for index in indexes]
     if per_index != actual:
         raise ValueError(f"index sizes {actual} do not match the id arrays")
+    if not np.isin(np.fromiter(state.texts, np.int64, len(state.texts)), ids).all():
+        raise ValueError("texts are stored for ids the store does not hold")
     if any(index.d != store.dim for index in indexes):
         raise ValueError(f"an index has a dimension other than {store.dim}")
     if store.kind == "ivf":

@@ -190,7 +190,8 @@ def train(
 def reembed(
     classifier: Classifier, texts: Sequence[TextInput], labels: np.ndarray, *, progress: bool = False
 ) -> Embeddings:
-    """Replace the store's keys (ids 0..N-1) with the slot vectors under the current weights.
+    """Replace the store's keys (ids 0..N-1) with the slot vectors under the current weights; the texts
+    are kept with them (textual demonstrations write them out).
 
     Returns the pass itself: its label scores are those of the plain prompt (no demonstrations).
     A progress bar is shown for a large set (the full-data runs), where a pass takes minutes.
@@ -198,7 +199,7 @@ def reembed(
     classifier.backbone.model.eval()
     bar = "embed store" if progress and len(texts) > _QUIET_EMBED else False
     embedded = classifier.embed(texts, vectors_only=True, progress=bar)
-    classifier.store.add(np.arange(len(texts), dtype=np.int64), embedded.vectors, labels)
+    classifier.store.add(np.arange(len(texts), dtype=np.int64), embedded.vectors, labels, texts)
     return embedded
 
 

@@ -15,8 +15,10 @@ from openbook.training import TrainConfig, train
 def test_method_specs() -> None:
     assert set(METHODS) >= {"prompt-ft", "retroprompt"}
     method = build_method("retroprompt/no-demos/beta=0.5")
-    assert method.config.demos is False and method.config.beta == 0.5
-    assert method.spec == "retroprompt/no-demos/beta=0.5"
+    assert method.config.demos == "none" and method.config.beta == 0.5
+    assert method.spec == "retroprompt/no-demos/beta=0.5"  # an alias is how a spec is written back
+    assert build_method("retroprompt/demos=none/beta=0.5").spec == method.spec
+    assert build_method("retroprompt/demos=text").spec == "retroprompt/demos=text"
     assert (
         build_method("retroprompt/no-knn-infer").config.training_key()
         == build_method("retroprompt").config.training_key()

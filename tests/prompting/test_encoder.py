@@ -107,7 +107,7 @@ def test_empty_or_wrong_type_text_is_refused(causal_backbone, bad):
 
 def test_demo_block_positions(backbone):
     verbalizer = Verbalizer.parse("0=bad,1=good,2=okay")
-    encoder = backbone.encoder(Template("{text} It was {mask}"), verbalizer, demonstrations=True)
+    encoder = backbone.encoder(Template("{text} It was {mask}"), verbalizer, demonstrations="vectors")
     batch = encoder.encode(["a bad film", "the movie was great and fun"])
     assert batch.demo_index is not None and batch.demo_index.shape == (2, 3)
     for row in range(2):
@@ -118,3 +118,78 @@ def test_demo_block_positions(backbone):
         assert (batch.demo_index < batch.slot_index[:, None]).all()  # demos precede the causal slot
     else:
         assert (batch.demo_index > batch.slot_index[:, None]).all()
+
+
+def _row(batch, i=0):
+    return batch.input_ids[i][batch.attention_mask[i].bool()].tolist()
+
+
+def _filled(backbone, template, verbalizer, text, label=None):
+    """The template instance of `text` (no specials), its slot holding `label`'s word, or the mask/nothing."""
+    plain = backbone.encoder(template, verbalizer)
+    row = _row(plain.encode([text]))
+    body = row[len(plain.prefix) : len(row) - len(plain.suffix)]
+    if label is None:
+        return body
+    if backbone.kind == "causal":
+        return body + plain.label_token_ids[label]
+    slot = body.index(backbone.tokenizer.mask_token_id)
+    return body[:slot] + plain.label_token_ids[label] + body[slot + 1 :]
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_text_demonstrations_are_filled_templates_in_the_given_order(backbone, pair):
+    template = Template("{text_a} ? {mask} , {text_b}" if pair else "{text} It was {mask}")
+    if backbone.kind == "causal" and pair:
+        template = Template("{text_a} ? {text_b} , {mask}")
+    verbalizer = Verbalizer.parse("0=bad,1=good,2=okay")
+    encoder = backbone.encoder(template, verbalizer, demonstrations="text")
+    texts = [("a bad film", "no"), ("great fun", "yes"), ("it was okay", "yes")]  # all fit in max_length
+    texts = texts if pair else [a for a, _ in texts]
+    query = ("what is it", "the book") if pair else "what is the answer"
+    demos = [(texts[2], 2), (texts[0], 0), (texts[1], 1)]  # shown exactly in the order given
+    batch = encoder.encode([query], demos=[demos])
+    separator = backbone.tokenizer("\n", add_special_tokens=False)["input_ids"]
+    instances = [_filled(backbone, template, verbalizer, text, label) for text, label in demos]
+    own = _filled(backbone, template, verbalizer, query)
+    if backbone.kind == "causal":
+        expected = encoder.prefix + [t for i in instances for t in i + separator] + own
+        assert batch.slot_index[0] == batch.input_ids.shape[1] - 1
+    else:
+        expected = encoder.prefix + own + [t for i in instances for t in separator + i] + encoder.suffix
+        assert batch.input_ids[0, batch.slot_index[0]] == backbone.tokenizer.mask_token_id
+    assert _row(batch) == expected
+    assert batch.truncated.tolist() == [False] and batch.demo_index is None
+
+
+def test_text_demonstrations_are_cut_to_fit_and_never_the_input(causal_backbone):
+    template, verbalizer = Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good")
+    encoder = causal_backbone.encoder(template, verbalizer, demonstrations="text")
+    max_length = causal_backbone.config.max_length
+    long_demo = " ".join(["the movie was great and fun"] * 10)
+    query = "a bad film , it was awful"
+    own = _filled(causal_backbone, template, verbalizer, query)
+    word = encoder.label_token_ids
+    # Both demonstrations kept, their texts shortened: the row fills max_length exactly.
+    batch = encoder.encode([query], demos=[[(long_demo, 0), (long_demo, 1)]])
+    row = _row(batch)
+    assert len(row) == max_length and row[-len(own) :] == own and batch.truncated.tolist() == [False]
+    assert row.count(word[0][0]) >= 1 and row.count(word[1][0]) >= 1  # each still shows its label word
+    # An input that takes all the room: every demonstration goes, the input is cut as without them.
+    long_query = " ".join(["it was terrible and boring"] * 20)
+    alone = causal_backbone.encoder(template, verbalizer).encode([long_query])
+    crowded = encoder.encode([long_query], demos=[[(long_demo, 0), (long_demo, 1)]])
+    assert _row(crowded) == _row(alone) and crowded.truncated.tolist() == [True]
+    # Room for one demonstration at one token of text but not for two: the last one is dropped.
+    filled = len(_filled(causal_backbone, template, verbalizer, "great", 0)) + len(encoder._separator)
+    fits_one = " ".join(["fun"] * (max_length - len(encoder.prefix) - filled - 10))
+    one = _row(encoder.encode([fits_one], demos=[[("great", 0), ("great", 1)]]))
+    assert len(one) <= max_length and word[0][0] in one and word[1][0] not in one
+
+
+def test_text_layout_needs_its_demonstrations(causal_backbone):
+    template, verbalizer = Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good")
+    with pytest.raises(ValueError, match="one list of demonstrations per text"):
+        causal_backbone.encoder(template, verbalizer, demonstrations="text").encode(["a film"])
+    with pytest.raises(ValueError, match="one list of demonstrations per text"):
+        causal_backbone.encoder(template, verbalizer).encode(["a film"], demos=[[("great", 1)]])

@@ -119,6 +119,26 @@ def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal
         )
 
 
+def test_textual_demonstrations_read_the_examples_texts_after_the_swap(server, causal_dir, tmp_path) -> None:
+    with _api_with_examples(server, causal_dir) as api:
+        job = api.post("/v1/tasks/reviews/train", json={**TRAIN, "method": "retroprompt/demos=text"})
+        assert job.status_code == 202, job.text
+        worker = Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts", max_length=48)
+        assert worker.run_once(block_ms=100) == job.json()["id"]
+        record = api.get(f"/v1/jobs/{job.json()['id']}").json()
+        assert record["state"] == "succeeded", record
+        version = record["published"]["version"]
+        wait_for(lambda: api.app.state.registry.runtimes["reviews"].model_version == version)
+        body = {"examples": [{"text": "lovely", "label": "1", "id": 99}]}  # replayed after the swap
+        assert api.post("/v1/tasks/reviews/examples", json=body).status_code == 201
+        answer = api.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"]})
+        assert answer.status_code == 200 and answer.json()["model_version"] == version
+        runtime = api.app.state.registry.runtimes["reviews"]
+        store = runtime.classifier.store
+        assert runtime.classifier.demos is not None and runtime.classifier.demos.mode == "text"
+        assert dict(zip(store.ids().tolist(), store.texts_of(store.ids()), strict=True)) == runtime.texts
+
+
 def test_a_job_that_cannot_train_fails_with_a_reason(server, causal_dir, tmp_path) -> None:
     settings = Settings(redis_url=server.url, default_backbone=str(causal_dir), max_length=48)
     with TestClient(create_app(settings)) as api:

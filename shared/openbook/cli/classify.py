@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
 
         example_labels(classifier, examples)  # an unknown label fails, naming its line, before any forward
         embeddings = classifier.embed([e.text for e in examples])
-        classifier.add_embeddings(embeddings, [e.label for e in examples])
+        classifier.add_embeddings(embeddings, [e.label for e in examples], texts=[e.text for e in examples])
         domain_scores = embeddings.lm_log_probs
     mode = args.calibration or ("domain" if args.examples else "content-free")
     classifier.label_bias = classifier.calibration_bias(mode, domain_scores)

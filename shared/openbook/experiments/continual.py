@@ -267,7 +267,9 @@ def _run_sequence(
             earlier = [e for stage_data in data[:t] for e in stage_data.train]
             if earlier:  # the open book keeps every earlier stage's examples, keyed by the new weights
                 vectors = classifier.embed([e.text for e in earlier], vectors_only=True)
-                classifier.add_embeddings(vectors, [e.label for e in earlier])
+                classifier.add_embeddings(
+                    vectors, [e.label for e in earlier], texts=[e.text for e in earlier]
+                )
         seen = data[: t + 1]
         tests = [e for stage_data in seen for e in stage_data.test]
         test_labels = example_labels(classifier, tests)

@@ -6,8 +6,11 @@ training loop (`openbook.training`) and the checkpoints (`openbook.checkpoints`)
 only talk to this interface, so adding a method is adding one module.
 
 A method spec on the command line is the method's name followed by `/option`s:
-`retroprompt/no-demos` sets the boolean field `demos` to False, and
-`retroprompt/beta=0.5` sets a field to a value.
+`retroprompt/no-knn-loss` sets the boolean field `knn_loss` to False, and
+`retroprompt/beta=0.5` sets a field to a value. A config may keep an older
+spelling of an option as an alias (`retroprompt/no-demos` is
+`retroprompt/demos=none`); specs are written with the alias, so they read as
+they always did.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ class MethodError(ValueError):
 class MethodConfig:
     # Fields that change only how a trained model predicts: runs differing in them share one training.
     INFERENCE_ONLY: ClassVar[tuple[str, ...]] = ()
+    # Older spellings of options, alias -> canonical (e.g. "no-demos" -> "demos=none"): parsed as the
+    # canonical option, and written back as the alias by `Method.spec`.
+    OPTION_ALIASES: ClassVar[dict[str, str]] = {}
 
     def training_key(self) -> tuple[tuple[str, Any], ...]:
         return tuple((k, v) for k, v in dataclasses.asdict(self).items() if k not in self.INFERENCE_ONLY)
@@ -73,14 +79,14 @@ class Method(ABC):
     def spec(self) -> str:
         """The method's name plus every option that differs from the default, e.g. `retroprompt/no-demos`."""
         default = self.config_class()
+        aliases = {canonical: alias for alias, canonical in self.config_class.OPTION_ALIASES.items()}
         options = []
         for field in dataclasses.fields(self.config):
             value = getattr(self.config, field.name)
             if value != getattr(default, field.name):
-                option = field.name.replace("_", "-")
-                options.append(
-                    f"no-{option}" if value is False else option if value is True else f"{option}={value}"
-                )
+                name = field.name.replace("_", "-")
+                option = f"no-{name}" if value is False else name if value is True else f"{name}={value}"
+                options.append(aliases.get(option, option))
         return "/".join([self.name, *options])
 
     def check_backbone(self, backbone: Backbone) -> None:
@@ -220,7 +226,7 @@ def build_method(spec: str) -> Method:
     cls = METHODS[name]
     fields = {f.name: f for f in dataclasses.fields(cls.config_class)}
     values: dict[str, Any] = {}
-    for option in options:
+    for option in (cls.config_class.OPTION_ALIASES.get(o, o) for o in options):
         key, sep, raw = option.partition("=")
         negated = not sep and key.startswith("no-")
         field_name = (key[3:] if negated else key).replace("-", "_")

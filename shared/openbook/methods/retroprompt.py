@@ -11,7 +11,14 @@ Three additions to `prompt-ft`, each of which can be switched off for ablations:
   Retrieval is leave-one-out: the training example is itself in the store,
   and retrieving it would make p_kNN one-hot on the gold label and the term
   vanish. p_kNN is floored at `min_p_knn` so one example cannot dominate.
-- neural demonstrations (see `demonstrations.py`) in training and inference;
+- demonstrations (see `demonstrations.py`) in training and inference, retrieved
+  leave-one-out in training as well; `demos` says how they are shown:
+  `neural` (the paper's: per class, the softmax-weighted mean of the top-m
+  neighbours' slot vectors, mapped into the input embeddings beside the label
+  word), `words` (that class vector read as the word the LM head ranks first
+  for it, in the same place), `text` (LM-BFF: each class's `demo_texts`
+  nearest neighbours written out in the filled template) or `none`
+  (`retroprompt/no-demos` is `demos=none`);
 - kNN interpolation at inference, with k, T and lambda chosen on dev.
 
 `retroprompt/backbone=lora` trains LoRA adapters (`lora.py`; options r, alpha,
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -54,20 +62,29 @@ from openbook.store import KnowledgeStore
 @dataclass(frozen=True)
 class RetroPromptConfig(MethodConfig, LoraOptions):
     INFERENCE_ONLY = ("knn_infer",)
+    # the spelling from when demonstrations were on or off
+    OPTION_ALIASES: ClassVar[dict[str, str]] = {"no-demos": "demos=none"}
     BACKBONES = ("full", "lora")
+    DEMOS = ("neural", "words", "text", "none")
 
-    demos: bool = True
+    demos: str = "neural"  # one of DEMOS; True and False (older configs) read as neural and none
     knn_loss: bool = True
     knn_infer: bool = True
     beta: float = 1.0  # weight of the kNN term in the loss
     k: int = 16  # neighbours for the loss's p_kNN
     temperature: float = 0.1  # of the loss's p_kNN
     min_p_knn: float = 0.01
-    demo_m: int = 4  # neighbours per class averaged into one demonstration
-    demo_temperature: float = 0.1
+    demo_m: int = 4  # neighbours per class averaged into one demonstration (neural, words)
+    demo_temperature: float = 0.1  # of that average
+    demo_texts: int = 1  # neighbours per class written out (text)
     backbone: str = "full"  # full: every weight trains; lora: LoRA adapters on a frozen backbone
 
     def __post_init__(self) -> None:
+        if isinstance(self.demos, bool):  # checkpoints and configs from when demonstrations were on or off
+            object.__setattr__(self, "demos", "neural" if self.demos else "none")
+        if self.demos not in self.DEMOS:
+            raise ValueError(f"demos must be one of {', '.join(self.DEMOS)}, got {self.demos!r}")
+        self._check_demo_options()
         if self.backbone not in self.BACKBONES:
             raise ValueError(f"backbone must be one of {', '.join(self.BACKBONES)}, got {self.backbone!r}")
         if self.backbone == "lora":
@@ -79,11 +96,29 @@ class RetroPromptConfig(MethodConfig, LoraOptions):
                 raise ValueError(f"{', '.join(changed)} apply to LoRA adapters only: add backbone=lora")
         if self.beta < 0:
             raise ValueError(f"beta must be non-negative, got {self.beta}")
+        if self.demo_texts < 1:
+            raise ValueError(f"demo_texts must be at least 1, got {self.demo_texts}")
         if self.k < 1 or self.temperature <= 0:
             raise ValueError("k must be at least 1 and temperature positive")
         if not 0 < self.min_p_knn <= 1:
             raise ValueError(f"min_p_knn must be in (0, 1], got {self.min_p_knn}")
         DemoConfig(self.demo_m, self.demo_temperature)  # validates
+
+    def _check_demo_options(self) -> None:
+        defaults = RetroPromptConfig
+        averaged = [n for n in ("demo_m", "demo_temperature") if getattr(self, n) != getattr(defaults, n)]
+        if self.demos == "text" and averaged:
+            raise ValueError(f"{', '.join(averaged)} apply to neural and words demonstrations only")
+        if self.demos != "text" and self.demo_texts != defaults.demo_texts:
+            raise ValueError("demo_texts applies to textual demonstrations only: add demos=text")
+
+    def demo_config(self) -> DemoConfig | None:
+        """What the classifier retrieves and how it shows it; None with demos=none."""
+        if self.demos == "none":
+            return None
+        if self.demos == "text":
+            return DemoConfig(self.demo_texts, self.demo_temperature, "text")
+        return DemoConfig(self.demo_m, self.demo_temperature, self.demos)  # type: ignore[arg-type]
 
 
 def knn_guided_weights(
@@ -106,7 +141,10 @@ def knn_guided_weights(
 @register_method
 class RetroPrompt(TrainsLora, FullFineTuning):
     name = "retroprompt"
-    summary = "prompt-ft + kNN-guided loss, neural demonstrations and kNN interpolation (RetroPrompt)"
+    summary = (
+        "prompt-ft + kNN-guided loss, demonstrations (demos=neural|words|text|none) "
+        "and kNN interpolation (RetroPrompt)"
+    )
     config_class = RetroPromptConfig
     uses_store_in_training = True
     config: RetroPromptConfig
@@ -121,16 +159,23 @@ class RetroPrompt(TrainsLora, FullFineTuning):
     def check_backbone(self, backbone: Backbone) -> None:
         super().check_backbone(backbone)
         embedding_dim = backbone.input_embeddings.embedding_dim
-        if self.config.demos and embedding_dim != backbone.hidden_size:
+        if self.config.demos == "neural" and embedding_dim != backbone.hidden_size:
             raise MethodError(
                 f"retroprompt demonstrations put slot vectors ({backbone.hidden_size}-d) into the input "
-                f"embeddings ({embedding_dim}-d); this backbone's sizes differ: use retroprompt/no-demos"
+                f"embeddings ({embedding_dim}-d); this backbone's sizes differ: use retroprompt/demos=text "
+                "or retroprompt/no-demos"
+            )
+        head_dim = backbone.output_head.weight.shape[-1]
+        if self.config.demos == "words" and head_dim != backbone.hidden_size:
+            raise MethodError(
+                f"retroprompt/demos=words reads slot vectors ({backbone.hidden_size}-d) with the LM head's "
+                f"output rows ({head_dim}-d); this backbone's sizes differ: use retroprompt/demos=text "
+                "or retroprompt/no-demos"
             )
 
     def prepare(self, classifier: Classifier) -> Classifier:
         classifier = super().prepare(classifier)  # checks the backbone; attaches adapters with backbone=lora
-        demos = DemoConfig(self.config.demo_m, self.config.demo_temperature) if self.config.demos else None
-        return dataclasses.replace(classifier, demos=demos)
+        return dataclasses.replace(classifier, demos=self.config.demo_config())
 
     def loss(self, classifier: Classifier, batch: TrainBatch) -> torch.Tensor:
         queries = classifier.store.vectors_of(batch.ids)  # each example's key from the last re-embedding

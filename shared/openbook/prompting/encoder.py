@@ -5,17 +5,26 @@ Layout of one row (demonstrations optional):
     masked:  [prefix specials] body-with-[MASK] [demo block] [suffix specials]
     causal:  [prefix specials] [demo block] body            <- slot = last position
 
-The demo block holds, for each class, one placeholder position (its embedding
-is overwritten by the class's demonstration vector) followed by the class's
-label-word tokens. For a causal backbone the block goes before the input,
-because the slot must stay the last position.
+The demo block comes in two layouts. `vectors`: for each class, one
+placeholder position (its embedding is overwritten by the class's
+demonstration vector) followed by the class's label-word tokens. `text`
+(LM-BFF): each demonstration is the template filled with an example's text(s)
+and its label word in the slot, e.g. `a gem It was great`; the template
+instances of a row (demonstrations and the input's own prompt) are separated
+by a line break, because a causal template ends at its label word and the next
+instance would otherwise run on from it. For a causal backbone the block goes
+before the input, because the slot must stay the last position.
 
 Whitespace belongs to the token that follows it (the byte-level BPE
 convention): a literal's trailing space moves onto the next text or label
 word, so " great" is scored as the single token the LM would really emit.
 
 Truncation only ever shortens the input texts (longest first for pairs), never
-the template, the slot or the demonstrations.
+the template, the slot or a `vectors` block. Textual demonstrations take the
+room the input's prompt leaves within max_length: while even one token per
+demonstration text would not fit, the last demonstration is dropped; then the
+demonstration texts are shortened, longest first. The input is never cut for
+them.
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ import torch
 from openbook.prompting.templates import PromptError, Template, TextInput, Verbalizer
 
 BackboneKind = Literal["masked", "causal"]
+DemoLayout = Literal["none", "vectors", "text"]
+Demo = tuple[TextInput, int]  # a textual demonstration: an example's text (or pair) and its label index
+DEMO_SEPARATOR = "\n"  # between the template instances of a row with textual demonstrations
 
 
 @dataclass
@@ -84,7 +96,7 @@ class PromptEncoder:
         kind: BackboneKind,
         max_length: int,
         *,
-        demonstrations: bool = False,
+        demonstrations: DemoLayout = "none",
     ) -> None:
         if kind == "causal":
             template.require_slot_at_end()
@@ -107,14 +119,16 @@ class PromptEncoder:
         self.label_token_ids = [self._word_ids(word, slot_space) for word in verbalizer.words]
         self._demo_block = [tok for ids in self.label_token_ids for tok in (self.pad_id, *ids)]
         self._demo_offsets = np.cumsum([0] + [1 + len(ids) for ids in self.label_token_ids[:-1]]).tolist()
+        self._separator = list(tokenizer(DEMO_SEPARATOR, add_special_tokens=False)["input_ids"])
+        self._text_pieces = [p for p in self._pieces if p.kind == "text"]
         fixed = len(self.prefix) + len(self.suffix) + sum(len(p.ids) for p in self._pieces)
         fixed += 1 if kind == "masked" else 0
-        fixed += len(self._demo_block) if demonstrations else 0
+        fixed += len(self._demo_block) if demonstrations == "vectors" else 0
         self.text_budget = max_length - fixed
-        if self.text_budget < len([p for p in self._pieces if p.kind == "text"]):
+        if self.text_budget < len(self._text_pieces):
             raise PromptError(
-                f"the template{' and demonstrations' if demonstrations else ''} take {fixed} tokens, "
-                f"leaving no room for the input within max_length={max_length}"
+                f"the template{' and demonstrations' if demonstrations == 'vectors' else ''} take {fixed} "
+                f"tokens, leaving no room for the input within max_length={max_length}"
             )
 
     def _plan(self, template: Template) -> tuple[list[_Piece], bool]:
@@ -143,35 +157,71 @@ class PromptEncoder:
             raise PromptError(f"label word {word!r} tokenizes to nothing")
         return list(ids)
 
-    def encode(self, texts: Sequence[TextInput]) -> EncodedBatch:
+    def encode(
+        self, texts: Sequence[TextInput], demos: Sequence[Sequence[Demo]] | None = None
+    ) -> EncodedBatch:
+        """Encode `texts`; with the `text` layout, `demos[b]` are row b's demonstrations, in prompt order."""
         if not texts:
             raise PromptError("no texts to encode")
+        if (demos is not None) != (self.demonstrations == "text") or (demos and len(demos) != len(texts)):
+            raise ValueError("an encoder with the text layout takes one list of demonstrations per text")
         for position, text in enumerate(texts):
             self.template.check_input(text, position)
-        fields = ("text_a", "text_b") if self.template.is_pair else ("text",)
-        rows_fields = [dict(zip(fields, t if self.template.is_pair else (t,), strict=True)) for t in texts]
-        text_pieces = [p for p in self._pieces if p.kind == "text"]
-        flat = [
-            (" " if piece.leading_space else "") + row[piece.field].strip()
-            for row in rows_fields
-            for piece in text_pieces
-        ]
-        flat_ids = self.tokenizer(flat, add_special_tokens=False)["input_ids"]
-        per_row = len(text_pieces)
-        rows, slots, demos, literals, truncated = [], [], [], [], []
+        per_row = len(self._text_pieces)
+        flat_ids = self._tokenize_fields(texts)
+        demo_ids = self._tokenize_fields([text for row in demos or [] for text, _ in row])
+        demo_rows = iter(demo_ids[i : i + per_row] for i in range(0, len(demo_ids), per_row))
+        rows, slots, demo_starts, literals, truncated = [], [], [], [], []
         for r in range(len(texts)):
             text_ids, cut = _truncate_longest_first(
                 flat_ids[r * per_row : (r + 1) * per_row], self.text_budget
             )
-            row, slot, demo_start, literal = self._layout(text_ids)
+            block = self._demo_block if self.demonstrations == "vectors" else []
+            if demos is not None:
+                row_demos = [(next(demo_rows), label) for _, label in demos[r]]
+                block = self._text_block(row_demos, room=self.text_budget - sum(map(len, text_ids)))
+            row, slot, demo_start, literal = self._layout(text_ids, block)
             rows.append(row)
             slots.append(slot)
-            demos.append(demo_start)
+            demo_starts.append(demo_start)
             literals.append(literal)
             truncated.append(cut)
-        return self._pad(rows, slots, demos, literals, truncated)
+        return self._pad(rows, slots, demo_starts, literals, truncated)
 
-    def _layout(self, text_ids: list[list[int]]) -> tuple[list[int], int, int, list[int]]:
+    def _tokenize_fields(self, texts: Sequence[TextInput]) -> list[list[int]]:
+        """Token ids of every text field of `texts`, in template order: one list per (text, field)."""
+        if not texts:
+            return []
+        fields = ("text_a", "text_b") if self.template.is_pair else ("text",)
+        rows_fields = [dict(zip(fields, t if self.template.is_pair else (t,), strict=True)) for t in texts]
+        flat = [
+            (" " if piece.leading_space else "") + row[piece.field].strip()
+            for row in rows_fields
+            for piece in self._text_pieces
+        ]
+        return list(self.tokenizer(flat, add_special_tokens=False)["input_ids"])
+
+    def _text_block(self, demos: list[tuple[list[list[int]], int]], room: int) -> list[int]:
+        """The filled templates of `demos` ((field ids, label) each) with separators, within `room` tokens."""
+        fixed = [
+            len(self._separator) + sum(len(p.ids) for p in self._pieces) + len(self.label_token_ids[label])
+            for _, label in demos
+        ]
+        kept = len(demos)
+        while kept and sum(fixed[:kept]) + kept * len(self._text_pieces) > room:
+            kept -= 1  # even one token per text would not fit: the last demonstration goes
+        fields = [ids for field_ids, _ in demos[:kept] for ids in field_ids]
+        fields, _ = _truncate_longest_first(fields, room - sum(fixed[:kept]))
+        per_demo = len(self._text_pieces)
+        block: list[int] = []
+        for i, (_, label) in enumerate(demos[:kept]):
+            filled, _, _ = self._fill(fields[i * per_demo : (i + 1) * per_demo], self.label_token_ids[label])
+            instance = [*self._separator, *filled] if self.kind == "masked" else [*filled, *self._separator]
+            block.extend(instance)
+        return block
+
+    def _fill(self, text_ids: list[list[int]], slot_ids: list[int]) -> tuple[list[int], int, list[int]]:
+        """The template with its text fields and slot filled: ids, slot position, the literals' positions."""
         texts = iter(text_ids)
         body: list[int] = []
         literal: list[int] = []  # positions in body of the template's own tokens
@@ -184,9 +234,12 @@ class PromptEncoder:
                 body.extend(next(texts))
             else:
                 slot = len(body)
-                if self.kind == "masked":
-                    body.append(self.tokenizer.mask_token_id)
-        block = self._demo_block if self.demonstrations else []
+                body.extend(slot_ids)
+        return body, slot, literal
+
+    def _layout(self, text_ids: list[list[int]], block: list[int]) -> tuple[list[int], int, int, list[int]]:
+        slot_ids = [self.tokenizer.mask_token_id] if self.kind == "masked" else []
+        body, slot, literal = self._fill(text_ids, slot_ids)
         if self.kind == "masked":
             row = self.prefix + body + block + self.suffix
             start = len(self.prefix)
@@ -218,7 +271,7 @@ class PromptEncoder:
         shift_t = torch.tensor(shifts)
         position_ids = (mask.cumsum(1) - 1).clamp(min=0) if left else None
         demo_index = None
-        if self.demonstrations:
+        if self.demonstrations == "vectors":
             offsets = torch.tensor(self._demo_offsets)
             demo_index = (torch.tensor(demo_starts) + shift_t)[:, None] + offsets[None, :]  # (B, C)
         return EncodedBatch(
