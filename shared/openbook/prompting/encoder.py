@@ -152,7 +152,7 @@ class PromptEncoder:
         rows_fields = [dict(zip(fields, t if self.template.is_pair else (t,), strict=True)) for t in texts]
         text_pieces = [p for p in self._pieces if p.kind == "text"]
         flat = [
-            (" " if piece.leading_space else "") + row[piece.field].strip()
+            _spaced(row[piece.field].strip(), piece.leading_space)
             for row in rows_fields
             for piece in text_pieces
         ]
@@ -164,6 +164,8 @@ class PromptEncoder:
                 flat_ids[r * per_row : (r + 1) * per_row], self.text_budget
             )
             row, slot, demo_start, literal = self._layout(text_ids)
+            if not row:  # a blank text, a template of nothing else, no special tokens: nothing to read
+                raise PromptError("a blank text leaves this template an empty prompt")
             rows.append(row)
             slots.append(slot)
             demos.append(demo_start)
@@ -230,6 +232,11 @@ class PromptEncoder:
             truncated=torch.tensor(truncated),
             template_mask=template_mask,
         )
+
+
+def _spaced(text: str, leading_space: bool) -> str:
+    """A text field as it is tokenised: a blank one adds no token, not even the space before it."""
+    return " " + text if leading_space and text else text
 
 
 def _truncate_longest_first(parts: list[list[int]], budget: int) -> tuple[list[list[int]], bool]:
