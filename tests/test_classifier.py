@@ -63,12 +63,12 @@ def test_leave_one_out_scores_never_use_the_query_itself(classifier):
     assert with_self.hits is not None and (with_self.hits.ids[:, 0] == ids).all()
 
 
-def test_unknown_label_and_empty_text_leave_the_store_untouched(classifier):
+def test_unknown_label_and_a_text_of_the_wrong_shape_leave_the_store_untouched(classifier):
     classifier.add_examples(TRAIN[:2], TRAIN_LABELS[:2])
     with pytest.raises(PromptError, match="unknown label"):
         classifier.add_examples(["a text", "another"], ["pos", "meh"])
-    with pytest.raises(PromptError, match="empty"):
-        classifier.add_examples(["a text", "  "], ["pos", "neg"])
+    with pytest.raises(PromptError, match="must be a string"):
+        classifier.add_examples(["a text", ("a", "pair")], ["pos", "neg"])
     assert len(classifier.store) == 2
 
 

@@ -11,6 +11,7 @@ from openbook.data import (
     DataError,
     Example,
     KShotSplits,
+    blank_texts,
     data_root,
     find_split,
     label_set,
@@ -110,8 +111,13 @@ def test_csv_first_row_with_only_a_label(tmp_path: Path) -> None:
         ("blank_pair.tsv", "index\tsentence1\tsentence2\tlabel\n0\tpremise\t \tentailment\n", 2),
     ],
 )
-def test_empty_text_field(tmp_path: Path, file_name: str, content: str, line: int) -> None:
-    assert_data_error(write(tmp_path / file_name, content), line, "empty text")
+def test_a_blank_text_is_kept_as_it_is_and_counted(
+    tmp_path: Path, file_name: str, content: str, line: int
+) -> None:
+    examples = read_split(write(tmp_path / file_name, content))
+    blank = next(e for e in examples if e.source.endswith(f":{line}"))
+    assert blank.text in ("   ", "", ("premise", " "))  # not stripped, not dropped
+    assert blank_texts(examples) == 1
 
 
 def test_empty_label_field(tmp_path: Path) -> None:
@@ -193,6 +199,18 @@ def test_load_kshot_reads_seed_splits_and_shared_test(tmp_path: Path) -> None:
     assert [example.text for example in splits.dev] == ["dev 42"]
     assert len(splits.test) == 3
     assert splits.test[0].source == f"{tmp_path / 'mpqa' / 'test.csv'}:1"
+
+
+def test_without_test_the_test_file_is_never_opened(tmp_path: Path) -> None:
+    make_layout(tmp_path, "mpqa", [13])
+    (tmp_path / "mpqa" / "test.csv").write_text("not,a,valid\nfile\n")  # reading it would fail
+    splits = load_kshot(tmp_path, "mpqa", 13, test=False)
+    assert splits.test is None and [e.text for e in splits.dev] == ["dev 13"]
+    (tmp_path / "mpqa" / "test.csv").unlink()
+    assert load_kshot(tmp_path, "mpqa", 13, test=False).train == splits.train
+
+    full = _write_full(tmp_path / "full", {"stsa.binary.train": ["1 a", "0 b"], "stsa.binary.test": ["1 c"]})
+    assert load_full(full, "SST-2", seed=13, test=False).test is None  # stsa.binary.dev is absent
 
 
 def test_load_kshot_missing_task_or_seed_names_the_path(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def test_a_knn_interp_method_is_saved_with_the_knn_setting_chosen_on_dev(
     assert classifier.knn == chosen and fitted.dev_metrics["accuracy_with_knn"] == dev_accuracy
     assert (chosen.k, chosen.temperature) == (len(toy.texts), KnnConfig().temperature)  # 8 stored, < 16
     assert chosen.lam in LAMBDA_GRID
-    assert {"accuracy", "best_step", "steps_run"} <= set(fitted.dev_metrics)
+    assert {"accuracy", "best_step", "step_budget", "steps_run"} <= set(fitted.dev_metrics)
     assert fitted.path == tmp_path / "ckpt" and fitted.result.steps_run == fitted.dev_metrics["steps_run"]
 
     loaded, _ = load(fitted.path, causal_dir)

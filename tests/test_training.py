@@ -107,3 +107,58 @@ def test_a_non_finite_gradient_stops_training_before_the_weights_change(
         train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, CONFIG, progress=False)
     assert weights_sha256(classifier.backbone.model) == before
     assert not classifier.backbone.model.training
+
+
+@pytest.mark.parametrize(
+    ("num_train", "batch_size", "epochs", "expected"),
+    [
+        (32, 8, 8.0, 32),  # SST-2's 16 shots per class: 8 epochs are today's 32 steps
+        (96, 8, 8.0, 96),  # trec's six classes: the same epochs are three times the steps
+        (30, 8, 1.0, 4),  # a last, partial batch is a step
+        (30, 1, 0.1, 3),  # 0.1 * 30 is 3.0000000000000004 in floats: still 3 steps
+        (5, 8, 0.5, 1),  # never less than one step
+    ],
+)
+def test_an_epoch_budget_is_ceil_of_epochs_times_examples_over_batch(
+    num_train: int, batch_size: int, epochs: float, expected: int
+) -> None:
+    assert TrainConfig(epochs=epochs, batch_size=batch_size).total_steps(num_train) == expected
+
+
+def test_a_step_budget_ignores_the_training_set_size() -> None:
+    assert TrainConfig().total_steps(96) == TrainConfig().total_steps(8) == 32  # the default
+    assert TrainConfig(steps=5).total_steps(96) == 5
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"steps": 32, "epochs": 8.0}, "steps or as epochs, not both"),
+        ({"epochs": 0.0}, "epochs must be a positive number"),
+        ({"epochs": -1.0}, "epochs must be a positive number"),
+        ({"epochs": float("nan")}, "epochs must be a positive number"),
+        ({"epochs": float("inf")}, "epochs must be a positive number"),
+        ({"steps": 0}, "steps must be at least 1"),
+        ({"eval_every": 0}, "eval_every and patience must be at least 1"),
+    ],
+)
+def test_a_contradictory_or_empty_budget_is_refused(options: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**options)
+
+
+def test_an_epoch_budget_runs_its_steps_and_checks_dev_at_the_last(
+    causal_dir: Path, toy, fresh_classifier
+) -> None:
+    classifier, method = fresh_classifier(causal_dir, "prompt-ft")
+    config = dataclasses.replace(CONFIG, steps=None, epochs=2.5, eval_every=4)  # 8 examples, batch 4
+    reported: list[tuple[int, int]] = []
+
+    def report(step: int, steps: int, loss: float) -> None:
+        reported.append((step, steps))
+
+    texts, labels = toy.texts, toy.labels
+    result = train(classifier, method, texts, labels, texts, labels, config, progress=False, on_step=report)
+    assert result.step_budget == result.steps_run == 5  # ceil(2.5 * 8 / 4), patience never ran out
+    assert reported == [(step, 5) for step in range(1, 6)]  # progress is out of the budget
+    assert [check["step"] for check in result.history] == [0, 4, 5]  # every 4 steps, and the last

@@ -145,7 +145,7 @@ class VersionOut(BaseModel):
     method: str
     state: str  # serving, rejected (by the promotion gate; never served), retired (served before)
     gate: dict | None  # the promotion gate's record, as in JobOut
-    dev_metrics: dict  # what training measured on dev (accuracy, best_step, steps_run, ...)
+    dev_metrics: dict  # what training measured on dev (accuracy, best_step, step_budget, steps_run, ...)
     examples: dict[str, int]  # train, dev
     size_bytes: int  # its checkpoint directory on disk
     created: float  # unix time

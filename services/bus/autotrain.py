@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import JOB_PREFIX, QUEUE_JOB, job_keys, wait_durable
-from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY, Task, TrainingSettings
+from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY, Task
 
 # A spec that changed between the read and the script is read again; a few rounds settle any race.
 _ATTEMPTS = 5
@@ -127,7 +127,7 @@ def update_training(
         if raw is None or generation != first:
             return None
         task = Task.model_validate_json(raw)
-        training = TrainingSettings.model_validate({**task.training.model_dump(), **changes})
+        training = task.training.merged(changes)
         updated = task.model_copy(update={"training": training})
         check(updated)
         args = [name, raw, generation, updated.model_dump_json()]

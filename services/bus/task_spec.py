@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, Self
 
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.knn import KnnConfig
 from openbook.methods import build_method
 from openbook.prompting import Template, Verbalizer
-from openbook.training import TrainConfig
-from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
+from openbook.training import DEFAULT_STEPS, TrainConfig
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
 
 TASKS_KEY = "openbook:tasks"  # hash: task name -> spec JSON
 # hash: task name -> how many times a task of that name was deleted. Never deleted itself, so a job or
 # checkpoint made for an earlier task of the same name can be told from one of the task that exists now.
 GENERATIONS_KEY = "openbook:task-generations"
 TASK_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # also what makes a name safe as a directory name
+
+BUDGET_KEYS = {"steps", "epochs"}  # a training run's length, given one way or the other
 
 TaskName = Annotated[str, StringConstraints(pattern=TASK_NAME_PATTERN)]
 # Text with something in it besides whitespace. The class spells out what str.strip() removes, so that
@@ -49,16 +51,52 @@ class KnnSettings(BaseModel):
 class TrainOptions(BaseModel):
     """What a training job is asked for: the method, and the knobs of its loop (training.TrainConfig)."""
 
+    # One budget at most, said in the schema too, so that a client (or a fuzzer) can know it.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["steps", "epochs"],
+                "properties": {"steps": {"type": "integer"}, "epochs": {"type": "number"}},
+            }
+        }
+    )
+
     method: str | None = Field(None, description="default: the task's method", examples=["retroprompt"])
-    steps: int = Field(32, ge=1, le=100_000)
+    # The budget: `steps`, or `epochs` (passes over the task's training examples at the time of the job),
+    # or neither for training.DEFAULT_STEPS.
+    steps: int | None = Field(
+        None, ge=1, le=100_000, description=f"optimiser steps; null: {DEFAULT_STEPS} unless epochs is given"
+    )
+    epochs: float | None = Field(
+        None,
+        gt=0,
+        le=1_000,
+        allow_inf_nan=False,
+        description="passes over the training examples instead of steps: ceil(epochs * N / batch_size) steps",
+    )
     batch_size: int = Field(8, ge=1, le=1024)
     lr: float = Field(1e-5, gt=0, lt=1, allow_inf_nan=False)
-    eval_every: int = Field(8, ge=1)
-    patience: int = Field(2, ge=1)
+    eval_every: int = Field(8, ge=1, description="steps between dev checks, whatever the budget")
+    patience: int = Field(2, ge=1, description="dev checks without a better score before stopping")
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> Self:
+        TrainConfig(steps=self.steps, epochs=self.epochs)  # both at once: its ValueError, a 422
+        return self
 
     def train_config(self) -> dict[str, int | float]:
-        """The knobs, as a job's `train_config` (TrainConfig's keyword arguments)."""
-        return self.model_dump(include=set(TrainOptions.model_fields) - {"method"})
+        """The knobs, as a job's `train_config` (TrainConfig's keyword arguments).
+
+        The budget is written as it runs: the default step count spelled out, the other budget left out.
+        """
+        knobs = self.model_dump(include=set(TrainOptions.model_fields) - {"method"}, exclude_none=True)
+        return knobs if BUDGET_KEYS & knobs.keys() else {"steps": DEFAULT_STEPS, **knobs}
+
+    def merged(self, changes: dict[str, Any]) -> Self:
+        """These settings with `changes` over them; `steps` and `epochs` are one setting, the budget,
+        so a change that gives either replaces both."""
+        kept = self.model_dump(exclude=BUDGET_KEYS if BUDGET_KEYS & changes.keys() else set())
+        return self.model_validate({**kept, **changes})
 
 
 class BadTraining(ValueError):

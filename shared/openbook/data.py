@@ -8,7 +8,9 @@ Layout: ``<data_dir>/<task>/<shots>-<seed>/{train,dev}.{tsv,csv}`` plus one shar
   (or text pair, in column order).
 * ``.csv`` files have no header: ``label,text`` or ``label,text_a,text_b``.
 
-Labels stay the raw strings found in the file; mapping them to ids is the caller's job.
+Labels stay the raw strings found in the file; mapping them to ids is the caller's job. Texts stay as
+they are, a blank one included: some published splits have them (CR's has three), and a blank text
+is still a prompt (the template alone), so dropping or refusing the row would change the benchmark.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def data_root(given: str | os.PathLike[str] | None = None) -> Path:
 class KShotSplits:
     train: list[Example]
     dev: list[Example]
-    test: list[Example]
+    test: list[Example] | None  # None: not read (a dev-only evaluation, `openbook eval --no-test`)
 
 
 def _error(path: Path, line: int, problem: str) -> DataError:
@@ -82,9 +84,6 @@ def _rows(
 
 
 def _make_example(path: Path, line: int, texts: list[str], label: str) -> Example:
-    for text in texts:
-        if not text.strip():
-            raise _error(path, line, "empty text field")
     if not label.strip():
         raise _error(path, line, "empty label field")
     text: TextInput = texts[0] if len(texts) == 1 else (texts[0], texts[1])
@@ -190,8 +189,10 @@ def _is_pair(example: Example) -> bool:
     return isinstance(example.text, tuple)
 
 
-def load_kshot(data_dir: str | Path, task: str, seed: int, shots: int = 16) -> KShotSplits:
-    """Load train/dev of one seed plus the task's shared test split."""
+def load_kshot(
+    data_dir: str | Path, task: str, seed: int, shots: int = 16, *, test: bool = True
+) -> KShotSplits:
+    """Load train/dev of one seed plus the task's shared test split (never opened with `test=False`)."""
     task_dir = _task_dir(data_dir, task)
     seed_dir = task_dir / f"{shots}-{seed}"
     if not seed_dir.is_dir():
@@ -199,15 +200,21 @@ def load_kshot(data_dir: str | Path, task: str, seed: int, shots: int = 16) -> K
     splits = KShotSplits(
         train=read_split(find_split(seed_dir, "train")),
         dev=read_split(find_split(seed_dir, "dev")),
-        test=read_split(find_split(task_dir, "test")),
+        test=read_split(find_split(task_dir, "test")) if test else None,
     )
     # A pair task scored with single-text test files (or vice versa) would fail much later and obscurely.
     train_is_pair = _is_pair(splits.train[0])
-    for split in (splits.dev, splits.test):
+    for split in (s for s in (splits.dev, splits.test) if s is not None):
         if _is_pair(split[0]) != train_is_pair:
             expected = "text pairs" if train_is_pair else "single texts"
             raise DataError(f"{split[0].source}: expected {expected} like {splits.train[0].source}")
     return splits
+
+
+def blank_texts(examples: Iterable[Example]) -> int:
+    """How many of `examples` have a blank text (whitespace alone, or a pair with such a part)."""
+    parts = ((e.text,) if isinstance(e.text, str) else e.text for e in examples)
+    return sum(any(not part.strip() for part in text) for text in parts)
 
 
 def fixed_sample(examples: Sequence[Example], size: int | None) -> list[Example]:
@@ -268,25 +275,28 @@ def read_full_split(path: str | Path) -> list[Example]:
     return examples
 
 
-def load_full(data_dir: str | Path, task: str, seed: int, dev_size: int = 256) -> KShotSplits:
+def load_full(
+    data_dir: str | Path, task: str, seed: int, dev_size: int = 256, *, test: bool = True
+) -> KShotSplits:
     """The full training set of `task` from `data_dir` (the `full/` layout, see FULL_LAYOUT).
 
     Dev is a fixed random sample of `dev_size` examples of the dev file, drawn with `seed`, so that
-    the dev checks during training stay cheap; test is read whole.
+    the dev checks during training stay cheap; test is read whole (never opened with `test=False`).
     """
     if task not in FULL_LAYOUT:
         raise DataError(f"no full-data layout for task {task!r}; known: {', '.join(FULL_LAYOUT)}")
     if dev_size < 1:
         raise DataError(f"dev_size must be at least 1, got {dev_size}")
     train_name, dev_name, test_name = FULL_LAYOUT[task]
-    paths = [Path(data_dir) / name for name in (train_name, dev_name, test_name)]
+    names = (train_name, dev_name, test_name) if test else (train_name, dev_name)
+    paths = [Path(data_dir) / name for name in names]
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"full-data split not found: {path}")
-    train, dev, test = (read_full_split(path) for path in paths)
+    train, dev, *tests = (read_full_split(path) for path in paths)
     rng = random.Random(seed)
     dev = [dev[i] for i in sorted(rng.sample(range(len(dev)), min(dev_size, len(dev))))]
-    return KShotSplits(train=train, dev=dev, test=test)
+    return KShotSplits(train=train, dev=dev, test=tests[0] if test else None)
 
 
 # A training file and the test file for the tasks whose full training set is in `full/`: SST-2 and sst-5

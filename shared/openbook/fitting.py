@@ -58,7 +58,7 @@ class StoreExamples:
 @dataclass(frozen=True)
 class Fitted:
     path: Path
-    dev_metrics: dict[str, Any]  # accuracy, best_step, steps_run[, accuracy_with_knn]
+    dev_metrics: dict[str, Any]  # accuracy, best_step, step_budget, steps_run[, accuracy_with_knn]
     result: TrainResult
 
 
@@ -89,6 +89,7 @@ def fit_classifier(
     dev_metrics: dict[str, Any] = {
         "accuracy": result.best.accuracy,
         "best_step": result.best.step,
+        "step_budget": result.step_budget,
         "steps_run": result.steps_run,
     }
     if method.inference == "knn-interp":

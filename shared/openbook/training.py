@@ -5,6 +5,14 @@ evaluation every `eval_every` steps that keeps the best weights (dev accuracy,
 ties broken by dev log-likelihood), and early stopping after `patience`
 evaluations without improvement.
 
+The run's budget is a number of optimiser steps (`steps`), or of passes over
+the training set (`epochs`: ceil(epochs * N / batch_size) steps), which grows
+with the task: 16 shots per class are 32 examples on SST-2 but 96 on trec. The
+warmup and decay span the budget. Dev checks stay `eval_every` steps apart
+whatever the budget, and the last step is always checked; `patience` counts
+checks, so a run stops after `patience * eval_every` steps without a better dev
+score however long its budget (raise `patience` to let a long budget run out).
+
 Before the first step the training examples are embedded into the store (ids
 0..N-1) and, with `calibration="domain"`, the label log-prior of the untrained
 prompt is measured on the training texts and then held fixed: training and
@@ -14,6 +22,7 @@ calibrated zero-shot classifier instead of the raw one.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,9 +45,13 @@ class TrainingDiverged(ValueError):
     """A step's gradients were not finite: training stops before they reach the weights."""
 
 
+DEFAULT_STEPS = 32  # the budget when neither `steps` nor `epochs` is given
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 32
+    steps: int | None = None  # optimiser steps; None: DEFAULT_STEPS, unless `epochs` is given
+    epochs: float | None = None  # passes over the training set instead: ceil(epochs * N / batch_size) steps
     batch_size: int = 8
     lr: float = 1e-5
     weight_decay: float = 0.01
@@ -51,14 +64,29 @@ class TrainConfig:
     seed: int = 13
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.eval_every < 1 or self.patience < 1:
-            raise ValueError("steps, batch_size, eval_every and patience must be at least 1")
+        if self.steps is not None and self.epochs is not None:
+            raise ValueError(
+                f"give the budget as steps or as epochs, not both (steps={self.steps}, epochs={self.epochs})"
+            )
+        if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"epochs must be a positive number, got {self.epochs}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be at least 1, got {self.steps}")
+        if min(self.batch_size, self.eval_every, self.patience) < 1:
+            raise ValueError("batch_size, eval_every and patience must be at least 1")
         if self.lr <= 0 or not 0 <= self.warmup_ratio < 1:
             raise ValueError("lr must be positive and warmup_ratio in [0, 1)")
         if self.reembed_every is not None and self.reembed_every < 1:
             raise ValueError("reembed_every must be at least 1")
         if self.calibration == "content-free":
             raise ValueError("training calibrates on the training texts: use 'domain' or 'none'")
+
+    def total_steps(self, num_train: int) -> int:
+        """The run's budget in optimiser steps, for a training set of `num_train` examples."""
+        if self.epochs is None:
+            return self.steps or DEFAULT_STEPS
+        # rounded first, so that float noise (0.1 * 30 = 3.0000000000000004) does not add a step
+        return max(1, math.ceil(round(self.epochs * num_train / self.batch_size, 9)))
 
 
 @dataclass(frozen=True)
@@ -76,7 +104,8 @@ class TrainResult:
     best: DevScore
     history: list[dict] = field(default_factory=list)  # one entry per dev evaluation
     losses: list[float] = field(default_factory=list)  # one per step
-    steps_run: int = 0
+    step_budget: int = 0  # the steps the run was given (`TrainConfig.total_steps`)
+    steps_run: int = 0  # fewer than the budget when early stopping ended the run
     seconds: float = 0.0
 
 
@@ -94,6 +123,7 @@ def train(
 ) -> TrainResult:
     """Train `classifier` (already `method.prepare`d) in place; it ends with the best dev weights."""
     _check_data(train_labels, dev_labels, len(classifier.labels))
+    steps = config.total_steps(len(train_texts))
     started = time.perf_counter()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
@@ -120,25 +150,25 @@ def train(
                 weight_decay=config.weight_decay,
                 fused=_fused_adam_supported(parameters),
             )
-            warmup = int(config.warmup_ratio * config.steps)
+            warmup = int(config.warmup_ratio * steps)
             schedule = torch.optim.lr_scheduler.LambdaLR(
                 optimizer,
                 lambda step: (
-                    (step + 1) / max(1, warmup)
-                    if step < warmup
-                    else (config.steps - step) / (config.steps - warmup)
+                    (step + 1) / max(1, warmup) if step < warmup else (steps - step) / (steps - warmup)
                 ),
             )
             gold_all = torch.as_tensor(train_labels, dtype=torch.long, device=classifier.backbone.device)
             steps_per_epoch = -(-len(ids) // config.batch_size)
             reembed_every = config.reembed_every or steps_per_epoch
 
-            result = TrainResult(best=evaluate_dev(classifier, dev_texts, dev_labels, step=0))
+            result = TrainResult(
+                best=evaluate_dev(classifier, dev_texts, dev_labels, step=0), step_budget=steps
+            )
             result.history.append(vars(result.best) | {"loss": None})
             best_tensors = _snapshot(method.trained_tensors(classifier))
             stale = 0
             order = np.empty(0, dtype=np.int64)
-            bar = tqdm(range(1, config.steps + 1), desc=f"train {method.spec}", disable=not progress)
+            bar = tqdm(range(1, steps + 1), desc=f"train {method.spec}", disable=not progress)
             for step in bar:
                 if len(order) == 0:
                     order = rng.permutation(ids)
@@ -162,10 +192,10 @@ def train(
                 result.losses.append(float(loss.detach()))
                 result.steps_run = step
                 if on_step is not None:
-                    on_step(step, config.steps, result.losses[-1])
+                    on_step(step, steps, result.losses[-1])
                 if method.uses_store_in_training and step % reembed_every == 0:
                     reembed(classifier, train_texts, train_labels, progress=progress)
-                if step % config.eval_every == 0 or step == config.steps:
+                if step % config.eval_every == 0 or step == steps:
                     score = evaluate_dev(classifier, dev_texts, dev_labels, step=step)
                     result.history.append(
                         vars(score) | {"loss": float(np.mean(result.losses[-config.eval_every :]))}

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 from openbook.cli import main
-from openbook.cli.common import add_data_argument, data_dir
+from openbook.cli.common import (
+    add_data_argument,
+    add_prompt_arguments,
+    add_training_arguments,
+    checked_settings,
+    data_dir,
+    train_config,
+)
 
 
 def parse(layout: str | None, *argv: str) -> argparse.Namespace:
@@ -35,3 +42,37 @@ def test_without_data_or_openbook_data_the_command_says_how_to_give_it(
     assert main(args) == 2
     assert "openbook train: error: give --data, or set OPENBOOK_DATA" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def parse_training(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_training_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_the_budget_flags_reach_train_config(capsys) -> None:
+    from openbook.training import DEFAULT_STEPS, TrainConfig
+
+    by_epochs = train_config(parse_training("--epochs", "2.5", "--train-batch-size", "4"), seed=7)
+    assert by_epochs == TrainConfig(epochs=2.5, batch_size=4, seed=7)
+    assert by_epochs.total_steps(96) == 60
+    assert train_config(parse_training("--steps", "5"), seed=7).total_steps(96) == 5
+    assert train_config(parse_training(), seed=7).total_steps(96) == DEFAULT_STEPS
+    with pytest.raises(SystemExit) as exited:
+        parse_training("--steps", "5", "--epochs", "2")
+    assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="epochs must be a positive number"):
+        train_config(parse_training("--epochs", "0"), seed=7)
+
+
+def test_the_settings_record_the_budget_as_it_was_given(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_prompt_arguments(parser)
+    add_training_arguments(parser)
+    parser.add_argument("--out", default=str(tmp_path))
+    for name in ("data", "shots", "calibration"):
+        parser.add_argument(f"--{name}")
+    assert checked_settings(parser.parse_args([]))["steps"] == 32  # as results made before --epochs
+    by_epochs = checked_settings(parser.parse_args(["--epochs", "8"]))
+    assert (by_epochs["steps"], by_epochs["epochs"]) == (None, 8.0)
+    assert "epochs" not in checked_settings(parser.parse_args(["--steps", "64"]))

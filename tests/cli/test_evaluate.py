@@ -145,3 +145,82 @@ def test_eval_full_trains_on_the_whole_training_set(
     args[args.index("--methods") + 1] = "zero-shot,prompt-ft"
     assert main(args) == 2
     assert "--full evaluates trainable methods only; drop zero-shot" in capsys.readouterr().err
+
+
+def test_eval_no_test_selects_on_dev_and_never_reads_test(
+    tmp_path, causal_dir, capsys, training_flags, toy_dataset
+):
+    data = toy_dataset(tmp_path / "data")
+    (data / "toy" / "test.csv").write_text("this is no test split\n")  # reading it would fail
+    out = tmp_path / "out"
+    at = training_flags.index("--steps")
+    flags = training_flags[:at] + training_flags[at + 2 :]  # the budget is given in epochs instead
+    args = [
+        *_eval_args(data, out, causal_dir, methods="zero-shot,knn-interp,retroprompt"),
+        *flags, "--epochs", "1.5", "--no-test",
+    ]  # fmt: skip
+    assert main(args) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert {(r["method"], r["seed"]) for r in records} == {
+        (m, s) for m in ("zero-shot", "knn-interp", "retroprompt") for s in (1, 2)
+    }
+    for record in records:
+        assert record["accuracy"] is None and record["macro_f1"] is None  # no test figure
+        assert 0.0 <= record["params"]["dev_accuracy"] <= 1.0
+        assert not {"test_examples", "truncated_test"} & set(record["params"])
+    trained = [r["params"] for r in records if r["method"] == "retroprompt"]
+    assert all(
+        {"lam", "best_step", "best_step_dev_accuracy", "best_step_dev_log_likelihood"} <= set(p)
+        for p in trained
+    )
+    assert {(p["epochs"], p["step_budget"]) for p in trained} == {(1.5, 3)}  # ceil(1.5 * 8 / 4)
+    assert all(p["steps_run"] <= p["step_budget"] for p in trained)
+    assert json.loads((out / "settings.json").read_text())["epochs"] == 1.5
+    table = (out / "results.md").read_text()
+    assert ", dev only" in table.splitlines()[0] and "Dev accuracy in % (--no-test" in table
+    assert "| task | method | dev accuracy | seeds |" in table and "macro-F1" not in table
+
+    capsys.readouterr()
+    assert main(args) == 0  # resumed: every run is there
+    assert "nothing to do" in capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text()) == records
+
+    toy_dataset(data)  # a readable test split again
+    with_test = [a for a in args if a != "--no-test"]
+    assert main(with_test) == 2  # test-scored records would mix with dev-only ones
+    assert "holds dev-only records (made with --no-test)" in capsys.readouterr().err
+    assert main([*args, "--test-size", "4"]) == 2
+    assert "--no-test never reads" in capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text()) == records
+
+
+def test_eval_no_test_refuses_an_out_scored_on_test(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    args = _eval_args(data, out, causal_dir, methods="zero-shot")
+    assert main(args) == 0
+    before = (out / "results.json").read_text()
+    capsys.readouterr()
+    assert main([*args, "--no-test"]) == 2
+    assert "holds records scored on test, and --no-test records" in capsys.readouterr().err
+    assert (out / "results.json").read_text() == before
+
+
+def test_eval_keeps_blank_texts_of_a_published_split_and_counts_them(tmp_path, causal_dir, capsys):
+    data = tmp_path / "data"
+    rows = ["a good film\t1", "a bad film\t0", "   \t1", "great fun\t1", "boring\t0"]
+    for path, lines in (
+        (data / "cr" / "16-1" / "train.tsv", rows[:2] + rows[3:]),
+        (data / "cr" / "16-1" / "dev.tsv", rows),
+        (data / "cr" / "test.tsv", [*rows, "\t0"]),
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("sentence\tlabel\n" + "\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    args = _eval_args(data, out, causal_dir, methods="zero-shot,knn-interp")
+    args[args.index("--task") + 1], args[args.index("--seeds") + 1] = "cr", "1"
+    assert main(args) == 0
+    assert "cr: blank texts, kept as they are" in (err := capsys.readouterr().err)
+    assert "test 2, seed 1 dev 1" in err and "seed 1 train" not in err  # per split, those with any
+    records = json.loads((out / "results.json").read_text())
+    assert {r["params"]["test_examples"] for r in records} == {6}  # every row scored, blank ones too

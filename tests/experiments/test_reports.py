@@ -1,5 +1,6 @@
 """Results on disk and as tables: the markdown tables, and records kept when processes share a directory."""
 
+import pytest
 from openbook.experiments.evaluation import EvalRecord
 from openbook.experiments.reports import add_record, locked, read_results, results_table, task_means_table
 
@@ -52,3 +53,30 @@ def test_processes_sharing_a_results_directory_keep_every_record(tmp_path):
         add_record(EvalRecord("t", "m", 3, 0.9, 0.9, {}, 1.0), tmp_path)
     (third,) = [r for r in read_results(tmp_path) if r.seed == 3]
     assert third.accuracy == 0.5 and len(read_results(tmp_path)) == 40
+
+
+def _dev_only(task: str, seed: int, dev_accuracy: float) -> EvalRecord:
+    return EvalRecord(task, "m", seed, None, None, {"dev_accuracy": dev_accuracy}, 1.0)
+
+
+def test_dev_only_records_are_tabled_by_dev_accuracy_and_say_so(tmp_path):
+    records = [_dev_only(t, s, a) for t, s, a in (("a", 1, 0.5), ("a", 2, 0.7), ("b", 1, 0.9))]
+    table = results_table(records)
+    assert table.startswith("| task | method | dev accuracy | seeds | seconds / run |")
+    assert "| a | m | 60.0 (10.0) | 2 | 1.0 |" in table
+    assert "| m | 60.0 | 90.0 (1 of 2 seeds) | 75.0 |" in task_means_table(records)
+    for record in records:
+        with locked(tmp_path):
+            add_record(record, tmp_path)
+    assert "Dev accuracy in %, mean over seeds per task" in (tmp_path / "results.md").read_text()
+    assert read_results(tmp_path) == records  # accuracy None round-trips
+
+
+def test_a_directory_takes_records_of_one_kind(tmp_path):
+    with locked(tmp_path):
+        add_record(_dev_only("t", 1, 0.5), tmp_path)
+        with pytest.raises(ValueError, match=r"holds dev-only records .* add --no-test to resume it"):
+            add_record(EvalRecord("t", "m", 2, 0.5, 0.5, {"dev_accuracy": 0.5}, 1.0), tmp_path)
+    with pytest.raises(ValueError, match="cannot share a table"):
+        results_table([_dev_only("t", 1, 0.5), EvalRecord("t", "m", 2, 0.5, 0.5, {}, 1.0)])
+    assert len(read_results(tmp_path)) == 1

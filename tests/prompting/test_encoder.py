@@ -98,8 +98,33 @@ def test_template_too_long_for_max_length_is_refused(causal_backbone):
         causal_backbone.encoder(Template(words + " {text} It was {mask}"), Verbalizer.parse("0=bad,1=good"))
 
 
-@pytest.mark.parametrize("bad", ["", "   ", 5, ("a", "b")])
-def test_empty_or_wrong_type_text_is_refused(causal_backbone, bad):
+@pytest.mark.parametrize("template", ["{text} It was {mask}", "Review: {text} It was {mask}"])
+def test_a_blank_text_is_the_template_alone(backbone, template):
+    encoder = backbone.encoder(Template(template), Verbalizer.parse("0=bad,1=good"))
+    batch = encoder.encode(["", "   ", "\t"])
+    rows = [ids[mask == 1].tolist() for ids, mask in zip(batch.input_ids, batch.attention_mask, strict=True)]
+    assert rows[0] == rows[1] == rows[2]
+    tokens = [i for i in rows[0] if i not in (*encoder.prefix, *encoder.suffix)]
+    mask_id = [backbone.tokenizer.mask_token_id] if backbone.kind == "masked" else []
+    words = backbone.tokenizer(template.split("{text}")[0].strip(), add_special_tokens=False)["input_ids"]
+    assert (
+        tokens
+        == (words if "Review" in template else [])
+        + backbone.tokenizer(" It was", add_special_tokens=False)["input_ids"]
+        + mask_id
+    )  # no stray token where the text would be, not even its space
+
+
+def test_a_blank_text_with_nothing_else_to_read_is_refused(causal_backbone):
+    encoder = causal_backbone.encoder(Template("{text}{mask}"), Verbalizer.parse("0=bad,1=good"))
+    if encoder.prefix:
+        pytest.skip("this tokenizer starts every prompt with a special token")
+    with pytest.raises(PromptError, match="a blank text leaves this template an empty prompt"):
+        encoder.encode(["fine", " "])
+
+
+@pytest.mark.parametrize("bad", [5, ("a", "b"), None])
+def test_a_text_of_the_wrong_type_is_refused(causal_backbone, bad):
     encoder = causal_backbone.encoder(Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good"))
     with pytest.raises(PromptError, match="input 1"):
         encoder.encode(["fine", bad])

@@ -151,8 +151,8 @@ def test_a_log_entry_the_store_cannot_take_breaks_only_its_task(make_client, ser
     with make_client() as api:
         assert api.post("/v1/tasks", json=TASK).status_code == 201
         assert api.post("/v1/tasks", json=PAIR_TASK).status_code == 201
-        # A blank text, as the api accepted before it refused them: the log holds it, no store can take it.
-        ExampleLog(redis.Redis.from_url(server.url), "reviews").append([NewExample("   ", "1")])
+        # A pair in a single-text task, which the api never accepts: the log holds it, no store can take it.
+        ExampleLog(redis.Redis.from_url(server.url), "reviews").append([NewExample(("a", "b"), "1")])
     with make_client() as restarted:
         ready = wait_ready(restarted)
         assert ready.status_code == 200 and "replayed" in ready.json()["broken"]["reviews"]

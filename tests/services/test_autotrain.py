@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from services.bus.autotrain import autotrain_key, queue_if_due, update_training
 from services.bus.deletion import delete_task
 from services.bus.examples_log import ExampleLog, NewExample
-from services.bus.jobs import JobQueue, task_jobs_key
+from services.bus.jobs import JOBS_STREAM, JobQueue, task_jobs_key
 from services.bus.task_spec import TASKS_KEY, Task, TrainingSettings
 from services.bus.workers import worker_died
 from services.trainer.worker import Worker
@@ -110,6 +110,10 @@ BAD_PATCHES = [
     ({"training": {"every": 0}}, ["body", "training", "every"]),
     ({"training": {"method": "no-such-method"}}, ["body", "training", "method"]),
     ({"training": {"steps": 0}}, ["body", "training", "steps"]),
+    ({"training": {"epochs": 0}}, ["body", "training", "epochs"]),
+    ({"training": {"epochs": 1001}}, ["body", "training", "epochs"]),
+    ({"training": {"epochs": "NaN"}}, ["body", "training", "epochs"]),
+    ({"training": {"steps": 4, "epochs": 2}}, ["body", "training"]),  # two budgets at once
     ({"training": {"lr": 1.5}}, ["body", "training", "lr"]),
     ({"training": {"batch_size": 2000}}, ["body", "training", "batch_size"]),
     ({"training": {"auto": None}}, ["body", "training", "auto"]),
@@ -134,7 +138,7 @@ def test_a_bad_patch_is_refused_and_changes_nothing(api: TestClient, server, bod
 def test_a_patch_merges_the_keys_given_over_the_stored_ones(api: TestClient) -> None:
     response = api.patch("/v1/tasks/reviews", json={"training": {"every": 9, "method": "prompt-ft"}})
     assert response.status_code == 200, response.text
-    expected = {**AUTO_TASK["training"], "every": 9, "method": "prompt-ft"}
+    expected = {**AUTO_TASK["training"], "epochs": None, "every": 9, "method": "prompt-ft"}
     assert response.json()["training"] == expected and response.json()["template"] == TASK["template"]
     assert api.get("/v1/tasks/reviews").json()["training"] == expected
     assert api.patch("/v1/tasks/nope", json={"training": {"every": 2}}).status_code == 404
@@ -175,6 +179,35 @@ def test_a_patch_keeps_the_served_checkpoint(make_client, server, tmp_path) -> N
         assert api.get("/v1/tasks/reviews").json()["training"]["auto"] is True
         kept = api.app.state.registry.runtimes["reviews"]
         assert kept is runtime and kept.classifier is classifier and kept.task.training.every == 50
+
+
+def test_a_patch_that_gives_a_budget_replaces_the_stored_one(api: TestClient) -> None:
+    assert api.get("/v1/tasks/reviews").json()["training"]["steps"] == KNOBS["steps"]
+    patched = api.patch("/v1/tasks/reviews", json={"training": {"epochs": 2.5}})
+    assert patched.status_code == 200, patched.text
+    assert (patched.json()["training"]["steps"], patched.json()["training"]["epochs"]) == (None, 2.5)
+    patched = api.patch("/v1/tasks/reviews", json={"training": {"steps": 6}})
+    assert (patched.json()["training"]["steps"], patched.json()["training"]["epochs"]) == (6, None)
+
+
+def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> None:
+    from openbook.training import DEFAULT_STEPS, TrainConfig
+
+    by_epochs = api.post("/v1/tasks/reviews/train", json={**KNOBS, "steps": None, "epochs": 3})
+    assert by_epochs.status_code == 202, by_epochs.text
+    config = by_epochs.json()["train_config"]
+    assert "steps" not in config and TrainConfig(**config).total_steps(10) == 8  # ceil(3 * 10 / 4)
+    default = api.post("/v1/tasks/reviews/train", json={}).json()["train_config"]
+    assert default["steps"] == DEFAULT_STEPS and "epochs" not in default  # the default, spelled out
+
+    client = redis.Redis.from_url(server.url)
+    queued = client.xlen(JOBS_STREAM)
+    for bad in ({"steps": 4, "epochs": 2}, {"epochs": 0}, {"epochs": -1}, {"epochs": 1e9}):
+        response = api.post("/v1/tasks/reviews/train", json=bad)
+        assert response.status_code == 422, (bad, response.text)
+    assert client.xlen(JOBS_STREAM) == queued and len(jobs(api)) == 2  # nothing was queued
+    refused = api.post("/v1/tasks/reviews/train", json={"steps": 4, "epochs": 2}).json()["detail"]
+    assert "steps or as epochs, not both" in refused[0]["msg"]
 
 
 def test_a_spec_stored_without_training_reads_with_the_defaults(make_client, server, causal_dir) -> None:

@@ -46,11 +46,17 @@ def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    from openbook.training import TrainConfig
+    from openbook.training import DEFAULT_STEPS, TrainConfig
 
     default = TrainConfig()
     group = parser.add_argument_group("training (trainable methods)")
-    group.add_argument("--steps", type=int, default=default.steps, help="most optimiser steps per run")
+    budget = group.add_mutually_exclusive_group()
+    budget.add_argument("--steps", type=int, help=f"most optimiser steps per run (default: {DEFAULT_STEPS})")
+    budget.add_argument(
+        "--epochs",
+        type=float,
+        help="most passes over the training set instead: ceil(epochs x N / train batch size) steps",
+    )
     group.add_argument("--train-batch-size", type=int, default=default.batch_size)
     group.add_argument("--lr", type=float, default=default.lr)
     group.add_argument("--eval-every", type=int, default=default.eval_every, help="steps between dev checks")
@@ -63,6 +69,7 @@ def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
 
     return TrainConfig(
         steps=args.steps,
+        epochs=args.epochs,
         batch_size=args.train_batch_size,
         lr=args.lr,
         eval_every=args.eval_every,
@@ -105,11 +112,18 @@ def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
 
 def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
     """A results directory holds runs made with one set of settings; resuming with others is an error."""
+    from openbook.training import DEFAULT_STEPS
+
     keys = (
         "data backbone template labels layer max_length batch_size device shots calibration "
         "steps train_batch_size lr eval_every patience reembed_every"
     ).split()
     settings = {key: getattr(args, key) for key in keys}
+    # the budget: a step count as before (so results made before --epochs still resume), or epochs
+    if args.epochs is None:
+        settings["steps"] = DEFAULT_STEPS if args.steps is None else args.steps
+    else:
+        settings["epochs"] = args.epochs
     # `eval --full` only (continual shares this); recorded only when used, so older results still resume
     if getattr(args, "full", False):
         settings |= {"full": True, "full_dev_size": args.full_dev_size}

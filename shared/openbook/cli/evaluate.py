@@ -53,6 +53,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         type=int,
         help="score every run on a fixed sample (seed 0) of this many test examples; default: all",
     )
+    evaluate.add_argument(
+        "--no-test",
+        action="store_true",
+        help="dev only: train and choose as usual, never read the test split, report dev accuracy"
+        " (to compare configurations; an --out holds runs of one kind)",
+    )
     evaluate.add_argument("--calibration", choices=CALIBRATION_MODES, default="domain")
     evaluate.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
     add_prompt_arguments(evaluate)
@@ -62,7 +68,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.data import DataError, fixed_sample, load_full, load_kshot
     from openbook.experiments.evaluation import INFERENCE_METHODS, evaluate_task
-    from openbook.experiments.reports import add_record, locked, read_results
+    from openbook.experiments.reports import add_record, check_one_kind, locked, read_results
     from openbook.experiments.setfit_peer import PEER_NAME, evaluate_setfit, require_setfit
     from openbook.experiments.training_eval import evaluate_trained
     from openbook.methods import MethodError, build_method
@@ -86,23 +92,31 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         raise DataError(
             f"--full evaluates trainable methods only; drop {', '.join(frozen + peers)} from --methods"
         )
+    if args.no_test and args.test_size is not None:
+        raise DataError("--test-size samples the test split, which --no-test never reads: give one of them")
+    config = train_config(args, seeds[0])  # a bad budget or knob fails before anything is written
 
     def loader(task: str) -> Callable[[int], KShotSplits]:
         def load(seed: int) -> KShotSplits:
+            with_test = not args.no_test
             if args.full:
-                splits = load_full(args.data, task, seed, args.full_dev_size)
+                splits = load_full(args.data, task, seed, args.full_dev_size, test=with_test)
             else:
-                splits = load_kshot(args.data, task, seed, args.shots)
+                splits = load_kshot(args.data, task, seed, args.shots, test=with_test)
+            if splits.test is None:
+                return splits
             return dataclasses.replace(splits, test=fixed_sample(splits.test, args.test_size))
 
         return load
 
     for task in tasks:  # unreadable data fails before any model is loaded or anything written
-        for seed in seeds:
-            loader(task)(seed)
+        blanks = _blank_texts(task, {seed: loader(task)(seed) for seed in seeds})
+        if blanks:
+            print(blanks, file=sys.stderr)
+    records = read_results(args.out)
+    check_one_kind(records, args.no_test, args.out)
     sampled = {} if args.test_size is None else {"test_size": args.test_size}  # recorded only when used
     settings = checked_settings(args, sampled)
-    records = read_results(args.out)
     done = {(r.task, r.method, r.seed) for r in records}
     classifier = None
     for task in tasks:
@@ -140,7 +154,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 task,
                 trainable,
                 sorted({s for _, s in pending_runs}, key=seeds.index),
-                train_config(args, seeds[0]),
+                config,
                 done=done,
                 on_record=save,
                 shots=args.shots,
@@ -162,13 +176,40 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     print((Path(args.out) / "results.md").read_text())
 
 
+def _blank_texts(task: str, splits: dict[int, KShotSplits]) -> str | None:
+    """A line counting the blank texts per split, or None without any. They are kept: a published
+    split is scored as it is, and a blank text is still a prompt (the template alone)."""
+    from openbook.data import blank_texts
+
+    test = next(iter(splits.values())).test  # shared by every seed
+    counts = {"test": 0 if test is None else blank_texts(test)}
+    for seed, seed_splits in splits.items():
+        counts |= {
+            f"seed {seed} {part}": blank_texts(getattr(seed_splits, part)) for part in ("train", "dev")
+        }
+    found = [f"{split} {count}" for split, count in counts.items() if count]
+    if not found:
+        return None
+    return f"{task}: blank texts, kept as they are (the prompt is the template alone): {', '.join(found)}"
+
+
 def _eval_header(args: argparse.Namespace, argv: Sequence[str], classifier: Classifier) -> str:
+    scores = (
+        "Dev accuracy in % (--no-test: no test example was read), mean (std) over seeds: the final"
+        " classifier's, with its kNN interpolation where the method has one. Every choice was made on"
+        " these dev examples, so the figures flatter; they compare configurations, they do not"
+        " estimate test accuracy. "
+        if args.no_test
+        else "Accuracy and macro-F1 on test in %, mean (std) over seeds; every hyper-parameter chosen"
+        " on dev. "
+    )
     return (
         f"# {'Full-data' if args.full else f'{args.shots}-shot'} evaluation, seeds {args.seeds},"
         f" backbone {args.backbone}"
+        + (", dev only" if args.no_test else "")
         + ("" if args.test_size is None else f", test: a fixed sample of {args.test_size} examples (seed 0)")
         + "\n\n"
-        "Accuracy and macro-F1 on test in %, mean (std) over seeds; every hyper-parameter chosen on dev. "
-        "`seconds / run` is the wall time of one method x seed run, training included.\n\n"
+        + scores
+        + "`seconds / run` is the wall time of one method x seed run, training included.\n\n"
         f"Command: `openbook {shlex.join(argv)}`\n\n"
     )

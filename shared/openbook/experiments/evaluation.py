@@ -9,6 +9,10 @@ The backbone is frozen here, so each split is embedded once and every method
 and grid point reuses those slot vectors and label scores. The test split is
 shared by all seeds: it is embedded once per task, and its cost is split
 evenly over the seeds in the reported wall time.
+
+A dev-only run (`openbook eval --no-test`, splits whose `test` is None) makes
+the same choices and scores nothing on test: its records carry the dev
+accuracy of what was chosen (`params["dev_accuracy"]`) and no test figures.
 """
 
 from __future__ import annotations
@@ -42,23 +46,27 @@ class EvalRecord:
     task: str
     method: str
     seed: int
-    accuracy: float
-    macro_f1: float
-    params: dict
+    accuracy: float | None  # on test; None in a dev-only run
+    macro_f1: float | None
+    params: dict  # the choices made on dev, and dev_accuracy: the final classifier's accuracy on dev
     seconds: float
+
+    @property
+    def dev_only(self) -> bool:
+        return self.accuracy is None
 
 
 @dataclass(frozen=True)
 class MethodInputs:
     num_labels: int
     p_lm_dev: np.ndarray  # (N_dev, C) calibrated
-    p_lm_test: np.ndarray
+    p_lm_test: np.ndarray | None  # None: a dev-only run
     dev: Split
-    test: Split
+    test: Split | None
     store_size: int
 
 
-MethodResult = tuple[np.ndarray, dict]  # test probabilities (N, C), chosen params
+MethodResult = tuple[np.ndarray | None, dict]  # test probabilities (N, C) (None: dev only), chosen params
 INFERENCE_METHODS: dict[str, Callable[[MethodInputs], MethodResult]] = {}
 
 
@@ -72,7 +80,9 @@ def inference_method(name: str) -> Callable:
 
 def _select(inputs: MethodInputs, grid: Sequence[tuple[int, float, float]]) -> MethodResult:
     chosen, dev_accuracy = select_on_dev(inputs.p_lm_dev, inputs.dev, grid, inputs.store_size)
-    p_test = split_mixture(inputs.p_lm_test, inputs.test, chosen.k, chosen.temperature, chosen.lam)
+    p_test = None
+    if inputs.p_lm_test is not None and inputs.test is not None:
+        p_test = split_mixture(inputs.p_lm_test, inputs.test, chosen.k, chosen.temperature, chosen.lam)
     params = {
         "k": chosen.k,
         "temperature": chosen.temperature,
@@ -105,19 +115,37 @@ def method_inputs(
     bias: np.ndarray | None,
     dev: Embeddings,
     dev_labels: np.ndarray,
-    test: Embeddings,
-    test_labels: np.ndarray,
+    test: Embeddings | None,  # None: a dev-only run
+    test_labels: np.ndarray | None,
 ) -> MethodInputs:
     """Calibrated P_LM and the store's neighbours for dev and test: all an inference method reads."""
     k_max = min(max(K_GRID), len(store))
+    scored = test is not None and test_labels is not None
     return MethodInputs(
         num_labels=dev.lm_log_probs.shape[1],
         p_lm_dev=calibrated_p_lm(dev.lm_log_probs, bias),
-        p_lm_test=calibrated_p_lm(test.lm_log_probs, bias),
+        p_lm_test=calibrated_p_lm(test.lm_log_probs, bias) if scored else None,
         dev=Split(dev_labels, store.search(dev.vectors, k_max)),
-        test=Split(test_labels, store.search(test.vectors, k_max)),
+        test=Split(test_labels, store.search(test.vectors, k_max)) if scored else None,
         store_size=len(store),
     )
+
+
+def scores_on_test(
+    p_test: np.ndarray | None, test_labels: np.ndarray | None, num_labels: int
+) -> tuple[float | None, float | None]:
+    """Accuracy and macro-F1 on test, or (None, None) in a dev-only run."""
+    if p_test is None or test_labels is None:
+        return None, None
+    predicted = p_test.argmax(-1)
+    return accuracy(predicted, test_labels), macro_f1(predicted, test_labels, num_labels)
+
+
+def params_on_test(test: Embeddings | None) -> dict:
+    """What a record says of the test examples it was scored on (nothing in a dev-only run)."""
+    if test is None:
+        return {}
+    return {"test_examples": len(test.truncated), "truncated_test": int(test.truncated.sum())}
 
 
 def macro_f1(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
@@ -162,15 +190,18 @@ def evaluate_task(
         seed: [example_labels(classifier, getattr(s, part)) for part in ("train", "dev")]
         for seed, s in splits.items()
     }
-    test_examples = splits[seeds[0]].test
-    test_labels = example_labels(classifier, test_examples)
-    if len(np.unique(np.concatenate([test_labels, *(a for pair in labels.values() for a in pair)]))) < 2:
+    test_examples = splits[seeds[0]].test  # None: a dev-only run
+    test_labels = None if test_examples is None else example_labels(classifier, test_examples)
+    seen = [a for pair in labels.values() for a in pair] + ([] if test_labels is None else [test_labels])
+    if len(np.unique(np.concatenate(seen))) < 2:
         raise PromptError(f"{task}: the data has fewer than 2 classes")
 
     started = time.perf_counter()
-    test_embeddings = classifier.embed(
-        [e.text for e in test_examples], progress=f"{task} test" if progress else False
-    )
+    test_embeddings = None
+    if test_examples is not None:
+        test_embeddings = classifier.embed(
+            [e.text for e in test_examples], progress=f"{task} test" if progress else False
+        )
     test_seconds_per_seed = (time.perf_counter() - started) / len(seeds)
     records = []
     for seed in tqdm(seeds, desc=f"{task} seeds", disable=not progress):
@@ -186,21 +217,15 @@ def evaluate_task(
         for method in methods:
             method_started = time.perf_counter()
             p_test, params = INFERENCE_METHODS[method](inputs)
-            predicted = p_test.argmax(-1)
-            params = {
-                **params,
-                "calibration": calibration,
-                "test_examples": len(test_labels),
-                "truncated_test": int(test_embeddings.truncated.sum()),
-            }
+            test_accuracy, test_macro_f1 = scores_on_test(p_test, test_labels, len(classifier.labels))
             records.append(
                 EvalRecord(
                     task=task,
                     method=method,
                     seed=seed,
-                    accuracy=accuracy(predicted, test_labels),
-                    macro_f1=macro_f1(predicted, test_labels, len(classifier.labels)),
-                    params=params,
+                    accuracy=test_accuracy,
+                    macro_f1=test_macro_f1,
+                    params={**params, "calibration": calibration, **params_on_test(test_embeddings)},
                     seconds=round(shared_seconds + time.perf_counter() - method_started, 3),
                 )
             )

@@ -5,6 +5,10 @@ back is what makes `openbook eval` resumable. A writer holds `locked(out)` and
 calls `add_record`, which reads the file again before rewriting it, so several
 `openbook eval` processes given disjoint seeds or tasks can fill one directory
 at the same time.
+
+A directory holds records scored on test or dev-only records (`openbook eval
+--no-test`), never both: its tables and plot show test accuracy, or dev accuracy
+(the figure every choice was made on, so it flatters) and say so.
 """
 
 from __future__ import annotations
@@ -21,16 +25,51 @@ from openbook.atomic import staged_file, write_text
 from openbook.experiments.evaluation import EvalRecord
 
 
+def scored_on(records: Sequence[EvalRecord]) -> str:
+    """The split the records were scored on, "test" or "dev" (dev only); both kinds together: ValueError."""
+    kinds = {"dev" if r.dev_only else "test" for r in records}
+    if len(kinds) > 1:
+        raise ValueError("records scored on test and dev-only records (--no-test) cannot share a table")
+    return kinds.pop() if kinds else "test"
+
+
+def check_one_kind(records: Sequence[EvalRecord], dev_only: bool, out_dir: str | Path) -> None:
+    """Refuse to add records of one kind (dev only, or scored on test) to a directory holding the other."""
+    if not records or scored_on(records) == ("dev" if dev_only else "test"):
+        return
+    if dev_only:
+        problem = "holds records scored on test, and --no-test records (dev accuracy only) cannot join them"
+        fix = "drop --no-test to resume it"
+    else:
+        problem = "holds dev-only records (made with --no-test), and records scored on test cannot join them"
+        fix = "add --no-test to resume it"
+    raise ValueError(f"{out_dir} {problem}: {fix}, or give another --out")
+
+
+def _figure(record: EvalRecord) -> float:
+    """The accuracy a table shows: on test, or on dev for a dev-only record."""
+    return record.params["dev_accuracy"] if record.accuracy is None else record.accuracy
+
+
 def results_table(records: Sequence[EvalRecord], method_order: Sequence[str] = ()) -> str:
     """Markdown: mean (std) over seeds of accuracy and macro-F1 (in %), per task and method.
 
-    Tasks come in the order of their first record; within a task, methods follow `method_order` (the
-    command's --methods), then any others in the order of their first record.
+    Dev-only records give dev accuracy alone. Tasks come in the order of their first record; within a
+    task, methods follow `method_order` (the command's --methods), then any others in the order of
+    their first record.
     """
-    lines = [
-        "| task | method | accuracy | macro-F1 | seeds | seconds / run |",
-        "|------|--------|----------|----------|-------|---------------|",
-    ]
+    dev_only = scored_on(records) == "dev"
+    lines = (
+        [
+            "| task | method | dev accuracy | seeds | seconds / run |",
+            "|------|--------|--------------|-------|---------------|",
+        ]
+        if dev_only
+        else [
+            "| task | method | accuracy | macro-F1 | seeds | seconds / run |",
+            "|------|--------|----------|----------|-------|---------------|",
+        ]
+    )
     groups: dict[tuple[str, str], list[EvalRecord]] = {}
     for record in records:
         groups.setdefault((record.task, record.method), []).append(record)
@@ -38,14 +77,16 @@ def results_table(records: Sequence[EvalRecord], method_order: Sequence[str] = (
     methods = list(dict.fromkeys([*method_order, *(method for _, method in groups)]))
     ordered = sorted(groups.items(), key=lambda item: (tasks.index(item[0][0]), methods.index(item[0][1])))
     for (task, method), group in ordered:
-        acc = 100 * np.array([r.accuracy for r in group])
-        f1 = 100 * np.array([r.macro_f1 for r in group])
+        acc = _mean_std([_figure(r) for r in group])
+        f1 = "" if dev_only else _mean_std([r.macro_f1 for r in group]) + " | "
         seconds = np.mean([r.seconds for r in group])
-        lines.append(
-            f"| {task} | {method} | {acc.mean():.1f} ({acc.std():.1f}) | {f1.mean():.1f} ({f1.std():.1f}) "
-            f"| {len(group)} | {seconds:.1f} |"
-        )
+        lines.append(f"| {task} | {method} | {acc} | {f1}{len(group)} | {seconds:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def _mean_std(fractions: Sequence[float | None] | np.ndarray) -> str:
+    percent = 100 * np.array(fractions, dtype=float)
+    return f"{percent.mean():.1f} ({percent.std():.1f})"
 
 
 def task_means_table(records: Sequence[EvalRecord], method_order: Sequence[str] = ()) -> str:
@@ -54,7 +95,7 @@ def task_means_table(records: Sequence[EvalRecord], method_order: Sequence[str] 
     no mean; a cell with fewer seeds than the table's fullest says how many."""
     groups: dict[tuple[str, str], list[float]] = {}
     for record in records:
-        groups.setdefault((record.method, record.task), []).append(100 * record.accuracy)
+        groups.setdefault((record.method, record.task), []).append(100 * _figure(record))
     tasks = list(dict.fromkeys(r.task for r in records))
     methods = [
         m
@@ -93,7 +134,8 @@ def write_results(
     write_text(out / "results.json", json.dumps([asdict(r) for r in records], indent=2) + "\n")
     table = results_table(records, method_order)
     if len({r.task for r in records}) > 1:
-        table += "\nTest accuracy in %, mean over seeds per task:\n\n" + task_means_table(
+        split = scored_on(records).capitalize()
+        table += f"\n{split} accuracy in %, mean over seeds per task:\n\n" + task_means_table(
             records, method_order
         )
     write_text(out / "results.md", header + table)
@@ -132,9 +174,11 @@ def add_record(
 
     Other processes may have added runs since this one started, so the file is read again here. A
     record for a task x method x seed already on disk is kept and `record` dropped: the first
-    finished run of a cell is the one reported. Returns the records written.
+    finished run of a cell is the one reported. A record of the other kind (dev only, or scored on
+    test) than those on disk is refused. Returns the records written.
     """
     records = read_results(out_dir)
+    check_one_kind(records, record.dev_only, out_dir)
     if all((r.task, r.method, r.seed) != (record.task, record.method, record.seed) for r in records):
         records.append(record)
     write_results(records, out_dir, header, method_order=method_order)
@@ -155,14 +199,14 @@ def plot_results(records: Sequence[EvalRecord], path: Path) -> None:
     for m, method in enumerate(methods):
         means, stds, xs = [], [], []
         for t, task in enumerate(tasks):
-            acc = [100 * r.accuracy for r in records if r.task == task and r.method == method]
+            acc = [100 * _figure(r) for r in records if r.task == task and r.method == method]
             if acc:
                 xs.append(t + (m - (len(methods) - 1) / 2) * width)
                 means.append(float(np.mean(acc)))
                 stds.append(float(np.std(acc)))
         axes.bar(xs, means, width, yerr=stds, capsize=2, label=method)
     axes.set_xticks(range(len(tasks)), tasks)
-    axes.set_ylabel("test accuracy (%), mean ± std over seeds")
+    axes.set_ylabel(f"{scored_on(records)} accuracy (%), mean ± std over seeds")
     axes.legend(fontsize="small", ncols=2)
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout()

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from openbook.classifier import Classifier
 from openbook.data import KShotSplits, load_kshot
-from openbook.experiments.evaluation import EvalRecord, example_labels, macro_f1
+from openbook.experiments.evaluation import EvalRecord, example_labels, scores_on_test
 from openbook.prompting import TextInput
 from openbook.selection import accuracy
 
@@ -148,13 +148,13 @@ def evaluate_setfit(
     on_record: Callable[[EvalRecord], None] = lambda record: None,
     load: Callable[[int], KShotSplits] | None = None,  # seed -> splits; default: the k-shot layout
 ) -> list[EvalRecord]:
-    """Per seed: train on `train`, report dev accuracy and test accuracy / macro-F1."""
+    """Per seed: train on `train`, report dev accuracy and test accuracy / macro-F1 (none without test)."""
     require_setfit()
     config = config or SetFitConfig()
     load = load or (lambda seed: load_kshot(data_dir, task, seed, shots))
     splits = {seed: load(seed) for seed in seeds}
-    test = splits[seeds[0]].test
-    test_labels = example_labels(classifier, test)
+    test = splits[seeds[0]].test  # None: a dev-only run
+    test_labels = None if test is None else example_labels(classifier, test)
     num_labels = len(classifier.labels)
     records = []
     for seed in seeds:
@@ -164,10 +164,11 @@ def evaluate_setfit(
         peer = SetFitPeer(config, device=device)  # fresh encoder weights per seed
         peer.fit([e.text for e in split.train], train_labels, seed=seed, progress=progress)
         dev_predicted = peer.predict_proba([e.text for e in split.dev], num_labels).argmax(-1)
-        predicted = peer.predict_proba([e.text for e in test], num_labels).argmax(-1)
+        p_test = None if test is None else peer.predict_proba([e.text for e in test], num_labels)
+        test_accuracy, test_macro_f1 = scores_on_test(p_test, test_labels, num_labels)
         params: dict[str, Any] = {
             "dev_accuracy": accuracy(dev_predicted, example_labels(classifier, split.dev)),
-            "test_examples": len(test_labels),
+            **({} if test is None else {"test_examples": len(test)}),
             "encoder": config.encoder or ENCODER_PACKAGE,
             **{k: v for k, v in asdict(config).items() if k != "encoder"},
         }
@@ -175,8 +176,8 @@ def evaluate_setfit(
             task=task,
             method=PEER_NAME,
             seed=seed,
-            accuracy=accuracy(predicted, test_labels),
-            macro_f1=macro_f1(predicted, test_labels, num_labels),
+            accuracy=test_accuracy,
+            macro_f1=test_macro_f1,
             params=params,
             seconds=round(time.perf_counter() - started, 3),
         )

@@ -8,7 +8,12 @@ Variants of a method that differ only in inference options (e.g.
 record's `seconds` counts that training in full.
 
 Records are handed to `on_record` as soon as they exist, so a caller can save
-them and a long table can be filled over several sittings.
+them and a long table can be filled over several sittings. Each says what the
+run was given and did (`step_budget`, `epochs`, `steps_run`) and what dev made
+of it: `dev_accuracy` (the final classifier, its kNN interpolation included)
+and the kept step's dev score (`best_step`, `best_step_dev_accuracy` and
+`best_step_dev_log_likelihood`, of the prompt alone). With splits whose `test`
+is None (a dev-only run) no test text is read and the record has no test figures.
 """
 
 from __future__ import annotations
@@ -24,11 +29,11 @@ from openbook.experiments.evaluation import (
     INFERENCE_METHODS,
     EvalRecord,
     example_labels,
-    macro_f1,
     method_inputs,
+    params_on_test,
+    scores_on_test,
 )
 from openbook.methods import Method, build_method
-from openbook.selection import accuracy
 from openbook.training import TrainConfig, train
 from tqdm.auto import tqdm
 
@@ -52,8 +57,9 @@ def evaluate_trained(
         method.check_backbone(classifier.backbone)
     load = load or (lambda seed: load_kshot(data_dir, task, seed, shots))
     splits = {seed: load(seed) for seed in seeds}
-    test_texts = [e.text for e in splits[seeds[0]].test]
-    test_labels = example_labels(classifier, splits[seeds[0]].test)
+    test_split = splits[seeds[0]].test  # None: a dev-only run
+    test_texts = None if test_split is None else [e.text for e in test_split]
+    test_labels = None if test_split is None else example_labels(classifier, test_split)
     initial = {name: t.detach().clone() for name, t in classifier.backbone.model.state_dict().items()}
 
     records = []
@@ -81,36 +87,45 @@ def evaluate_trained(
                 progress=progress,
             )
             dev = trained.embed([e.text for e in dev_split])
-            test = trained.embed(test_texts, progress=f"{task} test" if progress else False)
+            test = None
+            if test_texts is not None:
+                test = trained.embed(test_texts, progress=f"{task} test" if progress else False)
             inputs = method_inputs(trained.store, trained.label_bias, dev, dev_labels, test, test_labels)
             shared_seconds = time.perf_counter() - started
             for spec in group:
                 inference_started = time.perf_counter()
                 p_test, params = INFERENCE_METHODS[methods[spec].inference](inputs)
-                predicted = p_test.argmax(-1)
+                test_accuracy, test_macro_f1 = scores_on_test(p_test, test_labels, len(classifier.labels))
                 record = EvalRecord(
                     task=task,
                     method=spec,
                     seed=seed,
-                    accuracy=accuracy(predicted, test_labels),
-                    macro_f1=macro_f1(predicted, test_labels, len(classifier.labels)),
+                    accuracy=test_accuracy,
+                    macro_f1=test_macro_f1,
                     params={
                         **params,
                         "inference": methods[spec].inference,
                         "best_step": result.best.step,
+                        "best_step_dev_accuracy": result.best.accuracy,
+                        "best_step_dev_log_likelihood": result.best.log_likelihood,
+                        "step_budget": result.step_budget,
+                        "epochs": config.epochs,
                         "steps_run": result.steps_run,
                         "train_seconds": round(result.seconds, 1),
                         "shared_training": [s for s in group if s != spec],
-                        "test_examples": len(test_labels),
-                        "truncated_test": int(test.truncated.sum()),
+                        **params_on_test(test),
                     },
                     seconds=round(shared_seconds + time.perf_counter() - inference_started, 3),
                 )
                 records.append(record)
                 on_record(record)
             if progress:
-                scores = ", ".join(f"{r.method} {100 * r.accuracy:.1f}" for r in records[-len(group) :])
-                tqdm.write(f"{task} seed {seed}: {scores}")
+                scores = ", ".join(
+                    f"{r.method} {100 * r.params['dev_accuracy']:.1f}"
+                    + ("" if r.accuracy is None else f" (test {100 * r.accuracy:.1f})")
+                    for r in records[-len(group) :]
+                )
+                tqdm.write(f"{task} seed {seed}, dev: {scores}")
     classifier.backbone.model.load_state_dict(initial)
     return records
 

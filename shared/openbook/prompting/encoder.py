@@ -181,6 +181,8 @@ class PromptEncoder:
                 row_demos = [(next(demo_rows), label) for _, label in demos[r]]
                 block = self._text_block(row_demos, room=self.text_budget - sum(map(len, text_ids)))
             row, slot, demo_start, literal = self._layout(text_ids, block)
+            if not row:  # a blank text, a template of nothing else, no special tokens: nothing to read
+                raise PromptError("a blank text leaves this template an empty prompt")
             rows.append(row)
             slots.append(slot)
             demo_starts.append(demo_start)
@@ -195,7 +197,7 @@ class PromptEncoder:
         fields = ("text_a", "text_b") if self.template.is_pair else ("text",)
         rows_fields = [dict(zip(fields, t if self.template.is_pair else (t,), strict=True)) for t in texts]
         flat = [
-            (" " if piece.leading_space else "") + row[piece.field].strip()
+            _spaced(row[piece.field].strip(), piece.leading_space)
             for row in rows_fields
             for piece in self._text_pieces
         ]
@@ -283,6 +285,11 @@ class PromptEncoder:
             truncated=torch.tensor(truncated),
             template_mask=template_mask,
         )
+
+
+def _spaced(text: str, leading_space: bool) -> str:
+    """A text field as it is tokenised: a blank one adds no token, not even the space before it."""
+    return " " + text if leading_space and text else text
 
 
 def _truncate_longest_first(parts: list[list[int]], budget: int) -> tuple[list[list[int]], bool]:

@@ -89,7 +89,11 @@ class Template:
             )
 
     def check_input(self, text: object, position: int | None = None) -> None:
-        """Raise PromptError unless `text` fits this template (a non-empty str, or a pair of them)."""
+        """Raise PromptError unless `text` fits this template (a str, or a pair of them).
+
+        A blank text is a valid input: its prompt is the template alone. Published k-shot splits have
+        a few (CR's has three); the service refuses them at its edge, where one is a client's mistake.
+        """
         where = "" if position is None else f"input {position}: "
         parts = text if self.is_pair else (text,)
         if self.is_pair and not (isinstance(text, tuple | list) and len(text) == 2):
@@ -97,8 +101,6 @@ class Template:
         for part in parts:
             if not isinstance(part, str):
                 raise PromptError(f"{where}text must be a string, got {type(part).__name__}")
-            if not part.strip():
-                raise PromptError(f"{where}text is empty")
 
 
 @dataclass(frozen=True)

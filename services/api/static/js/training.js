@@ -50,6 +50,9 @@ function result(record) {
   return record.error ? el("span", { class: "muted" }, record.error) : "";
 }
 
+// A job trains for a number of steps, or of epochs (passes over the task's training examples).
+const budget = (config) => (config?.epochs != null ? `${config.epochs} epochs` : `${config?.steps ?? "?"} steps`);
+
 const queuedAt = (record) => record.created ?? Number.MAX_VALUE; // not read yet: just started here
 
 function render() {
@@ -61,7 +64,7 @@ function render() {
       el(
         "tr",
         { dataset: { job: record.id, state: record.state } },
-        el("td", {}, el("code", { title: record.id }, record.id.slice(0, 8)), " ", record.method, ` · ${record.train_config?.steps ?? "?"} steps`, record.trigger === "auto" ? " · automatic" : ""),
+        el("td", {}, el("code", { title: record.id }, record.id.slice(0, 8)), " ", record.method, ` · ${budget(record.train_config)}`, record.trigger === "auto" ? " · automatic" : ""),
         el("td", { class: "job-state" }, record.state),
         el("td", {}, el("progress", { max: 1, value: record.progress, "aria-label": `progress ${percent(record.progress)}` }), ` ${percent(record.progress)}`),
         el("td", {}, losses.length ? [`${losses.at(-1).toFixed(4)} `, sparkline(losses)] : "—"),
