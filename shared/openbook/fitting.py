@@ -170,9 +170,7 @@ def dev_check(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) 
     predictions = scoring.predict(dev.texts)
     predicted = scoring.label_indices([p.label for p in predictions])
     gold = [p.probabilities[scoring.labels[i]] for p, i in zip(predictions, dev.labels, strict=True)]
-    return DevCheck(
-        float((predicted == dev.labels).mean()), float(np.log(np.maximum(gold, 1e-12)).mean())
-    )
+    return DevCheck(float((predicted == dev.labels).mean()), float(np.log(np.maximum(gold, 1e-12)).mean()))
 
 
 def dev_accuracy(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) -> float | None:
