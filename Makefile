@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 ipt-table bench clean
+.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 knn-selection ipt-table bench clean
 
 install: $(STAMP)
 
@@ -95,6 +95,13 @@ eval-full-sst2: install
 eval-continual: install
 	$(BIN)/openbook continual --data $(OPENBOOK_DATA)/k-shot --stages SST-2,trec,mpqa \
 		--methods l2p,prompt-ft,retroprompt --seeds 13,21,42 --out docs/results/continual
+
+# The nested dev-only check behind knn-interp's selection rule (docs/knn-selection.md): the frozen
+# prompt on 4 tasks x 5 seeds, then retroprompt trained on seed 13. Reads train and dev, never test.
+knn-selection: install
+	$(BIN)/openbook knn-selection --data $(OPENBOOK_DATA)/k-shot --out results/knn-selection
+	$(BIN)/openbook knn-selection --data $(OPENBOOK_DATA)/k-shot --seeds 13 --trained retroprompt \
+		--out results/knn-selection-retroprompt
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).

@@ -18,6 +18,7 @@ from openbook.data import (
     list_seeds,
     load_full,
     load_kshot,
+    load_train_dev,
     read_split,
 )
 
@@ -227,6 +228,18 @@ def test_load_kshot_rejects_pair_train_with_single_text_test(tmp_path: Path) -> 
     write(tmp_path / "mixed" / "16-13" / "dev.csv", "1,premise,hypothesis\n")
     with pytest.raises(DataError, match=r"test\.csv:1"):
         load_kshot(tmp_path, "mixed", 13)
+
+
+def test_load_train_dev_never_reads_the_test_split(tmp_path: Path) -> None:
+    make_layout(tmp_path, "mpqa", [13])
+    (tmp_path / "mpqa" / "test.csv").unlink()
+    train, dev = load_train_dev(tmp_path, "mpqa", 13)
+    assert [e.text for e in train] == ["train a 13", "train b 13"] and [e.text for e in dev] == ["dev 13"]
+    with pytest.raises(FileNotFoundError, match="'test' split"):
+        load_kshot(tmp_path, "mpqa", 13)
+    write(tmp_path / "mpqa" / "16-13" / "dev.csv", "1,premise,hypothesis\n")
+    with pytest.raises(DataError, match=r"dev\.csv:1"):
+        load_train_dev(tmp_path, "mpqa", 13)
 
 
 def examples_with_labels(*labels: str) -> list[Example]:

@@ -1,18 +1,28 @@
-"""Choosing kNN interpolation's k, T and lambda on dev (`selection.py`), on hand-made neighbours."""
+"""Choosing kNN interpolation's k, T and lambda (`selection.py`): on hand-made neighbours, on synthetic
+stores whose answer is known, and against a brute-force reference."""
+
+import itertools
 
 import numpy as np
 import pytest
 from openbook.classifier import Classifier
-from openbook.knn import KnnConfig
+from openbook.knn import KnnConfig, knn_mixture
 from openbook.selection import (
+    DEFAULT_RULE,
+    JOINT_RULE,
     LAMBDA_GRID,
+    Evidence,
+    SelectionRule,
     Split,
     accuracy,
     choose_knn_on_dev,
-    interpolation_grid,
+    gold_log_likelihood,
+    leave_one_out_evidence,
+    pooled,
+    select,
     select_on_dev,
 )
-from openbook.store import SearchResult
+from openbook.store import KnowledgeStore, SearchResult
 
 
 def neighbours(labels: np.ndarray) -> SearchResult:
@@ -29,10 +39,11 @@ def test_accuracy():
     assert accuracy(predicted, gold) == pytest.approx(0.6)
 
 
-def test_interpolation_grid_varies_lambda_alone_at_the_default_k_and_temperature():
+def test_the_default_rule_varies_lambda_alone_at_the_default_k_and_temperature():
     default = KnnConfig()
-    assert interpolation_grid(100) == [(default.k, default.temperature, lam) for lam in LAMBDA_GRID]
-    assert {k for k, _, _ in interpolation_grid(5)} == {5}  # never more neighbours than the store holds
+    assert DEFAULT_RULE.grid(100) == [(default.k, default.temperature, lam) for lam in LAMBDA_GRID]
+    assert {k for k, _, _ in DEFAULT_RULE.grid(5)} == {5}  # never more neighbours than the store holds
+    assert DEFAULT_RULE.criterion == "accuracy"
 
 
 def test_dev_accuracy_ties_are_broken_by_the_gold_log_likelihood():
@@ -41,7 +52,7 @@ def test_dev_accuracy_ties_are_broken_by_the_gold_log_likelihood():
     gold = np.array([0, 1, 0, 1])
     p_lm = np.where(gold[:, None] == np.arange(2), 0.6, 0.4).astype(np.float32)
     dev = Split(gold, neighbours(np.repeat(gold[:, None], 4, 1)))
-    chosen, dev_accuracy = select_on_dev(p_lm, dev, interpolation_grid(4), store_size=4)
+    chosen, dev_accuracy = select_on_dev(p_lm, dev, DEFAULT_RULE.grid(4), store_size=4)
     assert chosen == KnnConfig(4, KnnConfig().temperature, 1.0) and dev_accuracy == 1.0
 
 
@@ -70,3 +81,109 @@ def test_the_dev_accuracy_reported_is_what_the_classifier_then_scores(causal_bac
     classifier.knn = chosen
     predicted = classifier.label_indices([p.label for p in classifier.predict(dev_texts)])
     assert dev_accuracy == accuracy(predicted, dev_labels)
+
+
+def test_a_rule_validates_its_grid_and_cuts_k_to_the_store():
+    with pytest.raises(ValueError, match="at least one"):
+        SelectionRule(lambdas=())
+    with pytest.raises(ValueError, match="lam must be"):
+        SelectionRule(lambdas=(1.5,))
+    with pytest.raises(ValueError, match="criterion"):
+        SelectionRule(criterion="loss")  # type: ignore[arg-type]
+    assert len(JOINT_RULE.grid(100)) == 6 * 5 * 11
+    # k = 8, 16 and 32 all become 5: their points coincide and are kept once, in order
+    assert [k for k, _, _ in SelectionRule(ks=(1, 8, 16, 32), lambdas=(0.5,)).grid(5)] == [1, 5]
+
+
+def clustered(count_per_label: int, num_labels: int, dim: int, spread: float, seed: int):
+    """Unit vectors around one random centre per label (spread 0: on it), and their labels."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((num_labels, dim))
+    labels = np.repeat(np.arange(num_labels), count_per_label)
+    vectors = centres[labels] + spread * rng.standard_normal((len(labels), dim))
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32), labels
+
+
+def prompt_guesses(labels: np.ndarray, num_labels: int, right: float, seed: int) -> np.ndarray:
+    """A P_LM with 0.6 on the gold label for a `right` share of rows, and 0.6 on another label elsewhere."""
+    rng = np.random.default_rng(seed)
+    favoured = np.where(rng.random(len(labels)) < right, labels, (labels + 1) % num_labels)
+    p = np.full((len(labels), num_labels), 0.4 / (num_labels - 1), np.float32)
+    p[np.arange(len(labels)), favoured] = 0.6
+    return p
+
+
+def evidence_for(store_spread: float, queries_spread: float, right: float) -> tuple[Evidence, int]:
+    """Train (16 per label, stored, scored leave-one-out) pooled with dev (16 per label) for 3 labels."""
+    train_vectors, train_labels = clustered(16, 3, 24, store_spread, seed=0)
+    dev_vectors, dev_labels = clustered(16, 3, 24, queries_spread, seed=0)  # the same centres
+    ids = np.arange(len(train_labels))
+    store = KnowledgeStore(24)
+    store.add(ids, train_vectors, train_labels)
+    train = leave_one_out_evidence(
+        store, ids, train_vectors, prompt_guesses(train_labels, 3, right, 1), train_labels, 32
+    )
+    dev = Evidence(prompt_guesses(dev_labels, 3, right, 2), Split(dev_labels, store.search(dev_vectors, 32)))
+    return pooled([train, dev]), len(store)
+
+
+def test_a_store_whose_neighbours_are_always_right_gets_a_high_lambda():
+    evidence, size = evidence_for(store_spread=0.1, queries_spread=0.1, right=0.6)
+    chosen, evidence_accuracy = select(evidence, SelectionRule(), size)
+    assert chosen.lam >= 0.8 and evidence_accuracy == 1.0
+
+
+def test_a_store_of_noise_gets_lambda_zero_beside_a_prompt_that_is_right():
+    # every lambda small enough keeps the prompt's answers; any weight on the noise lowers the gold's share
+    evidence, size = evidence_for(store_spread=50.0, queries_spread=50.0, right=1.0)
+    for criterion in ("accuracy", "log-likelihood"):
+        chosen, _ = select(evidence, SelectionRule(criterion=criterion), size)
+        assert chosen.lam == 0.0, criterion
+
+
+def test_leave_one_out_never_retrieves_the_example_itself():
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((40, 8)).astype(np.float32)
+    vectors[1] = vectors[0]  # a twin: it is the other's nearest neighbour, itself excluded
+    ids = rng.permutation(1000)[:40].astype(np.int64)
+    labels = rng.integers(0, 3, 40)
+    store = KnowledgeStore(8)
+    store.add(ids, vectors, labels)
+    hits = leave_one_out_evidence(store, ids, vectors, np.full((40, 3), 1 / 3), labels, 5).split.hits
+    assert hits is not None and not (hits.ids == ids[:, None]).any()
+    assert hits.ids[0, 0] == ids[1] and hits.ids[1, 0] == ids[0]
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)  # brute force: the 5 best of the others
+    expected = ids[np.argsort(-similarity, axis=1, kind="stable")[:, :5]]
+    assert (np.sort(hits.ids, axis=1) == np.sort(expected, axis=1)).all()
+
+
+def test_the_log_likelihood_criterion_picks_the_brute_force_maximiser():
+    evidence, size = evidence_for(store_spread=1.0, queries_spread=1.0, right=0.7)
+    rule = SelectionRule(ks=(4, 16), temperatures=(0.05, 0.3), criterion="log-likelihood")
+    chosen, _ = select(evidence, rule, size)
+    hits = evidence.split.hits
+    assert hits is not None
+
+    def log_likelihood(k: int, t: float, lam: float) -> float:
+        p = knn_mixture(evidence.p_lm, hits.similarities, hits.labels, KnnConfig(k, t, lam))[1]
+        return gold_log_likelihood(p, evidence.split.labels)
+
+    best = max(itertools.product((4, 16), (0.05, 0.3), LAMBDA_GRID), key=lambda point: log_likelihood(*point))
+    assert (chosen.k, chosen.temperature, chosen.lam) == best
+
+
+def test_pooled_evidence_stacks_rows_and_keeps_the_neighbours_both_parts_have():
+    first = Evidence(np.full((2, 2), 0.5), Split(np.array([0, 1]), neighbours(np.zeros((2, 4), np.int64))))
+    second = Evidence(np.full((3, 2), 0.5), Split(np.array([1, 1, 0]), neighbours(np.ones((3, 6), np.int64))))
+    both = pooled([first, second])
+    assert len(both) == 5 and both.split.hits is not None and both.split.hits.ids.shape == (5, 4)
+    assert list(both.split.labels) == [0, 1, 1, 1, 0] and list(both.split.hits.labels[:, 0]) == [
+        0,
+        0,
+        1,
+        1,
+        1,
+    ]
+    assert list(both.rows(np.array([4, 0])).split.labels) == [0, 0]

@@ -193,22 +193,32 @@ def load_kshot(
     data_dir: str | Path, task: str, seed: int, shots: int = 16, *, test: bool = True
 ) -> KShotSplits:
     """Load train/dev of one seed plus the task's shared test split (never opened with `test=False`)."""
-    task_dir = _task_dir(data_dir, task)
-    seed_dir = task_dir / f"{shots}-{seed}"
+    train, dev = load_train_dev(data_dir, task, seed, shots)
+    test_split = None
+    if test:
+        test_split = read_split(find_split(_task_dir(data_dir, task), "test"))
+        _check_same_kind(train, test_split)
+    return KShotSplits(train=train, dev=dev, test=test_split)
+
+
+def load_train_dev(
+    data_dir: str | Path, task: str, seed: int, shots: int = 16
+) -> tuple[list[Example], list[Example]]:
+    """Train and dev of one seed, and not the test split: for checks that must never read test."""
+    seed_dir = _task_dir(data_dir, task) / f"{shots}-{seed}"
     if not seed_dir.is_dir():
         raise FileNotFoundError(f"seed directory not found: {seed_dir}")
-    splits = KShotSplits(
-        train=read_split(find_split(seed_dir, "train")),
-        dev=read_split(find_split(seed_dir, "dev")),
-        test=read_split(find_split(task_dir, "test")) if test else None,
-    )
-    # A pair task scored with single-text test files (or vice versa) would fail much later and obscurely.
-    train_is_pair = _is_pair(splits.train[0])
-    for split in (s for s in (splits.dev, splits.test) if s is not None):
-        if _is_pair(split[0]) != train_is_pair:
-            expected = "text pairs" if train_is_pair else "single texts"
-            raise DataError(f"{split[0].source}: expected {expected} like {splits.train[0].source}")
-    return splits
+    train = read_split(find_split(seed_dir, "train"))
+    dev = read_split(find_split(seed_dir, "dev"))
+    _check_same_kind(train, dev)
+    return train, dev
+
+
+def _check_same_kind(train: list[Example], split: list[Example]) -> None:
+    """A pair task scored with single-text files (or vice versa) would fail much later and obscurely."""
+    if _is_pair(split[0]) != _is_pair(train[0]):
+        expected = "text pairs" if _is_pair(train[0]) else "single texts"
+        raise DataError(f"{split[0].source}: expected {expected} like {train[0].source}")
 
 
 def blank_texts(examples: Iterable[Example]) -> int:

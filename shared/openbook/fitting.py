@@ -4,8 +4,9 @@
 
 1. `training.train` (the kept weights are the best on dev);
 2. how the classifier predicts: a method that interpolates with kNN gets its
-   k, T and lambda chosen on dev (`selection.py`), any other predicts from
-   the prompt alone (lambda = 0);
+   k, T and lambda chosen on dev alone (`selection.py`: the training examples
+   are no evidence once the prompt has been fitted to them), any other
+   predicts from the prompt alone (lambda = 0);
 3. optionally, the store rebuilt from other examples with the trained weights
    (the worker stores every example under its log id, dev included);
 4. `checkpoints.save_classifier`, atomically.

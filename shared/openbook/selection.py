@@ -1,67 +1,180 @@
-"""Choosing kNN interpolation's k, T and lambda on dev examples.
+"""Choosing kNN interpolation's k, T and lambda on held-out examples.
 
-Dev has 16 examples per class in the k-shot protocol, so accuracy ties are
-common: they are broken by the dev log-likelihood of the gold label, a smooth
-criterion. Used by the evaluation harness and by every trained classifier
-before it is saved (`fitting.py`).
+A rule (`SelectionRule`) is a grid of (k, T, lambda) and a criterion that ranks its points on
+*evidence*: labelled examples whose P_LM and neighbours were computed without their own label.
+
+- Dev examples are evidence: the store holds the training examples, and no weight was fitted to
+  dev's labels (a trained classifier's checkpoint is chosen on dev, the same for every lambda).
+- Training examples are evidence only where nothing was fitted to them: under a frozen prompt
+  (`knn-interp` in the evaluation), each one scored with its neighbours drawn from the *other*
+  training examples (leave-one-out). A trained classifier's P_LM was fitted to its own training
+  examples (retroprompt on SST-2: P(gold) 0.97 on train, 0.82 on dev), and its slot vectors were
+  trained to cluster them by label, so pooling them would pull lambda towards whichever side looks
+  best on them; for a trained classifier (`fitting.py`: `openbook train`, the service's worker) dev
+  alone is the evidence.
+
+The rule (`DEFAULT_RULE`: lambda alone, k = 16, T = 0.1, by accuracy with ties broken by the gold
+log-likelihood) and the evidence each caller gives were fixed by a nested check on dev alone
+(`openbook knn-selection`, docs/knn-selection.md).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+import torch
 
 from openbook.calibration import calibrated_p_lm
 from openbook.classifier import Classifier
-from openbook.knn import KnnConfig, knn_mixture
+from openbook.knn import KnnConfig, interpolate, knn_distribution, knn_mixture
 from openbook.prompting import TextInput
-from openbook.store import SearchResult
+from openbook.store import KnowledgeStore, SearchResult
 
 K_GRID = (1, 2, 4, 8, 16, 32)
 TEMPERATURE_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
 LAMBDA_GRID = tuple(round(0.1 * i, 1) for i in range(11))
 
+Criterion = Literal["accuracy", "log-likelihood"]
+CRITERIA: tuple[Criterion, ...] = ("accuracy", "log-likelihood")
 
-def interpolation_grid(store_size: int) -> list[tuple[int, float, float]]:
-    """knn-interp's dev grid: lambda alone, with k and T at KnnConfig's defaults (16, 0.1).
 
-    Dev has 16 examples per class. Choosing (k, T, lambda) jointly from 330 points on it overfits:
-    in a nested check on dev alone (select on one half of each dev set, score on the other; four
-    tasks, five seeds; docs/knn-selection.md) the lambda-only grid beat the joint one on every task,
-    by 2.3 points on the mean, and the joint grid fell below the prompt alone on SST-2 and mpqa.
+@dataclass(frozen=True)
+class SelectionRule:
+    """The (k, T, lambda) grid a rule searches and what ranks its points on the evidence.
+
+    `accuracy` breaks its (common) ties by the mean gold log-likelihood; `log-likelihood` ranks by
+    that smooth score alone. The defaults are the rule that ships: lambda alone, at KnnConfig's k and T.
     """
-    default = KnnConfig()
-    return [(min(default.k, store_size), default.temperature, lam) for lam in LAMBDA_GRID]
+
+    ks: tuple[int, ...] = (KnnConfig().k,)
+    temperatures: tuple[float, ...] = (KnnConfig().temperature,)
+    lambdas: tuple[float, ...] = LAMBDA_GRID
+    criterion: Criterion = "accuracy"
+
+    def __post_init__(self) -> None:
+        if not (self.ks and self.temperatures and self.lambdas):
+            raise ValueError("a selection rule needs at least one k, temperature and lambda")
+        for k, temperature, lam in itertools.product(self.ks, self.temperatures, self.lambdas):
+            KnnConfig(k, temperature, lam)  # validates
+        if self.criterion not in CRITERIA:
+            raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}, got {self.criterion!r}")
+
+    def grid(self, store_size: int) -> list[tuple[int, float, float]]:
+        """Every (k, T, lambda), with k cut to the store's size (points that then coincide, once)."""
+        points = itertools.product(self.ks, self.temperatures, self.lambdas)
+        return list(dict.fromkeys((min(k, store_size), t, lam) for k, t, lam in points))
+
+
+DEFAULT_RULE = SelectionRule()
+# k, T and lambda jointly (330 points): the rule before the first nested check, which it lost.
+JOINT_RULE = SelectionRule(ks=K_GRID, temperatures=TEMPERATURE_GRID)
 
 
 @dataclass(frozen=True)
 class Split:
     labels: np.ndarray  # (N,) label indices
-    hits: SearchResult | None = None  # neighbours in the train store (dev and test only)
+    hits: SearchResult | None = None  # neighbours in the train store (for train: leave-one-out)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Labelled examples scored without their own label: calibrated P_LM and neighbours in the store."""
+
+    p_lm: np.ndarray  # (N, C)
+    split: Split
+
+    def __post_init__(self) -> None:
+        if self.split.hits is None or len(self.p_lm) != len(self.split.labels):
+            raise ValueError("evidence needs one P_LM row and one row of neighbours per label")
+
+    def __len__(self) -> int:
+        return len(self.split.labels)
+
+    def rows(self, index: np.ndarray) -> Evidence:
+        """The examples at `index` (positions or a boolean mask)."""
+        hits = self.split.hits
+        assert hits is not None
+        picked = SearchResult(hits.ids[index], hits.labels[index], hits.similarities[index])
+        return Evidence(self.p_lm[index], Split(self.split.labels[index], picked))
+
+
+def pooled(parts: Sequence[Evidence]) -> Evidence:
+    """One body of evidence from several (train leave-one-out and dev), every example weighing the same."""
+    width = min(part.split.hits.ids.shape[1] for part in parts if part.split.hits is not None)
+
+    def stacked(field: str) -> np.ndarray:
+        return np.concatenate([getattr(part.split.hits, field)[:, :width] for part in parts])
+
+    return Evidence(
+        np.concatenate([part.p_lm for part in parts]),
+        Split(
+            np.concatenate([part.split.labels for part in parts]),
+            SearchResult(stacked("ids"), stacked("labels"), stacked("similarities")),
+        ),
+    )
+
+
+def leave_one_out_evidence(
+    store: KnowledgeStore, ids: np.ndarray, vectors: np.ndarray, p_lm: np.ndarray, labels: np.ndarray, k: int
+) -> Evidence:
+    """The store's own examples as evidence, each with its neighbours among the *other* stored examples.
+
+    `ids` are the examples' ids in the store, `vectors` their keys. Sound only where the prompt was not
+    fitted to these examples (a frozen backbone): see the module's docstring.
+    """
+    return Evidence(p_lm, Split(labels, store.search(vectors, k, exclude_ids=ids)))
 
 
 def accuracy(predicted: np.ndarray, gold: np.ndarray) -> float:
     return float((predicted == gold).mean())
 
 
+def gold_log_likelihood(probabilities: np.ndarray, gold: np.ndarray) -> float:
+    """Mean log P(gold); a zero probability counts as 1e-12, so one confident miss costs a bounded amount."""
+    chosen = probabilities[np.arange(len(gold)), gold]
+    return float(np.log(np.maximum(chosen, 1e-12)).mean())
+
+
+def select(evidence: Evidence, rule: SelectionRule, store_size: int) -> tuple[KnnConfig, float]:
+    """The rule's best grid point on the evidence, with its accuracy there."""
+    return select_on_dev(evidence.p_lm, evidence.split, rule.grid(store_size), store_size, rule.criterion)
+
+
 def select_on_dev(
-    p_lm_dev: np.ndarray, dev: Split, grid: Sequence[tuple[int, float, float]], store_size: int
+    p_lm_dev: np.ndarray,
+    dev: Split,
+    grid: Sequence[tuple[int, float, float]],
+    store_size: int,
+    criterion: Criterion = "accuracy",
 ) -> tuple[KnnConfig, float]:
-    """Best (k, T, lambda) on dev by accuracy, then gold log-likelihood; with its dev accuracy."""
+    """Best (k, T, lambda) on `dev` by `criterion`, the first of equals; with its accuracy there.
+
+    Points with k > store_size are skipped. P_kNN is computed once per run of points sharing (k, T).
+    """
     assert dev.hits is not None
-    best_key, best = None, None
-    for k, temperature, lam in grid:
+    best_key, best, best_accuracy = None, None, 0.0
+    p_lm = torch.from_numpy(p_lm_dev)
+    for (k, temperature), points in itertools.groupby(grid, key=lambda point: point[:2]):
         if k > store_size:
             continue
-        p_dev = split_mixture(p_lm_dev, dev, k, temperature, lam)
-        gold = p_dev[np.arange(len(p_dev)), dev.labels]
-        key = (accuracy(p_dev.argmax(-1), dev.labels), float(np.log(np.maximum(gold, 1e-12)).mean()))
-        if best_key is None or key > best_key:
-            best_key, best = key, KnnConfig(k, temperature, lam)
-    assert best is not None and best_key is not None
-    return best, best_key[0]
+        p_knn = knn_distribution(
+            torch.from_numpy(dev.hits.similarities[:, :k]),
+            torch.from_numpy(dev.hits.labels[:, :k]),
+            p_lm.shape[1],
+            temperature,
+        )
+        for _, _, lam in points:
+            p_dev = interpolate(p_knn, p_lm, lam).numpy()
+            scores = accuracy(p_dev.argmax(-1), dev.labels), gold_log_likelihood(p_dev, dev.labels)
+            key = scores if criterion == "accuracy" else scores[::-1]
+            if best_key is None or key > best_key:
+                best_key, best, best_accuracy = key, KnnConfig(k, temperature, lam), scores[0]
+    assert best is not None
+    return best, best_accuracy
 
 
 def split_mixture(p_lm: np.ndarray, split: Split, k: int, temperature: float, lam: float) -> np.ndarray:
@@ -70,12 +183,16 @@ def split_mixture(p_lm: np.ndarray, split: Split, k: int, temperature: float, la
 
 
 def choose_knn_on_dev(
-    classifier: Classifier, dev_texts: Sequence[TextInput], dev_labels: np.ndarray
+    classifier: Classifier,
+    dev_texts: Sequence[TextInput],
+    dev_labels: np.ndarray,
+    rule: SelectionRule = DEFAULT_RULE,
 ) -> tuple[KnnConfig, float]:
-    """k, T and lambda for a trained classifier's kNN interpolation, chosen on dev; with dev accuracy."""
+    """k, T and lambda for a trained classifier's kNN interpolation, chosen on dev; with dev accuracy.
+
+    Dev alone is the evidence: the classifier was trained on the examples its store holds.
+    """
     dev = classifier.embed(dev_texts)
-    hits = classifier.store.search(dev.vectors, min(max(K_GRID), len(classifier.store)))
+    hits = classifier.store.search(dev.vectors, min(max(rule.ks), len(classifier.store)))
     p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)
-    return select_on_dev(
-        p_lm_dev, Split(dev_labels, hits), interpolation_grid(len(classifier.store)), len(classifier.store)
-    )
+    return select(Evidence(p_lm_dev, Split(dev_labels, hits)), rule, len(classifier.store))

@@ -27,6 +27,7 @@ def test_eval_cli_on_a_dataset_it_has_never_seen(tmp_path, causal_dir, capsys, t
         assert 0.0 <= record["accuracy"] <= 1.0 and record["seconds"] > 0
     interp = [r for r in records if r["method"] == "knn-interp"]
     assert all({"k", "temperature", "lam", "dev_accuracy"} <= set(r["params"]) for r in interp)
+    assert {r["params"]["selected_on"] for r in interp} == {"train (leave-one-out) + dev"}  # frozen prompt
     table = (out / "results.md").read_text()
     assert "| toy | knn-interp |" in table and "Command: `openbook eval" in table
     assert "| toy | zero-shot |" in capsys.readouterr().out
@@ -103,6 +104,7 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_
     shared = {r["method"]: r["params"] for r in first if r["method"].startswith("retroprompt")}
     assert shared["retroprompt"]["shared_training"] == ["retroprompt/no-knn-infer"]
     assert shared["retroprompt"]["inference"] == "knn-interp"
+    assert shared["retroprompt"]["selected_on"] == "dev"  # its prompt was trained on the training examples
     assert shared["retroprompt/no-knn-infer"]["inference"] == "zero-shot"
     assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"
 

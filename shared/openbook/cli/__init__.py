@@ -1,4 +1,4 @@
-"""The `openbook` command: eval, train, methods, classify, bench, continual, prepare.
+"""The `openbook` command: eval, train, methods, classify, bench, continual, knn-selection, prepare.
 
 One module per subcommand, each with `add_parser(commands)` and `run(args, argv)`;
 what they share is in `common.py`.
@@ -10,7 +10,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from openbook.cli import bench, classify, common, continual, evaluate, methods, prepare, train
+from openbook.cli import (
+    bench,
+    classify,
+    common,
+    continual,
+    evaluate,
+    knn_selection,
+    methods,
+    prepare,
+    train,
+)
 from openbook.runtime import configure
 
 COMMANDS = {
@@ -20,6 +30,7 @@ COMMANDS = {
     "classify": classify,
     "bench": bench,
     "continual": continual,
+    "knn-selection": knn_selection,
     "prepare": prepare,
 }
 

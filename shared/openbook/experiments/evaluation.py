@@ -1,9 +1,11 @@
 """The k-shot evaluation protocol for the inference-time methods.
 
 For each seed: the store is built from `train`; every hyper-parameter (k, T,
-lambda) is chosen on `dev` only; accuracy and macro-F1 are reported on `test`.
-Dev has 16 examples per class, so accuracy ties are common: they are broken
-by the dev negative log-likelihood of the gold label, a smooth criterion.
+lambda) is chosen without test: on `dev`, and for `knn-interp` under the frozen
+prompt also on the training examples scored leave-one-out (`selection.py`);
+accuracy and macro-F1 are reported on `test`. Dev has 16 examples per class,
+so accuracy ties are common: they are broken by the gold label's log-likelihood,
+a smooth criterion.
 
 The backbone is frozen here, so each split is embedded once and every method
 and grid point reuses those slot vectors and label scores. The test split is
@@ -17,7 +19,6 @@ accuracy of what was chosen (`params["dev_accuracy"]`) and no test figures.
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,12 +30,16 @@ from openbook.classifier import Classifier, Embeddings
 from openbook.data import Example, KShotSplits, load_kshot
 from openbook.prompting import PromptError
 from openbook.selection import (
+    DEFAULT_RULE,
     K_GRID,
     TEMPERATURE_GRID,
+    Evidence,
+    SelectionRule,
     Split,
     accuracy,
-    interpolation_grid,
-    select_on_dev,
+    leave_one_out_evidence,
+    pooled,
+    select,
     split_mixture,
 )
 from openbook.store import KnowledgeStore
@@ -64,10 +69,14 @@ class MethodInputs:
     dev: Split
     test: Split | None
     store_size: int
+    # The training examples scored leave-one-out: given only where the prompt was not fitted to them
+    # (the frozen backbone); a trained classifier's inputs leave it out, and its rules read dev alone.
+    train: Evidence | None = None
 
 
 MethodResult = tuple[np.ndarray | None, dict]  # test probabilities (N, C) (None: dev only), chosen params
 INFERENCE_METHODS: dict[str, Callable[[MethodInputs], MethodResult]] = {}
+KNN_ONLY_RULE = SelectionRule(ks=K_GRID, temperatures=TEMPERATURE_GRID, lambdas=(1.0,))
 
 
 def inference_method(name: str) -> Callable:
@@ -78,8 +87,9 @@ def inference_method(name: str) -> Callable:
     return register
 
 
-def _select(inputs: MethodInputs, grid: Sequence[tuple[int, float, float]]) -> MethodResult:
-    chosen, dev_accuracy = select_on_dev(inputs.p_lm_dev, inputs.dev, grid, inputs.store_size)
+def _select(inputs: MethodInputs, rule: SelectionRule, evidence: Evidence, selected_on: str) -> MethodResult:
+    chosen, _ = select(evidence, rule, inputs.store_size)
+    p_dev = split_mixture(inputs.p_lm_dev, inputs.dev, chosen.k, chosen.temperature, chosen.lam)
     p_test = None
     if inputs.p_lm_test is not None and inputs.test is not None:
         p_test = split_mixture(inputs.p_lm_test, inputs.test, chosen.k, chosen.temperature, chosen.lam)
@@ -87,7 +97,8 @@ def _select(inputs: MethodInputs, grid: Sequence[tuple[int, float, float]]) -> M
         "k": chosen.k,
         "temperature": chosen.temperature,
         "lam": chosen.lam,
-        "dev_accuracy": dev_accuracy,
+        "dev_accuracy": accuracy(p_dev.argmax(-1), inputs.dev.labels),  # of the chosen settings, on dev
+        "selected_on": selected_on,
     }
     return p_test, params
 
@@ -101,13 +112,30 @@ def zero_shot(inputs: MethodInputs) -> MethodResult:
 @inference_method("knn")
 def knn_only(inputs: MethodInputs) -> MethodResult:
     """The store alone: P_kNN over the slot vectors of the training examples."""
-    return _select(inputs, [(k, t, 1.0) for k, t in itertools.product(K_GRID, TEMPERATURE_GRID)])
+    return _select(inputs, KNN_ONLY_RULE, _dev_evidence(inputs), "dev")
 
 
 @inference_method("knn-interp")
 def knn_interp(inputs: MethodInputs) -> MethodResult:
-    """RetroPrompt's kNN interpolation: lam * P_kNN + (1 - lam) * P_LM, with lam chosen on dev."""
-    return _select(inputs, interpolation_grid(inputs.store_size))
+    """RetroPrompt's kNN interpolation lam * P_kNN + (1 - lam) * P_LM; lam chosen on train (LOO) + dev.
+
+    The training examples count only under a frozen prompt (`MethodInputs.train`); a trained
+    classifier's lambda is chosen on dev alone (selection.py, docs/knn-selection.md).
+    """
+    dev = _dev_evidence(inputs)
+    if inputs.train is None:
+        return _select(inputs, DEFAULT_RULE, dev, "dev")
+    return _select(inputs, DEFAULT_RULE, pooled([inputs.train, dev]), "train (leave-one-out) + dev")
+
+
+@inference_method("knn-interp-dev")
+def knn_interp_dev(inputs: MethodInputs) -> MethodResult:
+    """knn-interp with lam chosen on dev alone: the rule before the training examples were pooled in."""
+    return _select(inputs, DEFAULT_RULE, _dev_evidence(inputs), "dev")
+
+
+def _dev_evidence(inputs: MethodInputs) -> Evidence:
+    return Evidence(inputs.p_lm_dev, inputs.dev)
 
 
 def method_inputs(
@@ -117,10 +145,21 @@ def method_inputs(
     dev_labels: np.ndarray,
     test: Embeddings | None,  # None: a dev-only run
     test_labels: np.ndarray | None,
+    *,
+    frozen_train: tuple[np.ndarray, Embeddings, np.ndarray] | None = None,
 ) -> MethodInputs:
-    """Calibrated P_LM and the store's neighbours for dev and test: all an inference method reads."""
+    """Calibrated P_LM and the store's neighbours for dev and test: all an inference method reads.
+
+    `frozen_train` is (store ids, embeddings, labels) of the store's training examples, for a prompt
+    that was not trained on them: they then count as evidence too, each scored leave-one-out.
+    """
     k_max = min(max(K_GRID), len(store))
     scored = test is not None and test_labels is not None
+    train = None
+    if frozen_train is not None:
+        ids, embedded, labels = frozen_train
+        p_lm_train = calibrated_p_lm(embedded.lm_log_probs, bias)
+        train = leave_one_out_evidence(store, ids, embedded.vectors, p_lm_train, labels, k_max)
     return MethodInputs(
         num_labels=dev.lm_log_probs.shape[1],
         p_lm_dev=calibrated_p_lm(dev.lm_log_probs, bias),
@@ -128,6 +167,7 @@ def method_inputs(
         dev=Split(dev_labels, store.search(dev.vectors, k_max)),
         test=Split(test_labels, store.search(test.vectors, k_max)) if scored else None,
         store_size=len(store),
+        train=train,
     )
 
 
@@ -210,9 +250,18 @@ def evaluate_task(
         train = classifier.embed([e.text for e in splits[seed].train])
         dev = classifier.embed([e.text for e in splits[seed].dev])
         store = KnowledgeStore(train.vectors.shape[1])
-        store.add(np.arange(len(train_labels)), train.vectors, train_labels)
+        train_ids = np.arange(len(train_labels))
+        store.add(train_ids, train.vectors, train_labels)
         bias = classifier.calibration_bias(calibration, domain_lm_log_probs=train.lm_log_probs)
-        inputs = method_inputs(store, bias, dev, dev_labels, test_embeddings, test_labels)
+        inputs = method_inputs(
+            store,
+            bias,
+            dev,
+            dev_labels,
+            test_embeddings,
+            test_labels,
+            frozen_train=(train_ids, train, train_labels),
+        )
         shared_seconds = time.perf_counter() - started + test_seconds_per_seed
         for method in methods:
             method_started = time.perf_counter()
