@@ -40,6 +40,7 @@ import torch
 import uvicorn
 from openbook.classifier import Classifier
 from openbook.experiments.bench import median_seconds, synchronize, synthetic_sentences
+from openbook.models import resolve_backbone
 from openbook.prompting import EncodedBatch
 
 from services.api.app import create_app
@@ -173,13 +174,44 @@ class _Bench:
         return run
 
 
+def make_stand_in(backbone: str, directory: Path) -> str:
+    """A random-weight model in `directory`: `backbone`'s tokenizer and layer types, 2 layers of width 64.
+
+    Its forward of a micro-batch takes milliseconds on a CPU, about what a GPU takes for the real model,
+    so the service's own per-request costs weigh as they do there (docs/benchmarks.md).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_backbone(backbone)
+    config = AutoConfig.from_pretrained(source)
+    small = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "head_dim": 16}
+    small |= {"num_attention_heads": 4, "num_key_value_heads": 2}
+    for name, value in small.items():
+        setattr(config, name, value)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(source).save_pretrained(directory)
+    return str(directory)
+
+
 def run_api_bench(
-    backbone: str, *, max_length: int = 128, requests: int = 20, clients: int | Sequence[int] = (32,)
+    backbone: str,
+    *,
+    max_length: int = 128,
+    requests: int = 20,
+    clients: int | Sequence[int] = (32,),
+    stand_in: bool = False,
 ) -> None:
-    """`clients`: one throughput measurement per count, e.g. (32, 256)."""
+    """`clients`: one throughput measurement per count, e.g. (32, 256).
+
+    `stand_in`: serve `make_stand_in`'s model of `backbone` instead of `backbone` itself.
+    """
     client_counts = [clients] if isinstance(clients, int) else list(clients)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(Path(tmp) / "redis") as bus:
+        if stand_in:
+            print(f"serving a stand-in: {backbone}'s tokenizer, 2 layers of width 64, random weights")
+            backbone = make_stand_in(backbone, Path(tmp) / "stand-in")
 
         def settings() -> Settings:
             return Settings(

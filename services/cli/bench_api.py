@@ -16,6 +16,12 @@ def run_bench_api(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="openbook bench api", description="service overheads as ratios")
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
+    parser.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="serve a random-weight model with the backbone's tokenizer and layer types but 2 layers of "
+        "width 64: its forward costs milliseconds, as a GPU's does, so the service's own costs show",
+    )
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--requests", type=int, default=20, help="timed single requests (median reported)")
     parser.add_argument(
@@ -25,5 +31,11 @@ def run_bench_api(argv: list[str]) -> int:
         help="concurrent clients, comma-separated: one throughput line each, e.g. 32,256",
     )
     args = parser.parse_args(argv)
-    run_api_bench(args.backbone, max_length=args.max_length, requests=args.requests, clients=args.clients)
+    run_api_bench(
+        args.backbone,
+        max_length=args.max_length,
+        requests=args.requests,
+        clients=args.clients,
+        stand_in=args.stand_in,
+    )
     return 0

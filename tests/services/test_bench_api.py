@@ -28,3 +28,17 @@ def test_bench_api_reports_every_measurement(causal_dir, capsys):
         assert prefix in out
     assert "hot swap under load: 0 failed" in out
     assert "same ids, versions, labels and neighbours: True" in out
+
+
+def test_a_stand_in_has_the_backbones_tokenizer_and_layer_types_at_width_64(causal_dir, tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from services.bench import make_stand_in
+
+    path = make_stand_in(str(causal_dir), tmp_path / "stand-in")
+    source, small = AutoConfig.from_pretrained(causal_dir), AutoConfig.from_pretrained(path)
+    assert small.model_type == source.model_type
+    assert (small.num_hidden_layers, small.hidden_size, small.vocab_size) == (2, 64, source.vocab_size)
+    text = "a quietly moving film"
+    ids = [AutoTokenizer.from_pretrained(where)(text).input_ids for where in (path, causal_dir)]
+    assert ids[0] == ids[1]

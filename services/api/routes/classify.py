@@ -11,27 +11,23 @@ from openbook.demonstrations import Demonstrations
 
 from services.api import schemas
 from services.api.checks import check_batch, check_text
-from services.api.deps import BatchersDep, MetricsDep, Reader, Runtime, SettingsDep, Threads
+from services.api.deps import Reader, Runtime, Serving, SettingsDep, Threads
 from services.api.errors import declare
 from services.api.tasks import TaskRuntime
 
 router = APIRouter(prefix="/v1/tasks/{task}")
 
 
-@router.post("/classify", dependencies=[Reader], responses=declare(400, 401, 403, 404, 409, 413, 503))
-async def classify(
-    body: schemas.ClassifyIn,
-    runtime: Runtime,
-    settings: SettingsDep,
-    metrics: MetricsDep,
-    batchers: BatchersDep,
-) -> schemas.ClassifyOut:
+@router.post("/classify", responses=declare(400, 401, 403, 404, 409, 413, 503))
+async def classify(body: schemas.ClassifyIn, served: Serving) -> schemas.ClassifyOut:
+    # One dependency, not five: this is the hot path (deps.py).
+    runtime, settings = served.runtime, served.settings
     check_batch(len(body.texts), ("body", "texts"), settings)
     for i, text in enumerate(body.texts):
         check_text(text, ("body", "texts", i), runtime, settings)
-    metrics.batch_size.observe(len(body.texts))
+    served.metrics.batch_size.observe(len(body.texts))
     # The batch catches up with the log once before its forward (TaskRuntime.predict).
-    predictions, model_version, store_version = await batchers.batcher_for(runtime).predict(body.texts)
+    predictions, model_version, store_version = await served.batchers.batcher_for(runtime).predict(body.texts)
     return schemas.ClassifyOut(
         predictions=[_prediction(p, runtime, body.neighbours) for p in predictions],
         model_version=model_version,
