@@ -74,7 +74,7 @@ def test_ids_labels_and_vectors_after_adds(random_items):
 def test_search_matches_brute_force(shard_size, filled_store):
     store, (ids, vectors, _) = filled_store(500, seed=3, shard_size=shard_size)
     if shard_size == 64:
-        assert len(store._indexes) == 8  # the merge across shards is what this case exercises
+        assert store._keys.index_count == 8  # the merge across shards is what this case exercises
     queries = np.random.default_rng(4).standard_normal((20, DIM))
     result = store.search(queries, 10)
     ref_ids, ref_sims, all_sims = brute_force(ids, vectors, queries, 10)

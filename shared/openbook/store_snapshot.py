@@ -91,11 +91,10 @@ def read_snapshot(path: str | os.PathLike[str]) -> KnowledgeStore:
         ids, labels, index_of = (array.astype(np.int64) for array in loaded)
         indexes = [faiss.read_index(str(source / name)) for name in manifest["index_files"]]
         store.version = int(manifest["version"])
-        store.approx_recall, store.metadata = manifest["approx_recall"], dict(manifest["metadata"])
+        store.metadata = dict(manifest["metadata"])
         texts = _read_texts(source / manifest["texts_file"]) if manifest.get("texts_file") else {}
-        store.restore_state(
-            StoreState(manifest["kind"], indexes, ids, labels, index_of, int(manifest["ivf_built_at"]), texts)
-        )
+        kind, built_at, recall = manifest["kind"], int(manifest["ivf_built_at"]), manifest["approx_recall"]
+        store.restore_state(StoreState(kind, indexes, ids, labels, index_of, built_at, texts, recall))
         _check_consistency(store, int(manifest["count"]))
     except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"corrupt knowledge store snapshot at {source}: {error}") from error

@@ -54,6 +54,17 @@ class TorchKeys:
     def __len__(self) -> int:
         return self._count
 
+    def sorted_ids(self) -> np.ndarray:
+        """The stored ids, sorted (the array itself, not a copy)."""
+        return self._sorted_ids
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        return self.rows_of(ids) >= 0
+
+    def labels_of(self, ids: np.ndarray) -> np.ndarray:
+        """The label of each id; every id must be stored."""
+        return self._row_labels[self.rows_of(ids)]
+
     def rows_of(self, ids: np.ndarray) -> np.ndarray:
         """The row of each id, -1 where the id is not stored."""
         if self._count == 0:
