@@ -25,7 +25,10 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model forward", ("Backbone.forward",)),
     ("kNN search and mixture", ("KnowledgeStore.search", "Classifier.score")),
     ("prompt encoding (tokenizer)", ("PromptEncoder.encode",)),
-    ("catch-up with the examples log (Redis)", ("TaskRuntime._apply_log",)),
+    (
+        "catch-up with the examples log, and the task check (Redis)",
+        ("TaskRuntime._apply_log", "TaskRuntime._is_current"),
+    ),
     ("rest of the prediction (per-text results)", ("TaskRuntime.predict",)),
     ("task lookup: spec and generation (Redis)", ("TaskRegistry.runtime",)),
     ("FastAPI: resolving dependencies", ("solve_dependencies",)),

@@ -61,11 +61,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         stop = threading.Event()
         follower = threading.Thread(target=follow_checkpoints, args=(registry, stop), daemon=True)
         follower.start()
-        threading.Thread(target=registry.warm_up, args=(stop,), daemon=True).start()
+        warmer = threading.Thread(target=registry.warm_up, args=(stop,), daemon=True)
+        warmer.start()
         yield
         await batchers.close()
         stop.set()
         follower.join(timeout=5)
+        warmer.join(timeout=5)  # it may be loading a model: it stops at its next Redis call, or quietly
         client.close()
 
     app = FastAPI(title="OpenBook", version="1", lifespan=lifespan)

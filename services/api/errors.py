@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from services.api.tasks import BrokenTask
+from services.api.tasks import BrokenTask, StaleRuntime
 from services.bus.examples_log import LogError
 
 
@@ -113,6 +113,11 @@ async def _not_durable(request: Request, error: Exception) -> JSONResponse:
     )
 
 
+async def _stale_task(request: Request, error: StaleRuntime) -> JSONResponse:
+    # The task changed again and again while one request was served (classify looks it up anew each time).
+    return JSONResponse({"detail": str(error)}, 409)
+
+
 async def _broken_task(request: Request, error: BrokenTask) -> JSONResponse:
     return JSONResponse({"detail": _printable(str(error))}, 409)
 
@@ -124,3 +129,4 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(redis.TimeoutError, _bus_unreachable)
     app.add_exception_handler(LogError, _not_durable)
     app.add_exception_handler(BrokenTask, _broken_task)
+    app.add_exception_handler(StaleRuntime, _stale_task)

@@ -50,6 +50,14 @@ class TaskExists(ValueError):
     pass
 
 
+class StaleRuntime(Exception):
+    """Redis no longer holds the spec and generation a runtime was built for: it must not serve."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"task {name!r} changed while this request was served; retry")
+        self.name = name
+
+
 class InvalidSpec(ValueError):
     """A task spec that cannot be served; `field` is the part of the spec at fault ("" for their mix)."""
 
@@ -90,6 +98,9 @@ class TaskRuntime:
     # which task of its name this is (task_spec.GENERATIONS_KEY): one deleted and created again under the
     # same spec, by any replica, is another task, and gets a runtime of its own
     generation: bytes = b"0"
+    # the stored spec, as Redis holds it, that this runtime serves (`TaskRegistry.runtime` sets it):
+    # `predict` checks that Redis still holds it, so a runtime taken from the cache never serves stale
+    spec: bytes = b""
 
     def catch_up(self) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread)."""
@@ -115,13 +126,25 @@ class TaskRuntime:
         """Catch up with the log, then predict: with the model and store versions that made them.
 
         One log read per (micro-)batch, under the same lock as the forward, so every request in the
-        batch sees each example acknowledged before the batch started. With Redis unreachable it serves
-        from memory: everything applied so far.
+        batch sees each example acknowledged before the batch started. Before it, one read of the task's
+        spec and generation: if the task changed or was deleted since this runtime was looked up, it
+        raises StaleRuntime and serves nothing. With Redis unreachable it serves from memory: everything
+        applied so far.
         """
         with self.lock:
             with contextlib.suppress(redis.ConnectionError):
+                if not self._is_current():
+                    raise StaleRuntime(self.task.name)
                 self._apply_log()
             return self.classifier.predict(texts), self.model_version, self.offset
+
+    def _is_current(self) -> bool:
+        """Whether Redis holds the very spec and generation this runtime serves (one round trip)."""
+        pipe = self.log.client.pipeline(transaction=False)
+        pipe.hget(TASKS_KEY, self.task.name)
+        pipe.hget(GENERATIONS_KEY, self.task.name)
+        raw, generation = pipe.execute()
+        return raw is not None and raw == self.spec and (generation or b"0") == self.generation
 
     def demonstrations(self, text: TextInput) -> Demonstrations:
         """What demonstrations would retrieve for `text`: per class, neighbours and their weights in the
@@ -215,6 +238,10 @@ class TaskRegistry:
             except redis.ConnectionError:
                 stop.wait(1.0)  # Redis is not there yet: try again
                 continue
+            except Exception:
+                if stop.is_set():
+                    return  # the api is shutting down and closed the client under this thread
+                raise
             self.warmed.set()
             return
 
@@ -392,7 +419,18 @@ class TaskRegistry:
                 if runtime is None or runtime.task != task:
                     runtime = self._follow_spec(runtime, task, generation)
                     self.runtimes[name] = runtime
+        runtime.spec = raw
         return runtime
+
+    def cached_runtime(self, name: str) -> TaskRuntime | None:
+        """The runtime this replica last served the task with, if any, without asking Redis.
+
+        Only for paths that end in `TaskRuntime.predict`, which checks under its lock, once per batch,
+        that the task is still the one this runtime was built for (StaleRuntime if not); the lookup in
+        `runtime` costs a Redis read and a hop to a worker thread on every request.
+        """
+        runtime = self.runtimes.get(name)
+        return runtime if runtime is not None and runtime.spec else None
 
     def _follow_spec(self, runtime: TaskRuntime | None, task: Task, generation: bytes) -> TaskRuntime:
         """The runtime for a spec that differs from the runtime's (or a first one); `_building` is held.

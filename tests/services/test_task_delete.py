@@ -179,3 +179,30 @@ def test_another_replica_does_not_serve_a_deleted_task_recreated_under_the_same_
         assert after.status_code == 200
         assert after.json()["predictions"][0]["neighbours"] == []  # nothing of the deleted task
         assert b.get("/v1/tasks/reviews/examples").json()["examples"] == []
+
+
+def test_classify_serves_from_the_cache_and_never_serves_a_task_changed_or_deleted_elsewhere(
+    server, causal_dir, tmp_path
+) -> None:
+    # B answers classify with the runtime it cached, with no lookup of its own per request: the
+    # micro-batch checks the task once. A change made on A is seen by B's next classify all the same.
+    with api_client(server, causal_dir, tmp_path) as a, api_client(server, causal_dir, tmp_path) as b:
+        create_with_examples(a)
+        registry = b.app.state.registry
+        lookups: list[str] = []
+        look_up = registry.runtime
+        registry.runtime = lambda name: (lookups.append(name), look_up(name))[1]
+        classify = lambda: b.post("/v1/tasks/reviews/classify", json={"texts": ["great fun"]})  # noqa: E731
+        assert classify().status_code == 200 and lookups == ["reviews"]  # built on first use
+        for _ in range(3):
+            assert classify().status_code == 200
+        assert lookups == ["reviews"]
+
+        patched = a.patch("/v1/tasks/reviews", json={"training": {"auto": True, "every": 50}})
+        assert patched.status_code == 200
+        assert classify().status_code == 200 and lookups == ["reviews"] * 2  # the batch saw the change
+        assert b.get("/v1/tasks/reviews").json()["training"]["every"] == 50
+
+        assert a.delete("/v1/tasks/reviews").status_code == 204
+        gone = classify()
+        assert gone.status_code == 404 and "reviews" in gone.json()["detail"]

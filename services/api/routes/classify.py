@@ -13,21 +13,33 @@ from services.api import schemas
 from services.api.checks import check_batch, check_text
 from services.api.deps import Reader, Runtime, Serving, SettingsDep, Threads
 from services.api.errors import declare
-from services.api.tasks import TaskRuntime
+from services.api.tasks import StaleRuntime, TaskRuntime
 
 router = APIRouter(prefix="/v1/tasks/{task}")
 
 
+# Lookups after a StaleRuntime before giving up: each follows a change to the task made during the request.
+STALE_RETRIES = 2
+
+
 @router.post("/classify", responses=declare(400, 401, 403, 404, 409, 413, 503))
 async def classify(body: schemas.ClassifyIn, served: Serving) -> schemas.ClassifyOut:
-    # One dependency, not five: this is the hot path (deps.py).
+    # One dependency, not five, and the runtime from the replica's cache: this is the hot path (deps.py).
     runtime, settings = served.runtime, served.settings
     check_batch(len(body.texts), ("body", "texts"), settings)
-    for i, text in enumerate(body.texts):
-        check_text(text, ("body", "texts", i), runtime, settings)
     served.metrics.batch_size.observe(len(body.texts))
-    # The batch catches up with the log once before its forward (TaskRuntime.predict).
-    predictions, model_version, store_version = await served.batchers.batcher_for(runtime).predict(body.texts)
+    for retry in range(STALE_RETRIES + 1):
+        for i, text in enumerate(body.texts):
+            check_text(text, ("body", "texts", i), runtime, settings)
+        try:
+            # The batch checks the task is unchanged, then catches up with the log (TaskRuntime.predict).
+            result = await served.batchers.batcher_for(runtime).predict(body.texts)
+            break
+        except StaleRuntime:
+            if retry == STALE_RETRIES:
+                raise
+            runtime = await served.look_up_again()
+    predictions, model_version, store_version = result
     return schemas.ClassifyOut(
         predictions=[_prediction(p, runtime, body.neighbours) for p in predictions],
         model_version=model_version,
