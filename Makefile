@@ -24,6 +24,7 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-backbones.txt pypro
 lint: install
 	$(BIN)/ruff check shared services tests
 	$(BIN)/ruff format --check shared services tests
+	$(BIN)/mypy
 
 test: lint test-setup
 	$(BIN)/python -m pytest
@@ -113,4 +114,4 @@ bench: install
 	$(BIN)/openbook bench train
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

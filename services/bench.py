@@ -92,6 +92,7 @@ def _forwards(api: httpx.Client) -> tuple[float, float]:
 
 def _connect(base: str) -> http.client.HTTPConnection:
     address = urlsplit(base)
+    assert address.hostname is not None  # an api's base URL, http://host:port
     return http.client.HTTPConnection(address.hostname, address.port, timeout=600)
 
 
@@ -135,15 +136,13 @@ class Served:
     """An api under uvicorn in a background thread."""
 
     def __init__(self, settings: Settings) -> None:
-        self.server = uvicorn.Server(
-            uvicorn.Config(create_app(settings), port=settings.port, log_level="warning")
-        )
+        self.app = create_app(settings)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, port=settings.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         self.base = f"http://127.0.0.1:{settings.port}"
         while not self.server.started:
             time.sleep(0.05)
-        self.app = self.server.config.app
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -244,7 +243,8 @@ def measure_latency(bench: _Bench, requests: int) -> None:
     bare_one = bench.bare_forward(bench.classifier.encoder.encode([bench.text]))
     # Bare forwards and requests alternate, so a drift in the machine's speed hits both alike.
     lean = _connect(bench.first.base)
-    bare_one(), _classify(lean, bench.text)  # warm up
+    bare_one()  # warm up
+    _classify(lean, bench.text)
     pairs = [(_seconds(bare_one), _seconds(lambda: _classify(lean, bench.text))) for _ in range(requests)]
     lean.close()
     forward_s, request_s = (statistics.median(times) for times in zip(*pairs, strict=True))

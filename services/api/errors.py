@@ -72,7 +72,8 @@ def _json_safe(value: object) -> str | int:
     return value if isinstance(value, int) else _printable(str(value))
 
 
-async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
     # loc, msg and type only: the offending input is left out, because it can be large, a secret, or
     # not representable in JSON at all (NaN, Infinity, a lone surrogate: Python's json reads them).
     detail = [
@@ -95,7 +96,8 @@ def _allowed_methods(request: Request) -> str | None:
     return ", ".join(sorted(methods)) or None
 
 
-async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, HTTPException)
     headers = dict(error.headers or {})
     detail = _printable(str(error.detail))
     if error.status_code == 405:  # Starlette names only the first route that matched the path
@@ -113,16 +115,20 @@ async def _not_durable(request: Request, error: Exception) -> JSONResponse:
     )
 
 
-async def _stale_task(request: Request, error: StaleRuntime) -> JSONResponse:
+async def _stale_task(request: Request, error: Exception) -> JSONResponse:
     # The task changed again and again while one request was served (classify looks it up anew each time).
+    assert isinstance(error, StaleRuntime)
     return JSONResponse({"detail": str(error)}, 409)
 
 
-async def _broken_task(request: Request, error: BrokenTask) -> JSONResponse:
+async def _broken_task(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, BrokenTask)
     return JSONResponse({"detail": _printable(str(error))}, 409)
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    # Starlette types every handler as taking any Exception; one installed for a kind gets only that
+    # kind, which the handlers that read its fields assert.
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(redis.ConnectionError, _bus_unreachable)

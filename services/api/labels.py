@@ -12,6 +12,8 @@ another model. A label added since the served checkpoint, with no examples yet, 
 
 from __future__ import annotations
 
+from typing import cast
+
 from openbook.labels import LabelError, add_label
 
 from services.api.tasks import TaskRegistry, read_spec
@@ -95,7 +97,7 @@ def remove_task_label(registry: TaskRegistry, name: str, label: str) -> Task:
 
 
 def _stored(registry: TaskRegistry, name: str) -> tuple[bytes, Task]:
-    raw = registry.client.hget(TASKS_KEY, name)
+    raw = cast("bytes | None", registry.client.hget(TASKS_KEY, name))  # see services/bus/replies.py
     if raw is None:
         raise NoSuchTask(name)
     return raw, read_spec(name, raw)  # BrokenTask when it no longer validates

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -39,9 +40,10 @@ class TaskCollector(Collector):
         counts: dict[str, int] = {}
         try:
             for key in self.tasks.client.scan_iter(match="openbook:job:*", count=500):
-                state = self.tasks.client.hget(key, "state")
-                if state is not None:
-                    counts[state.decode()] = counts.get(state.decode(), 0) + 1
+                # A reply is bytes (services/bus/replies.py)
+                raw_state = cast("bytes | None", self.tasks.client.hget(key, "state"))
+                if raw_state is not None:
+                    counts[raw_state.decode()] = counts.get(raw_state.decode(), 0) + 1
         except redis.ConnectionError:
             return  # Redis is away: the other metrics still answer
         for state, count in sorted(counts.items()):

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import cast
 
 import redis
+from redis.typing import KeyT, StreamIdT
 
 from services.api.tasks import TaskRegistry
 from services.bus.jobs import Published, checkpoints_key
+from services.bus.replies import StreamBatches
 
 logger = logging.getLogger(__name__)
 
@@ -23,12 +26,14 @@ def follow_checkpoints(registry: TaskRegistry, stop: threading.Event) -> None:
     """Follow every loaded task's checkpoints stream and hot-swap the newest checkpoint in."""
     seen: dict[str, str] = {}  # task -> last checkpoints-stream entry handled
     while not stop.is_set():
-        streams = {checkpoints_key(name): seen.get(name, "0-0") for name in list(registry.runtimes)}
+        streams: dict[KeyT, StreamIdT] = {
+            checkpoints_key(name): seen.get(name, "0-0") for name in list(registry.runtimes)
+        }
         if not streams:
             stop.wait(0.2)
             continue
         try:
-            batches = registry.client.xread(streams, block=300)
+            batches = cast(StreamBatches, registry.client.xread(streams, block=300))
         except redis.ConnectionError:
             stop.wait(1.0)  # Redis is away: keep serving what is loaded, retry
             continue

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 from openbook.artifacts import MANIFEST_NAME, CheckpointError, sha256_file
@@ -34,6 +34,7 @@ from services.bus.deletion import delete_task
 from services.bus.examples_log import ExampleLog, LogEntry
 from services.bus.jobs import Published
 from services.bus.replay import replay
+from services.bus.replies import Fields
 from services.bus.task_spec import (
     GENERATIONS_KEY,
     TASKS_KEY,
@@ -363,13 +364,13 @@ class TaskRegistry:
 
     def get(self, name: str) -> Task | None:
         """The task's spec; BrokenTask if the stored spec no longer validates."""
-        raw = self.client.hget(TASKS_KEY, name)
+        raw = cast("bytes | None", self.client.hget(TASKS_KEY, name))  # see services/bus/replies.py
         return None if raw is None else read_spec(name, raw)
 
     def survey(self) -> tuple[list[Task], dict[str, str]]:
         """Every stored task whose spec reads, and every task that cannot be served, with why."""
         tasks, broken = [], {}
-        for raw_name, raw in sorted(self.client.hgetall(TASKS_KEY).items()):
+        for raw_name, raw in sorted(cast(Fields, self.client.hgetall(TASKS_KEY)).items()):
             name = raw_name.decode()
             try:
                 tasks.append(read_spec(name, raw))

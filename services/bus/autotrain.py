@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 from pydantic import ValidationError
+from redis.typing import EncodableT
 
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import JOB_PREFIX, QUEUE_JOB, job_keys, wait_durable
@@ -95,7 +96,7 @@ def queue_if_due(client: redis.Redis, task: str) -> str | None:
         keys = [*job_keys(task, job_id), ExampleLog(client, task).added_key, autotrain_key(task)]
         config = json.dumps(training.train_config())
         method = training.method or spec.method
-        args = [task, job_id, method, config, time.time(), raw, training.every, JOB_PREFIX]
+        args: list[EncodableT] = [task, job_id, method, config, time.time(), raw, training.every, JOB_PREFIX]
         outcome = trigger(keys=keys, args=args)
         if outcome == b"changed":
             continue

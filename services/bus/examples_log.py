@@ -19,11 +19,12 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import redis
 from openbook.prompting import TextInput
 
+from services.bus.replies import StreamEntry
 from services.bus.task_spec import TASKS_KEY
 
 MAX_ID = 2**63 - 1
@@ -170,7 +171,9 @@ class ExampleLog:
 
     def read(self, after: str = "0-0", count: int | None = None) -> list[LogEntry]:
         """Entries strictly after `after` (a stream offset), oldest first."""
-        raw = self.client.xrange(self.stream_key, min=f"({after}", max="+", count=count)
+        raw = cast(
+            list[StreamEntry], self.client.xrange(self.stream_key, min=f"({after}", max="+", count=count)
+        )
         return [_entry(offset, fields) for offset, fields in raw]
 
     def __len__(self) -> int:

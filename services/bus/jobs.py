@@ -32,10 +32,12 @@ import json
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
+from redis.typing import EncodableT
 
+from services.bus.replies import Fields, StreamBatches, StreamEntry
 from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY
 
 JOBS_STREAM = "openbook:jobs"
@@ -257,7 +259,7 @@ class JobQueue:
         """
         job_id = uuid.uuid4().hex
         try:
-            args = [task, job_id, method, json.dumps(train_config), time.time(), int(force)]
+            args: list[EncodableT] = [task, job_id, method, json.dumps(train_config), time.time(), int(force)]
             self._submit(keys=job_keys(task, job_id), args=args)
         except redis.ResponseError as error:
             if "NOTASK" in str(error):
@@ -267,7 +269,7 @@ class JobQueue:
         return job_id
 
     def get(self, job_id: str) -> dict[str, Any] | None:
-        raw = self.client.hgetall(job_key(job_id))
+        raw = cast(Fields, self.client.hgetall(job_key(job_id)))
         if not raw:
             return None
         record: dict[str, Any] = {k.decode(): v.decode() for k, v in raw.items()}
@@ -281,7 +283,7 @@ class JobQueue:
 
     def of_task(self, task: str, limit: int) -> list[dict[str, Any]]:
         """The task's newest `limit` jobs, newest first."""
-        job_ids = [raw.decode() for raw in self.client.smembers(task_jobs_key(task))]
+        job_ids = [raw.decode() for raw in cast(set[bytes], self.client.smembers(task_jobs_key(task)))]
         pipe = self.client.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hget(job_key(job_id), "created")
@@ -334,8 +336,11 @@ class JobQueue:
         )
         return entry_id, job
 
-    def _read(self, consumer: str, start: str, *, block_ms: int | None) -> list:
-        batches = self.client.xreadgroup(GROUP, consumer, {JOBS_STREAM: start}, count=1, block=block_ms)
+    def _read(self, consumer: str, start: str, *, block_ms: int | None) -> list[StreamEntry]:
+        batches = cast(
+            "StreamBatches | None",
+            self.client.xreadgroup(GROUP, consumer, {JOBS_STREAM: start}, count=1, block=block_ms),
+        )
         return [entry for _, batch in batches or [] for entry in batch]
 
     def ack(self, entry_id: str, consumer: str) -> bool:
@@ -351,8 +356,8 @@ class JobQueue:
         released = []
         pending = self.client.xpending_range(JOBS_STREAM, GROUP, "-", "+", 100, consumername=consumer)
         for entry in pending:
-            entry_id = entry["message_id"].decode()
-            stored = self.client.xrange(JOBS_STREAM, entry_id, entry_id)
+            entry_id = cast(bytes, entry["message_id"]).decode()
+            stored = cast(list[StreamEntry], self.client.xrange(JOBS_STREAM, entry_id, entry_id))
             job_id = stored[0][1][b"job"].decode() if stored else None
             if job_id is not None and self._requeue(keys=[job_key(job_id)], args=[reason]):
                 self.client.xclaim(
@@ -364,7 +369,7 @@ class JobQueue:
         return released
 
 
-def _encoded(fields: dict[str, Any]) -> dict[str, Any]:
+def _encoded(fields: dict[str, Any]) -> dict[EncodableT, EncodableT]:
     return {k: json.dumps(v) if isinstance(v, dict) else v for k, v in fields.items()}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from openbook.prompting import TextInput
@@ -87,13 +88,15 @@ class TextPool:
 
     def page(self, after: int, limit: int) -> tuple[list[PoolText], int | None]:
         """Up to `limit` texts with ids over `after`, in id order; and the `after` of the next page."""
-        ids = self.client.zrangebyscore(self.ids_key, f"({after}", "+inf", start=0, num=limit + 1)
+        ids = cast(
+            list[bytes], self.client.zrangebyscore(self.ids_key, f"({after}", "+inf", start=0, num=limit + 1)
+        )
         texts = self._texts(ids[:limit])
         return texts, (texts[-1].id if len(ids) > limit and texts else None)
 
     def first(self, count: int) -> list[PoolText]:
         """The `count` texts with the smallest ids."""
-        return self._texts(self.client.zrange(self.ids_key, 0, count - 1))
+        return self._texts(cast(list[bytes], self.client.zrange(self.ids_key, 0, count - 1)))
 
     def remove(self, ids: Iterable[int]) -> int:
         """Take texts out of the pool (durably); how many it held."""
@@ -114,7 +117,7 @@ class TextPool:
     def _texts(self, ids: Sequence[bytes]) -> list[PoolText]:
         if not ids:
             return []
-        raw = self.client.hmget(self.texts_key, list(ids))
+        raw = cast(list[bytes | None], self.client.hmget(self.texts_key, list(ids)))
         # A text removed between the two reads is skipped: it has left the pool.
         return [PoolText(int(i), _text(r)) for i, r in zip(ids, raw, strict=True) if r is not None]
 

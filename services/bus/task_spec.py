@@ -84,7 +84,7 @@ class TrainOptions(BaseModel):
         TrainConfig(steps=self.steps, epochs=self.epochs)  # both at once: its ValueError, a 422
         return self
 
-    def train_config(self) -> dict[str, int | float]:
+    def train_config(self) -> dict[str, Any]:
         """The knobs, as a job's `train_config` (TrainConfig's keyword arguments).
 
         The budget is written as it runs: the default step count spelled out, the other budget left out.

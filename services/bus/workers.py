@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -41,7 +41,7 @@ def forget(client: redis.Redis, name: str) -> None:
 
 def live_workers(client: redis.Redis) -> list[dict[str, Any]]:
     """The workers whose heartbeat has not expired, by name: name, pid, the job each runs."""
-    names = sorted(name.decode() for name in client.smembers(WORKERS_KEY))
+    names = sorted(name.decode() for name in cast(set[bytes], client.smembers(WORKERS_KEY)))
     if not names:
         return []
     beats = client.mget([heartbeat_key(name) for name in names])

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
-def _list(kind: type) -> object:
+def _list(kind: type) -> Callable[[str], list]:
     def parse(text: str) -> list:
         return [kind(item) for item in text.split(",") if item]
 

@@ -112,7 +112,10 @@ def curve_tables(records: Sequence[CurveRecord]) -> str:
         lines += [f"### {task} (seeds {', '.join(map(str, seeds))})", "", *_table(by_series), ""]
     if len(means) > 1:
         lines += ["### mean over tasks", "", *_table(task_mean(means)), ""]
-    served = [r for r in records if r.service is not None]
+    served: dict[tuple[str, str, int], list[dict]] = {}  # the service's rounds by task, order and shots
+    for r in records:
+        if r.service is not None:
+            served.setdefault((r.task, r.order, r.shots), []).append(r.service)
     if served:
         lines += [
             "### the service's rounds",
@@ -120,15 +123,10 @@ def curve_tables(records: Sequence[CurveRecord]) -> str:
             "| task | order | examples per class | seconds to served (mean) | verdicts | jobs per round |",
             "|---|---|---|---|---|---|",
         ]
-        groups: dict[tuple[str, str, int], list[CurveRecord]] = {}
-        for r in served:
-            groups.setdefault((r.task, r.order, r.shots), []).append(r)
-        for (task, order, shots), group in groups.items():
-            times = [
-                r.service["seconds_to_served"] for r in group if r.service["seconds_to_served"] is not None
-            ]
-            verdicts = ", ".join(str(r.service["verdict"]) for r in group)
-            jobs = ", ".join(str(len(r.service["jobs"])) for r in group)
+        for (task, order, shots), rounds in served.items():
+            times = [s["seconds_to_served"] for s in rounds if s["seconds_to_served"] is not None]
+            verdicts = ", ".join(str(s["verdict"]) for s in rounds)
+            jobs = ", ".join(str(len(s["jobs"])) for s in rounds)
             mean_time = f"{np.mean(times):.1f}" if times else "never"
             lines.append(f"| {task} | {order} | {shots} | {mean_time} | {verdicts} | {jobs} |")
         lines.append("")

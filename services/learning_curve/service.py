@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from openbook.prompting import TextInput
+
 from services.learning_curve.client import CurveClient
 from services.learning_curve.schedule import CurveData, fixed_rounds, per_class, pool_ids, round_sizes
 
@@ -61,7 +63,7 @@ def wait_for_round(
     client: CurveClient,
     task: str,
     known: set[str],
-    probe: str,
+    probe: TextInput,
     last_post_at: float,
     waiting: Waiting,
     *,
@@ -96,7 +98,7 @@ def wait_for_round(
 def await_version(
     client: CurveClient,
     task: str,
-    probe: str,
+    probe: TextInput,
     version: str,
     seen: RoundJobs,
     waiting: Waiting,

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, get_args
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,9 @@ from torch import nn
 from openbook.models import DEFAULT_BACKBONE, resolve_backbone
 from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
 from openbook.prompting.encoder import BackboneKind, DemoLayout
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 DEVICE_ENV = "OPENBOOK_DEVICE"  # the default device everywhere: cpu (default), cuda, cuda:N or auto
 
@@ -116,7 +119,9 @@ class SlotOutput:
 
 
 class Backbone:
-    def __init__(self, model: nn.Module, tokenizer: Any, kind: BackboneKind, config: BackboneConfig) -> None:
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: Any, kind: BackboneKind, config: BackboneConfig
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.kind = kind
@@ -136,7 +141,9 @@ class Backbone:
 
     @property
     def input_embeddings(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
+        # transformers types it as any Module; every backbone here reads tokens through an embedding
+        # table (Gemma's scaled one subclasses nn.Embedding).
+        return cast(nn.Embedding, self.model.get_input_embeddings())
 
     @property
     def input_embedding_scale(self) -> float:
@@ -150,8 +157,8 @@ class Backbone:
         return float(getattr(self.input_embeddings, "embed_scale", 1.0))
 
     @property
-    def output_head(self) -> nn.Module:
-        """The LM head's output layer: a module with `weight` (V, H) and maybe `bias` (V,)."""
+    def output_head(self) -> nn.Linear:
+        """The LM head's output layer: `weight` (V, H) and maybe `bias` (V,)."""
         return self.model.get_output_embeddings()
 
     def input_embedding_table(self) -> torch.Tensor:
@@ -317,9 +324,14 @@ def _load_backbone(config: BackboneConfig) -> Backbone:
     model_config = AutoConfig.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     kind = config.kind if config.kind != "auto" else detect_kind(model_config, tokenizer)
-    auto_class = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
     device = resolve_device(config.device)
-    model = auto_class.from_pretrained(path, dtype=resolve_dtype(config.dtype, device))
+    dtype = resolve_dtype(config.dtype, device)
+    # One call per class, not a call on the chosen class: transformers' decorators type the two auto
+    # classes so differently that mypy cannot join them into one callable.
+    if kind == "masked":
+        model = AutoModelForMaskedLM.from_pretrained(path, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model.to(device).eval()
     return Backbone(model, tokenizer, kind, config)
 

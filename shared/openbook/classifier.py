@@ -33,6 +33,7 @@ from openbook.demonstrations import (
 )
 from openbook.knn import KnnConfig, knn_mixture
 from openbook.prompting import PromptEncoder, PromptError, Template, TextInput, Verbalizer
+from openbook.prompting.encoder import DemoLayout
 from openbook.soft_prompts import SoftPrompt
 from openbook.store import KnowledgeStore, SearchResult
 
@@ -85,16 +86,20 @@ class Classifier:
         self.encoder = self.backbone.encoder(self.template, self.verbalizer)
         self.demo_encoder: PromptEncoder | None = None
         if self.demos is not None:
-            layout = "text" if self.demos.mode == "text" else "vectors"
+            layout: DemoLayout = "text" if self.demos.mode == "text" else "vectors"
             self.demo_encoder = self.backbone.encoder(self.template, self.verbalizer, demonstrations=layout)
         if self.store is None:
-            self.store = KnowledgeStore(self.backbone.hidden_size, device=self.backbone.device)
+            self.store = self.empty_store()
         elif self.store.dim != self.backbone.hidden_size:
             raise ValueError(
                 f"store dim {self.store.dim} != backbone hidden size {self.backbone.hidden_size}"
             )
         elif self.store.device != self.backbone.device:  # the keys go where the queries come from
             self.store = self.store.to(self.backbone.device)
+
+    def empty_store(self) -> KnowledgeStore:
+        """A new store that fits this classifier's backbone: what `store=None` builds."""
+        return KnowledgeStore(self.backbone.hidden_size, device=self.backbone.device)
 
     @property
     def labels(self) -> tuple[str, ...]:

@@ -21,10 +21,12 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 TextInput = str | tuple[str, str]
+CsvQuoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
 
 # The root of the evaluation data: k-shot/<task>/<shots>-<seed>/ and full/<task>/ below it.
 DATA_ENV = "OPENBOOK_DATA"
@@ -65,7 +67,7 @@ def _error(path: Path, line: int, problem: str) -> DataError:
 
 
 def _rows(
-    path: Path, delimiter: str = ",", quoting: int = csv.QUOTE_MINIMAL
+    path: Path, delimiter: str = ",", quoting: CsvQuoting = csv.QUOTE_MINIMAL
 ) -> Iterator[tuple[int, list[str]]]:
     """Yield (first physical line of the row, fields), skipping blank lines.
 

@@ -115,7 +115,7 @@ def to_input_space(
     return torch.where(present, placed, token_mean.expand_as(demo))  # (B, C, H)
 
 
-def to_words(vectors: np.ndarray, head: nn.Module, embedding_table: torch.Tensor) -> torch.Tensor:
+def to_words(vectors: np.ndarray, head: nn.Linear, embedding_table: torch.Tensor) -> torch.Tensor:
     """Each class vector (B, C, H) read as a word: the input embedding of the token the LM head ranks first.
 
     The word is argmax over the vocabulary of v·Wᵀ (+ the head's bias), W the output head's rows, and the

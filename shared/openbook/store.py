@@ -300,5 +300,6 @@ class KnowledgeStore:
             self._keys.add(state.ids, source.vectors_of(state.ids), state.labels)
         else:
             self._keys = self._new_keys()
+            assert isinstance(self._keys, FaissKeys)  # the faiss backend's keys
             self._keys.restore_state(state)
         self._texts = dict(state.texts)

@@ -194,7 +194,7 @@ class FaissKeys:
         ivf.cp.max_points_per_centroid = MAX_POINTS_PER_CENTROID
         ivf.train(vectors)
         # A hash-table direct map lets remove_ids and reconstruct find an id without scanning every list.
-        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
+        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)  # type: ignore[attr-defined]  # not in faiss's stubs
         ivf.nprobe = self.nprobe
         ivf.add_with_ids(vectors, self._ids)
         self.approx_recall = self._measure_recall(ivf, vectors)
@@ -266,14 +266,20 @@ class FaissKeys:
         np.add.at(counts, (self._labels[in_range], self._index_of[in_range]), 1)
         order = np.argsort(self._labels, kind="stable")
         bounds = np.searchsorted(self._labels[order], np.arange(num_labels + 1))
-        params, selectors = [], []
+        params: list[faiss.SearchParameters] = []
+        selectors = []
         for label in range(num_labels):
             members = np.ascontiguousarray(self._ids[order[bounds[label] : bounds[label + 1]]])
             selector = faiss.IDSelectorBatch(len(members), faiss.swig_ptr(members))  # copies the ids
+            # Fields set after construction: faiss's stubs lack the keyword constructor its wrappers add.
+            label_params: faiss.SearchParameters
             if self.kind == "ivf":
-                params.append(faiss.SearchParametersIVF(sel=selector, nprobe=self.nprobe))
+                label_params = ivf_params = faiss.SearchParametersIVF()
+                ivf_params.nprobe = self.nprobe
             else:
-                params.append(faiss.SearchParameters(sel=selector))
+                label_params = faiss.SearchParameters()
+            label_params.sel = selector
+            params.append(label_params)
             selectors.append(selector)  # SearchParameters does not keep its selector alive by itself
         self._label_cache = (key, params, selectors, counts)
         return params, counts

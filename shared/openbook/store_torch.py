@@ -195,12 +195,16 @@ class TorchKeys:
         """
         missing = k - scores.shape[-1]
         similarities = F.pad(scores.float(), (0, missing), value=float("-inf")).cpu().numpy()  # (B, G, k)
-        rows = F.pad(rows, (0, missing), value=0).cpu().numpy()
+        host_rows = F.pad(rows, (0, missing), value=0).cpu().numpy()
         present = np.isfinite(similarities)
         if len(self._row_ids) == 0:  # nothing was ever stored
-            return similarities, np.full(rows.shape, -1, np.int64), np.full(rows.shape, -1, np.int64)
+            return (
+                similarities,
+                np.full(host_rows.shape, -1, np.int64),
+                np.full(host_rows.shape, -1, np.int64),
+            )
         return (
             similarities,
-            np.where(present, self._row_ids[rows], -1),
-            np.where(present, self._row_labels[rows], -1),
+            np.where(present, self._row_ids[host_rows], -1),
+            np.where(present, self._row_labels[host_rows], -1),
         )

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from openbook.calibration import CALIBRATION_MODES
+from openbook.calibration import CALIBRATION_MODES, CalibrationMode
 from openbook.cli.common import add_prompt_arguments, build_classifier
 from openbook.data import read_split
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         embeddings = classifier.embed([e.text for e in examples])
         classifier.add_embeddings(embeddings, [e.label for e in examples], texts=[e.text for e in examples])
         domain_scores = embeddings.lm_log_probs
-    mode = args.calibration or ("domain" if args.examples else "content-free")
+    mode: CalibrationMode = args.calibration or ("domain" if args.examples else "content-free")
     classifier.label_bias = classifier.calibration_bias(mode, domain_scores)
     for text, prediction in zip(args.texts, classifier.predict(args.texts), strict=True):
         print(json.dumps({"text": text, **_as_json(prediction)}))

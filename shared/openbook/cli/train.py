@@ -65,7 +65,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         if not args.init  # the loaded checkpoint was verified: its manifest names the base weights
         else json.loads((Path(args.init) / "manifest.json").read_text())["backbone"]["weights_sha256"]
     )
-    classifier = method.prepare(dataclasses.replace(base, store=None, label_bias=None))
+    classifier = method.prepare(dataclasses.replace(base, store=base.empty_store(), label_bias=None))
     fitted = fit_and_save(
         out,
         classifier,

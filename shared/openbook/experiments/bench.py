@@ -235,7 +235,7 @@ def run_train_bench(args: argparse.Namespace) -> None:
     corpus = synthetic_sentences(32, seed=1)
     for spec in ("prompt-ft", "retroprompt"):
         method = build_method(spec)
-        classifier = method.prepare(dataclasses.replace(base, store=None))
+        classifier = method.prepare(dataclasses.replace(base, store=base.empty_store()))
         classifier.add_examples(corpus, [str(i % 2) for i in range(len(corpus))], ids=np.arange(len(corpus)))
         optimizer = torch.optim.AdamW(method.trainable_parameters(classifier), lr=1e-9)
 

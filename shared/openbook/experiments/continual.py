@@ -144,6 +144,7 @@ def load_stage_data(
     loaded = []
     for stage in stages:
         splits = load_kshot(data_dir, stage.task, seed, shots)
+        assert splits.test is not None  # load_kshot reads the test split unless told not to
         renamed = [
             [dataclasses.replace(e, label=stage.label(e.label)) for e in split]
             for split in (splits.train, splits.dev, fixed_sample(splits.test, test_size))
@@ -246,7 +247,9 @@ def _run_sequence(
     tensors = None
     for t, stage in enumerate(stages):
         verbalizer = union_verbalizer(stages[: t + 1])
-        classifier = method.prepare(dataclasses.replace(base, verbalizer=verbalizer, store=None, prompt=None))
+        classifier = method.prepare(
+            dataclasses.replace(base, verbalizer=verbalizer, store=base.empty_store(), prompt=None)
+        )
         if tensors is not None:
             method.load_trained(classifier, tensors)  # what earlier stages trained, now over more labels
         current = data[t]
@@ -279,6 +282,7 @@ def _run_sequence(
         )
         inputs = method_inputs(classifier.store, classifier.label_bias, dev, dev_labels, test, test_labels)
         p_test, chosen = INFERENCE_METHODS[method.inference](inputs)
+        assert p_test is not None  # the tests were embedded above
         predicted = p_test.argmax(-1)
         bounds = np.cumsum([0, *(len(s.test) for s in seen)])
         matrix.append([accuracy(predicted[a:b], test_labels[a:b]) for a, b in itertools.pairwise(bounds)])

@@ -154,7 +154,10 @@ def method_inputs(
     that was not trained on them: they then count as evidence too, each scored leave-one-out.
     """
     k_max = min(max(K_GRID), len(store))
-    scored = test is not None and test_labels is not None
+    p_lm_test, test_split = None, None
+    if test is not None and test_labels is not None:
+        p_lm_test = calibrated_p_lm(test.lm_log_probs, bias)
+        test_split = Split(test_labels, store.search(test.vectors, k_max))
     train = None
     if frozen_train is not None:
         ids, embedded, labels = frozen_train
@@ -163,9 +166,9 @@ def method_inputs(
     return MethodInputs(
         num_labels=dev.lm_log_probs.shape[1],
         p_lm_dev=calibrated_p_lm(dev.lm_log_probs, bias),
-        p_lm_test=calibrated_p_lm(test.lm_log_probs, bias) if scored else None,
+        p_lm_test=p_lm_test,
         dev=Split(dev_labels, store.search(dev.vectors, k_max)),
-        test=Split(test_labels, store.search(test.vectors, k_max)) if scored else None,
+        test=test_split,
         store_size=len(store),
         train=train,
     )

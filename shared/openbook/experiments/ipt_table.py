@@ -44,7 +44,7 @@ def kshot_texts(datasets_dir: Path) -> set[str]:
     """Every text of every k-shot split (train, dev and test of every seed) of the corpus tasks."""
     from openbook.data import read_split
 
-    held_out = set()
+    held_out: set[str] = set()
     for task_dir in (datasets_dir / "k-shot").iterdir():
         if task_dir.name.lower() in FULL_TRAIN_FILES:
             for path in [*task_dir.glob("*.[ct]sv"), *task_dir.glob("*/*.[ct]sv")]:

@@ -204,7 +204,7 @@ def embed_seed(
         dev_embedded = classifier.embed(dev_texts)
     else:
         fitted = trained.method.prepare(
-            dataclasses.replace(classifier, store=None, label_bias=None, prompt=None)
+            dataclasses.replace(classifier, store=classifier.empty_store(), label_bias=None, prompt=None)
         )
         train(
             fitted,

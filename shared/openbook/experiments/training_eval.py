@@ -74,7 +74,7 @@ def evaluate_trained(
             classifier.backbone.model.load_state_dict(initial)
             method = methods[group[0]]
             trained = method.prepare(
-                dataclasses.replace(classifier, store=None, label_bias=None, prompt=None)
+                dataclasses.replace(classifier, store=classifier.empty_store(), label_bias=None, prompt=None)
             )
             result = train(
                 trained,

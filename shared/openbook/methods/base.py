@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -53,7 +53,7 @@ class MethodConfig:
 
 @dataclass
 class TrainBatch:
-    texts: list[TextInput]
+    texts: Sequence[TextInput]
     gold: torch.Tensor  # (B,) label indices
     ids: np.ndarray  # (B,) the examples' ids in the classifier's store
 

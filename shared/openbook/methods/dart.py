@@ -159,7 +159,7 @@ def build_prompt(classifier: Classifier) -> DifferentiablePrompt:
     return DifferentiablePrompt(template, labels, label_bias).to(backbone.device, torch.float32)
 
 
-def fluency_loss(classifier: Classifier, texts: list[TextInput], gold: torch.Tensor) -> torch.Tensor:
+def fluency_loss(classifier: Classifier, texts: Sequence[TextInput], gold: torch.Tensor) -> torch.Tensor:
     """L_F: mean over rows and classes of the BCE of P(hidden text token | class in the slot), toward 1
     for the gold class and 0 for the others."""
     backbone, prompt = classifier.backbone, classifier.prompt

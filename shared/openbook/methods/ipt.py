@@ -133,7 +133,13 @@ def compact(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, tor
     return gathered * valid.unsqueeze(-1), valid
 
 
-class TokenTable(nn.Module):
+class FeatureGenerator(nn.Module):
+    """(embeds, ids, mask) of a batch -> (B, out_dim) features of each row's text."""
+
+    out_dim: int
+
+
+class TokenTable(FeatureGenerator):
     """`random` / `pretrained`: each vocabulary token's trainable code; features = mean over the text."""
 
     def __init__(self, vocab_size: int, rank: int) -> None:
@@ -145,7 +151,7 @@ class TokenTable(nn.Module):
         return masked_mean(self.codes(ids), mask)  # (B, r)
 
 
-class LSTMEncoder(nn.Module):
+class LSTMEncoder(FeatureGenerator):
     def __init__(self, embed_dim: int, size: int) -> None:
         super().__init__()
         self.lstm = nn.LSTM(embed_dim, size, batch_first=True, bidirectional=True)
@@ -161,7 +167,7 @@ class LSTMEncoder(nn.Module):
         return masked_mean(states, valid)  # (B, 2d)
 
 
-class CNNEncoder(nn.Module):
+class CNNEncoder(FeatureGenerator):
     def __init__(self, embed_dim: int, size: int) -> None:
         super().__init__()
         self.convs = nn.ModuleList(nn.Conv1d(embed_dim, size, w, padding=w // 2) for w in CNN_WIDTHS)
@@ -176,7 +182,7 @@ class CNNEncoder(nn.Module):
         return torch.cat(pooled, dim=-1)  # (B, 3d)
 
 
-class MLPEncoder(nn.Module):
+class MLPEncoder(FeatureGenerator):
     def __init__(self, embed_dim: int, size: int) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(embed_dim, size), nn.GELU(), nn.Linear(size, size))
@@ -188,7 +194,7 @@ class MLPEncoder(nn.Module):
         return self.net(masked_mean(embeds, mask))  # (B, d)
 
 
-GENERATORS: dict[str, Callable[[IPTConfig, int, int], nn.Module]] = {
+GENERATORS: dict[str, Callable[[IPTConfig, int, int], FeatureGenerator]] = {
     "table": lambda config, vocab, dim: TokenTable(vocab, config.rank),
     "lstm": lambda config, vocab, dim: LSTMEncoder(dim, config.encoder_size),
     "cnn": lambda config, vocab, dim: CNNEncoder(dim, config.encoder_size),

@@ -110,6 +110,9 @@ def frozen_query(embeds: torch.Tensor, batch: EncodedBatch, backbone: Backbone) 
 class PromptPool(SoftPrompt):
     """M keys (M, H) and M prompts (M, L, E); prepends the N prompts whose keys best match the query."""
 
+    counts: torch.Tensor  # buffers, registered in __init__
+    previous_counts: torch.Tensor
+
     def __init__(
         self, config: L2PConfig, hidden_size: int, token_embeddings: torch.Tensor, embedding_scale: float
     ) -> None:

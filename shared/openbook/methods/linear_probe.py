@@ -95,7 +95,9 @@ class LinearProbe(SoftPromptMethod):
         return LinearProbeHead(features, len(classifier.labels))
 
     def parameter_groups(self, classifier: Classifier, lr: float) -> list[dict[str, Any]]:
-        head = self.prompt_of(classifier).linear
+        probe = self.prompt_of(classifier)
+        assert isinstance(probe, LinearProbeHead)  # prompt_of checks it is a prompt_class
+        head = probe.linear
         return [
             {"params": [head.weight], "lr": self.config.prompt_lr, "weight_decay": self.config.l2},
             {"params": [head.bias], "lr": self.config.prompt_lr, "weight_decay": 0.0},

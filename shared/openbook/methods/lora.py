@@ -30,15 +30,18 @@ import copy
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
-from openbook.methods.base import Method, MethodConfig, MethodError, register_method
+from openbook.methods.base import FullFineTuning, MethodConfig, MethodError, register_method
 from openbook.methods.prompt_ft import PromptFT
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 INIT_SEED = 0  # A's random init does not depend on the caller's RNG state
 TARGET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -78,7 +81,7 @@ class LoraConfig(MethodConfig, LoraOptions):
         self.check_lora()
 
 
-def target_modules(options: LoraOptions, model: nn.Module) -> str | list[str]:
+def target_modules(options: LoraOptions, model: PreTrainedModel) -> str | list[str]:
     """What peft should adapt in `model`; MethodError if the names fit none of its layers."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
 
@@ -119,13 +122,14 @@ def adapted_backbone(backbone: Backbone, options: LoraOptions) -> Backbone:
     tree = copy.deepcopy(model, memo)
     config = peft.LoraConfig(
         r=options.r,
-        lora_alpha=options.alpha,
+        lora_alpha=options.alpha,  # type: ignore[arg-type]  # peft annotates int, but only divides by it
         lora_dropout=options.dropout,
         target_modules=target_modules(options, model),
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(INIT_SEED)
-        adapted = peft.inject_adapter_in_model(config, tree)
+        # peft adapts `tree` in place and returns it: still the transformers model that was copied.
+        adapted = cast("PreTrainedModel", peft.inject_adapter_in_model(config, tree))
     return Backbone(adapted, backbone.tokenizer, backbone.kind, backbone.config)
 
 
@@ -167,11 +171,12 @@ class LoraAdapters:
                 parameter.copy_(tensors[name])
 
 
-class TrainsLora(Method):
+class TrainsLora(FullFineTuning):
     """A method that trains LoRA adapters instead of the backbone when its `adapters` are set.
 
     Put before the method's own base class (`class Lora(TrainsLora, PromptFT)`): its loss and
-    prompting stay the base's, what trains and what a checkpoint holds become the adapters.
+    prompting stay the base's, what trains and what a checkpoint holds become the adapters. Without
+    adapters the base, a `FullFineTuning`, trains the backbone.
     """
 
     adapters: LoraAdapters | None = None

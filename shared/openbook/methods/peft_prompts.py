@@ -144,6 +144,8 @@ class CacheShape:
 class KeyValuePrefix(SoftPrompt):
     """Prefix tuning: P trainable keys and values per layer, fed to the model as a KV cache."""
 
+    indices: torch.Tensor  # (1, P) a buffer, registered in __init__
+
     def __init__(self, encoder: nn.Module, num_virtual_tokens: int, shape: CacheShape) -> None:
         super().__init__()
         self.encoder = encoder  # peft PrefixEncoder: (1, P) -> (1, P, layers * 2 * kv_heads * head_dim)
@@ -179,11 +181,17 @@ def init_token_ids(classifier: Classifier, init: str, init_text: str, count: int
 def real_activations(backbone: Backbone, token_ids: torch.Tensor) -> torch.Tensor:
     """(P, L * 2 * K * D): the key/value cache of `token_ids` run through the model, in peft's flat layout."""
     from transformers import DynamicCache
+    from transformers.cache_utils import CacheLayerMixin
 
     cache = DynamicCache(config=backbone.model.config)
     with torch.no_grad():
         backbone.model(input_ids=token_ids[None], past_key_values=cache, use_cache=True)
-    kv = torch.stack([torch.stack([kv.keys[0], kv.values[0]]) for kv in cache.layers])  # (L, 2, K, P, D)
+    layers = []
+    for layer in cache.layers:
+        # An attention layer, which the pass above filled (check_prefix_cache has run on this backbone).
+        assert isinstance(layer, CacheLayerMixin) and layer.keys is not None and layer.values is not None
+        layers.append(torch.stack([layer.keys[0], layer.values[0]]))
+    kv = torch.stack(layers)  # (L, 2, K, P, D)
     return kv.permute(3, 0, 1, 2, 4).reshape(len(token_ids), -1)  # (P, L * 2 * K * D)
 
 

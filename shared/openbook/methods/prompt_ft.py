@@ -8,6 +8,7 @@ verbalizer. Prediction is the prompt alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -32,7 +33,8 @@ class PromptFTConfig(MethodConfig):
 class PromptFT(FullFineTuning):
     name = "prompt-ft"
     summary = "LM-BFF prompt-based fine-tuning: all weights, cross-entropy over the label words"
-    config_class = PromptFTConfig
+    # As wide as Method's: `lora` subclasses this method with a config class of its own.
+    config_class: ClassVar[type[MethodConfig]] = PromptFTConfig
 
     @property
     def inference(self) -> Inference:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -196,8 +196,9 @@ class PromptEncoder:
             return []
         fields = ("text_a", "text_b") if self.template.is_pair else ("text",)
         rows_fields = [dict(zip(fields, t if self.template.is_pair else (t,), strict=True)) for t in texts]
+        # check_input has made every field a string (for a pair template, the text is a pair of them).
         flat = [
-            _spaced(row[piece.field].strip(), piece.leading_space)
+            _spaced(cast(str, row[piece.field]).strip(), piece.leading_space)
             for row in rows_fields
             for piece in self._text_pieces
         ]

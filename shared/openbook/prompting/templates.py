@@ -9,6 +9,7 @@ token ids lives in `encoder.py`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -95,8 +96,12 @@ class Template:
         a few (CR's has three); the service refuses them at its edge, where one is a client's mistake.
         """
         where = "" if position is None else f"input {position}: "
-        parts = text if self.is_pair else (text,)
-        if self.is_pair and not (isinstance(text, tuple | list) and len(text) == 2):
+        parts: Sequence[object]
+        if not self.is_pair:
+            parts = (text,)
+        elif isinstance(text, tuple | list) and len(text) == 2:
+            parts = text
+        else:
             raise PromptError(f"{where}this template takes a pair of texts (text_a, text_b)")
         for part in parts:
             if not isinstance(part, str):
