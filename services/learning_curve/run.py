@@ -13,6 +13,7 @@ import contextlib
 import os
 import platform
 import re
+import subprocess
 import tempfile
 import threading
 import time
@@ -26,6 +27,7 @@ from openbook.backbone import BackboneConfig, load_backbone
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset
 from openbook.training import TrainConfig
+from openbook.version import __version__
 from tqdm.auto import tqdm
 
 from services.api.settings import Settings
@@ -96,6 +98,26 @@ def hardware() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "torch": torch.__version__}
 
 
+def source() -> dict:
+    """The code that made a run: the package version, and the git commit when run from a checkout
+    (`dirty`: with uncommitted changes to tracked files)."""
+    root = Path(__file__).resolve().parents[2]
+    commit, dirty = None, None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        git = ["git", "-C", str(root)]
+        commit = subprocess.run(
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        dirty = bool(status.stdout.strip())
+    return {"openbook": __version__, "commit": commit, "dirty": dirty}
+
+
 @contextlib.contextmanager
 def service_stack(s: CurveSettings, directory: Path) -> Iterator[CurveClient]:
     """The embedded Redis, the api on a local port and a worker thread; a client of the api."""
@@ -151,6 +173,7 @@ def run_learning_curve(
     run = {
         "command": s.command,
         "hardware": hardware(),
+        "source": source(),
         "backbone": s.backbone,
         "settings": {k: v for k, v in asdict(s).items() if k not in ("data", "out", "command")}
         | {"baselines": baselines},

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+from openbook.version import __version__
 
 from services.learning_curve.run import CurveSettings, run_learning_curve
 
@@ -55,5 +58,10 @@ def test_a_labeller_drives_the_service_round_by_round(causal_dir: Path, tmp_path
     }
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert len(saved["records"]) == len(records)
+    source = saved["runs"][0]["source"]  # the code that made the run
+    assert source["openbook"] == __version__
+    if (Path(__file__).resolve().parents[2] / ".git").exists():  # a checkout (a worktree's .git is a file)
+        assert re.fullmatch(r"[0-9a-f]{40}", source["commit"]), source
+        assert isinstance(source["dirty"], bool)
     assert (tmp_path / "out" / "results.png").stat().st_size > 0
     assert "| " in (tmp_path / "out" / "results.md").read_text()
