@@ -58,7 +58,13 @@ def write_results(
     write_text(out / "results.json", json.dumps(document, indent=2) + "\n")
     lines = target_lines(check_target(records))
     write_text(
-        out / "results.md", curve_tables(records) + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
+        out / "results.md",
+        curve_tables(records)
+        + "\n"
+        + "\n".join(f"- {line}" for line in lines)
+        + "\n\n"
+        + runs_table(runs)
+        + "\n",
     )
     if plot and records:
         plot_curves(records, out / "results.png")
@@ -112,6 +118,11 @@ def curve_tables(records: Sequence[CurveRecord]) -> str:
         lines += [f"### {task} (seeds {', '.join(map(str, seeds))})", "", *_table(by_series), ""]
     if len(means) > 1:
         lines += ["### mean over tasks", "", *_table(task_mean(means)), ""]
+    seeds_of = {task: sorted({r.seed for r in records if r.task == task}) for task in means}
+    for task, seeds in seeds_of.items():  # each seed's own rounds, where the means above mix several
+        for seed in seeds if len(seeds) > 1 else []:
+            one = seed_means([r for r in records if (r.task, r.seed) == (task, seed)])[task]
+            lines += [f"### {task}, seed {seed}", "", *_table(one), ""]
     served: dict[tuple[str, str, int], list[dict]] = {}  # the service's rounds by task, order and shots
     for r in records:
         if r.service is not None:
@@ -120,16 +131,49 @@ def curve_tables(records: Sequence[CurveRecord]) -> str:
         lines += [
             "### the service's rounds",
             "",
-            "| task | order | examples per class | seconds to served (mean) | verdicts | jobs per round |",
-            "|---|---|---|---|---|---|",
+            "| task | order | examples per class | seconds to served (mean) | verdicts | jobs per round "
+            "| gate: candidate vs serving dev accuracy (dev examples) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for (task, order, shots), rounds in served.items():
             times = [s["seconds_to_served"] for s in rounds if s["seconds_to_served"] is not None]
             verdicts = ", ".join(str(s["verdict"]) for s in rounds)
             jobs = ", ".join(str(len(s["jobs"])) for s in rounds)
+            gates = ", ".join(_gate(s) for s in rounds)
             mean_time = f"{np.mean(times):.1f}" if times else "never"
-            lines.append(f"| {task} | {order} | {shots} | {mean_time} | {verdicts} | {jobs} |")
+            lines.append(f"| {task} | {order} | {shots} | {mean_time} | {verdicts} | {jobs} | {gates} |")
         lines.append("")
+    return "\n".join(lines)
+
+
+def _gate(service: dict) -> str:
+    """The round's last job's gate: "candidate vs serving (dev examples)"; "-" where none was judged."""
+    gate = next((job.get("gate") for job in reversed(service["jobs"]) if job.get("gate")), None)
+    if gate is None:
+        return "-"
+    candidate, serving = (
+        "-" if gate.get(key) is None else f"{gate[key]:.2f}" for key in ("candidate", "serving")
+    )
+    return f"{candidate} vs {serving} ({gate['dev']})"
+
+
+def _code(source: dict | None) -> str:
+    """A run's `source` as a table cell: the version, and the commit where known."""
+    if not source:
+        return "not recorded"
+    if not source.get("commit"):
+        return source["openbook"]
+    changes = " with uncommitted changes" if source.get("dirty") else ""
+    return f"{source['openbook']}, {source['commit'][:10]}{changes}"
+
+
+def runs_table(runs: Sequence[dict]) -> str:
+    """Markdown: each run of the command, with what it ran, how long, and the code that ran it."""
+    lines = ["### runs", "", "| started | (task, seed, order) to run | hours | code |", "|---|---|---|---|"]
+    for run in runs:
+        units = "; ".join(" ".join(map(str, unit)) for unit in run.get("units", []))
+        hours = run.get("seconds", 0) / 3600
+        lines.append(f"| {run.get('started', '')} | {units} | {hours:.2f} | {_code(run.get('source'))} |")
     return "\n".join(lines)
 
 

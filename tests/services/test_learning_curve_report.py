@@ -9,6 +9,7 @@ from services.learning_curve.report import (
     check_target,
     curve_tables,
     read_results,
+    runs_table,
     target_lines,
     write_results,
 )
@@ -84,7 +85,45 @@ def test_tables_give_the_mean_over_seeds_per_round_and_the_mean_over_tasks() -> 
     means = table.split("### mean over tasks")[1].split("###")[0]
     assert "| 8 | 82.5 | 78.0 | 75.0 |" in means  # (85 + 80) / 2
     assert "service/uncertainty" not in means  # SST-2 has no such series: no mean over tasks
-    assert "| SST-2 | fixed | 8 | 1.5 | promoted, promoted | 1, 1 |" in table
+    assert "| SST-2 | fixed | 8 | 1.5 | promoted, promoted | 1, 1 | -, - |" in table  # no gate recorded
+    seed21 = table.split("### SST-2, seed 21")[1].split("###")[0]  # each seed's rounds, as well as the mean
+    assert "| 8 | 90.0 |" in seed21 and "knn-interp" not in seed21
+    assert "| 8 | 80.0 | 78.0 | 75.0 |" in table.split("### SST-2, seed 13")[1].split("###")[0]
+    assert "### trec, seed" not in table  # one seed: the mean is its table
+
+
+def test_the_rounds_table_gives_each_seeds_gate_scores() -> None:
+    first = {"candidate": 1.0, "serving": None, "dev": 1, "verdict": "first"}
+    lost = {"candidate": 0.5, "serving": 0.8, "dev": 10, "verdict": "rejected"}
+    records = [
+        CurveRecord("SST-2", seed, "fixed", "service", 2, 4, 0.8, 1.0, service)
+        for seed, service in [
+            (13, {"seconds_to_served": 2.0, "verdict": "first", "jobs": [{"gate": first}]}),
+            (
+                21,
+                {"seconds_to_served": None, "verdict": "rejected", "jobs": [{"gate": first}, {"gate": lost}]},
+            ),
+        ]
+    ]
+    row = "| SST-2 | fixed | 2 | 2.0 | first, rejected | 1, 2 | 1.00 vs - (1), 0.50 vs 0.80 (10) |"
+    assert row in curve_tables(records)  # a round's last job decides what is served
+
+
+def test_the_runs_table_names_the_code_of_each_run() -> None:
+    runs = [
+        {"started": "2026-01-02T03:04:05", "units": [["SST-2", 13, "fixed"]], "seconds": 5400.0},
+        {
+            "started": "2026-01-03T00:00:00",
+            "units": [["trec", 21, "fixed"], ["trec", 21, "uncertainty"]],
+            "seconds": 3600.0,
+            "source": {"openbook": "0.1.0", "commit": "0123456789abcdef" * 2 + "01234567", "dirty": True},
+        },
+    ]
+    table = runs_table(runs)
+    assert "| 2026-01-02T03:04:05 | SST-2 13 fixed | 1.50 | not recorded |" in table
+    assert (
+        "| trec 21 fixed; trec 21 uncertainty | 1.00 | 0.1.0, 0123456789 with uncommitted changes |" in table
+    )
 
 
 def test_results_round_trip_and_the_plot_is_a_png(tmp_path: Path) -> None:
@@ -95,5 +134,6 @@ def test_results_round_trip_and_the_plot_is_a_png(tmp_path: Path) -> None:
     assert read_results(tmp_path / "elsewhere") == ([], [])
     markdown = (tmp_path / "results.md").read_text()
     assert "### mean over tasks" in markdown and "- target over all tasks: holds" in markdown
+    assert markdown.rstrip().endswith(runs_table(runs))
     png = (tmp_path / "results.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
