@@ -65,7 +65,7 @@ eval-sst2: install
 # The trained-methods table of docs/results.md; resumable, so it can be filled over several sittings.
 eval-training: install
 	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 \
-		--methods prompt-ft,retroprompt,retroprompt/no-demos,retroprompt/no-knn-loss,retroprompt/no-knn-infer \
+		--methods prompt-ft,retroprompt/demos=neural,retroprompt,retroprompt/demos=neural/no-knn-loss,retroprompt/demos=neural/no-knn-infer \
 		--seeds 13,21,42,87,100 --out docs/results/training
 
 # The sentence-pair tasks, two seeds. Prompts may run to 256 tokens: 4 of 32 train and
@@ -73,7 +73,7 @@ eval-training: install
 # this). QNLI is scored on a fixed seed-0 sample of 1000 of its 5463 test pairs; RTE's 277 are all kept.
 eval-pairs: install
 	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task RTE,QNLI \
-		--methods prompt-ft,retroprompt,retroprompt/no-demos,retroprompt/no-knn-loss,retroprompt/no-knn-infer \
+		--methods prompt-ft,retroprompt/demos=neural,retroprompt,retroprompt/demos=neural/no-knn-loss,retroprompt/demos=neural/no-knn-infer \
 		--seeds 13,21 --max-length 256 --test-size 1000 --out docs/results/pairs
 
 # The methods table: every prompt-optimisation method and the SetFit peer (an optional extra, installed
@@ -85,23 +85,23 @@ eval-methods: install
 		--methods dart,ipt,ipt/strategy=random,prompt-tuning,prefix-tuning,p-tuning,linear-probe,l2p,setfit \
 		--seeds 13,21,42 --out docs/results/methods
 
-# The fully supervised reference: prompt-ft and retroprompt on SST-2's full training set (6920
+# The fully supervised reference: prompt-ft and retroprompt/demos=neural on SST-2's full training set (6920
 # sentences), tested on the same 872 sentences as the 16-shot runs (data.FULL_LAYOUT). The budget is
 # fixed, not selected: 1000 steps of 8 (about 1.2 epochs), the best dev checkpoint kept. Hours of CPU.
 eval-full-sst2: install
-	$(BIN)/openbook eval --full --data $(OPENBOOK_DATA)/full --task SST-2 --methods prompt-ft,retroprompt \
+	$(BIN)/openbook eval --full --data $(OPENBOOK_DATA)/full --task SST-2 --methods prompt-ft,retroprompt/demos=neural \
 		--seeds 13 --steps 1000 --eval-every 100 --patience 3 --out docs/results/full
 
 # Class-incremental SST-2 -> trec -> mpqa, no task id at test time: average accuracy and forgetting.
 eval-continual: install
 	$(BIN)/openbook continual --data $(OPENBOOK_DATA)/k-shot --stages SST-2,trec,mpqa \
-		--methods l2p,prompt-ft,retroprompt --seeds 13,21,42 --out docs/results/continual
+		--methods l2p,prompt-ft,retroprompt/demos=neural --seeds 13,21,42 --out docs/results/continual
 
 # The nested dev-only check behind knn-interp's selection rule (docs/knn-selection.md): the frozen
-# prompt on 4 tasks x 5 seeds, then retroprompt trained on seed 13. Reads train and dev, never test.
+# prompt on 4 tasks x 5 seeds, then retroprompt/demos=neural trained on seed 13. Reads train and dev, never test.
 knn-selection: install
 	$(BIN)/openbook knn-selection --data $(OPENBOOK_DATA)/k-shot --out results/knn-selection
-	$(BIN)/openbook knn-selection --data $(OPENBOOK_DATA)/k-shot --seeds 13 --trained retroprompt \
+	$(BIN)/openbook knn-selection --data $(OPENBOOK_DATA)/k-shot --seeds 13 --trained retroprompt/demos=neural \
 		--out results/knn-selection-retroprompt
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the

@@ -17,7 +17,7 @@ from tests.test_checkpoints import HALF_PROBABILITY_ATOL
 CONFIG = TrainConfig(steps=40, batch_size=4, lr=3e-3, eval_every=6, patience=10, warmup_ratio=0.0)
 
 
-@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt"])
+@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "retroprompt/demos=neural"])
 def test_loss_falls_and_checkpoint_round_trips(
     model_dir: Path, spec: str, tmp_path: Path, toy, fresh_classifier, save_and_reload
 ) -> None:
@@ -70,7 +70,7 @@ def test_training_is_deterministic_for_a_seed(causal_dir: Path, toy, fresh_class
     assert runs[0] != runs[2]  # another seed shuffles differently
 
 
-@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt"])
+@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "retroprompt/demos=neural"])
 def test_domain_bias_comes_from_the_untrained_weights(
     causal_dir: Path, spec: str, toy, fresh_classifier
 ) -> None:

@@ -9,8 +9,8 @@ A method spec on the command line is the method's name followed by `/option`s:
 `retroprompt/no-knn-loss` sets the boolean field `knn_loss` to False, and
 `retroprompt/beta=0.5` sets a field to a value. A config may keep an older
 spelling of an option as an alias (`retroprompt/no-demos` is
-`retroprompt/demos=none`); specs are written with the alias, so they read as
-they always did.
+`retroprompt/demos=none`), so that specs recorded before still parse; specs
+are written in the canonical spelling.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class MethodConfig:
     # Fields that change only how a trained model predicts: runs differing in them share one training.
     INFERENCE_ONLY: ClassVar[tuple[str, ...]] = ()
     # Older spellings of options, alias -> canonical (e.g. "no-demos" -> "demos=none"): parsed as the
-    # canonical option, and written back as the alias by `Method.spec`.
+    # canonical option.
     OPTION_ALIASES: ClassVar[dict[str, str]] = {}
 
     def training_key(self) -> tuple[tuple[str, Any], ...]:
@@ -77,16 +77,15 @@ class Method(ABC):
 
     @property
     def spec(self) -> str:
-        """The method's name plus every option that differs from the default, e.g. `retroprompt/no-demos`."""
+        """The method's name plus every option that differs from the default, e.g. `retroprompt/beta=0.5`."""
         default = self.config_class()
-        aliases = {canonical: alias for alias, canonical in self.config_class.OPTION_ALIASES.items()}
         options = []
         for field in dataclasses.fields(self.config):
             value = getattr(self.config, field.name)
             if value != getattr(default, field.name):
                 name = field.name.replace("_", "-")
                 option = f"no-{name}" if value is False else name if value is True else f"{name}={value}"
-                options.append(aliases.get(option, option))
+                options.append(option)
         return "/".join([self.name, *options])
 
     def check_backbone(self, backbone: Backbone) -> None:
