@@ -10,6 +10,7 @@ written as soon as it exists; a (task, seed, order) whose records are all in res
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import re
@@ -24,6 +25,7 @@ from pathlib import Path
 import redis
 import torch
 from openbook.backbone import BackboneConfig, load_backbone
+from openbook.methods import build_method
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset
 from openbook.training import TrainConfig
@@ -76,6 +78,7 @@ class CurveSettings:
         if unknown:
             raise ValueError(f"unknown order(s) {unknown}; known: {', '.join(ORDERS)}")
         TrainConfig(**self.training)  # bad training settings fail before anything starts
+        build_method(self.method)  # and so does an unknown method or option (MethodError)
 
     def task_spec(self, name: str, data: CurveData, kind: str) -> dict:
         """The service task: the task's preset prompt; an automatic job every smallest round."""
@@ -147,6 +150,41 @@ def service_stack(s: CurveSettings, directory: Path) -> Iterator[CurveClient]:
             served.stop()
 
 
+# Settings that change what a record measures: records made under other ones are not added to.
+SAME_SETUP = ("backbone", "test_size", "pool_size", "training", "max_length")
+
+
+def method_config(spec: str) -> dict:
+    """Every option of the method a spec names, defaults included: what it means whatever later defaults."""
+    method = build_method(spec)
+    return {"name": method.name, **asdict(method.config)}
+
+
+def check_same_setup(s: CurveSettings, runs: Sequence[dict]) -> None:
+    """ValueError if `s.out` holds records of another backbone, method or scoring setup than `s`'s.
+
+    A run records its method's every option (`method_config`); earlier runs recorded only the spec,
+    which is read with today's defaults.
+    """
+    ours = {key: getattr(s, key) for key in SAME_SETUP} | {"method": method_config(s.method)}
+    for run in runs:
+        settings = run["settings"]
+        theirs = {key: settings.get(key) for key in SAME_SETUP} | {
+            "method": settings.get("method_config") or method_config(settings["method"])
+        }
+        differ = sorted(key for key in ours if _plain(ours[key]) != _plain(theirs[key]))
+        if differ:
+            raise ValueError(
+                f"{s.out}/results.json holds records made with other settings ({', '.join(differ)}: "
+                f"{', '.join(f'{k}={theirs[k]}' for k in differ)}); give another --out"
+            )
+
+
+def _plain(value: object) -> object:
+    """Lists for tuples, as a value read back from JSON has them."""
+    return json.loads(json.dumps(value))
+
+
 def _unit_done(
     records: Sequence[CurveRecord], unit: tuple[str, int, str], series: Sequence[str], rounds: Sequence[int]
 ) -> bool:
@@ -163,6 +201,7 @@ def run_learning_curve(
         say(f"skipping the {name} baseline: {why}")
     baselines = [name for name in s.baselines if name not in skipped]
     runs, records = read_results(s.out)
+    check_same_setup(s, runs)
     data = {task: load_curve_data(s.data, task, s.test_size) for task in s.tasks}  # all data checked first
     units = [(task, seed, order) for task in s.tasks for seed in s.seeds for order in s.orders]
     todo = [
@@ -176,7 +215,7 @@ def run_learning_curve(
         "source": source(),
         "backbone": s.backbone,
         "settings": {k: v for k, v in asdict(s).items() if k not in ("data", "out", "command")}
-        | {"baselines": baselines},
+        | {"baselines": baselines, "method_config": method_config(s.method)},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "units": [list(u) for u in todo],
         "seconds": 0.0,

@@ -6,9 +6,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from openbook.version import __version__
 
-from services.learning_curve.run import CurveSettings, run_learning_curve
+from services.learning_curve.run import CurveSettings, check_same_setup, method_config, run_learning_curve
 
 WORDS = {"1": ["great", "fun", "good", "lovely"], "0": ["bad", "awful", "boring", "terrible"]}
 
@@ -65,3 +66,39 @@ def test_a_labeller_drives_the_service_round_by_round(causal_dir: Path, tmp_path
         assert isinstance(source["dirty"], bool)
     assert (tmp_path / "out" / "results.png").stat().st_size > 0
     assert "| " in (tmp_path / "out" / "results.md").read_text()
+
+
+def _recorded(settings: CurveSettings, **changes: object) -> dict:
+    """A run of `settings` as results.json records it, with `changes` over its settings."""
+    return {
+        "settings": {
+            "backbone": settings.backbone,
+            "method": settings.method,
+            "method_config": method_config(settings.method),
+            "test_size": settings.test_size,
+            "pool_size": settings.pool_size,
+            "training": dict(settings.training),
+            "max_length": settings.max_length,
+            **changes,
+        }
+    }
+
+
+def test_records_are_added_to_only_under_the_same_method_backbone_and_scoring(tmp_path: Path) -> None:
+    settings = CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13])
+    check_same_setup(settings, [_recorded(settings), _recorded(settings, seeds=[21])])  # units may differ
+    for changes, named in [
+        ({"method_config": method_config("retroprompt/demos=neural")}, "method"),
+        ({"test_size": 200}, "test_size"),
+        ({"backbone": "gemma3-270m"}, "backbone"),
+        ({"training": {**settings.training, "steps": 64}}, "training"),
+    ]:
+        with pytest.raises(ValueError, match=f"other settings \\({named}"):
+            check_same_setup(settings, [_recorded(settings), _recorded(settings, **changes)])
+    # a run that recorded only its spec is read with today's defaults
+    legacy = _recorded(settings, method="retroprompt/demos=neural")
+    del legacy["settings"]["method_config"]
+    with pytest.raises(ValueError, match="method"):
+        check_same_setup(settings, [legacy])
+    with pytest.raises(ValueError, match="demos must be one of"):
+        CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13], method="retroprompt/demos=vectors")
