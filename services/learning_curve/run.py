@@ -25,7 +25,7 @@ from pathlib import Path
 import redis
 import torch
 from openbook.backbone import BackboneConfig, load_backbone
-from openbook.methods import build_method
+from openbook.methods import build_method, method_config
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset
 from openbook.training import TrainConfig
@@ -152,12 +152,6 @@ def service_stack(s: CurveSettings, directory: Path) -> Iterator[CurveClient]:
 
 # Settings that change what a record measures: records made under other ones are not added to.
 SAME_SETUP = ("backbone", "test_size", "pool_size", "training", "max_length")
-
-
-def method_config(spec: str) -> dict:
-    """Every option of the method a spec names, defaults included: what it means whatever later defaults."""
-    method = build_method(spec)
-    return {"name": method.name, **asdict(method.config)}
 
 
 def check_same_setup(s: CurveSettings, runs: Sequence[dict]) -> None:

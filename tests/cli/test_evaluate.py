@@ -115,7 +115,29 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_
     assert sorted((r["method"], r["seed"]) for r in second[len(first) :]) == sorted(
         (r["method"], 2) for r in first
     )
+    assert all(
+        r["params"]["method_config"]["demos"] == "none" for r in second if r["method"] == "retroprompt"
+    )
     capsys.readouterr()
+    # another spelling of the same method is the same method: nothing to run
+    methods = args.index("--methods") + 1
+    spelled = [*args[:methods], "zero-shot,prompt-ft,retroprompt/demos=none,retroprompt/no-knn-infer"]
+    assert main(spelled + args[methods + 1 :]) == 0
+    assert "already in" in capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text()) == second
+    # runs recorded when a spec meant other options (a default changed since) are not resumed under it
+    changed = [
+        {**r, "params": {**r["params"], "method_config": {**r["params"]["method_config"], "demos": "neural"}}}
+        if r["method"] == "retroprompt"
+        else r
+        for r in second
+    ]
+    (out / "results.json").write_text(json.dumps(changed))
+    assert main(args) == 2
+    assert (
+        "retroprompt runs trained with other options (demos: 'neural' -> 'none')" in capsys.readouterr().err
+    )
+    (out / "results.json").write_text(json.dumps(second))
     args[args.index("--lr") + 1] = "1e-2"
     assert main(args) == 2
     assert "other settings (lr" in capsys.readouterr().err

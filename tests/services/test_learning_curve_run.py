@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
+from openbook.methods import method_config
 from openbook.version import __version__
 
-from services.learning_curve.run import CurveSettings, check_same_setup, method_config, run_learning_curve
+from services.learning_curve.run import CurveSettings, check_same_setup, run_learning_curve
 
 WORDS = {"1": ["great", "fun", "good", "lovely"], "0": ["bad", "awful", "boring", "terrible"]}
 

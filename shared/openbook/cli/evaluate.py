@@ -24,6 +24,7 @@ from openbook.cli.common import (
 if TYPE_CHECKING:
     from openbook.classifier import Classifier
     from openbook.data import KShotSplits
+    from openbook.experiments.evaluation import EvalRecord
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -88,6 +89,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             if "unknown method" not in str(error):
                 raise
             raise MethodError(f"{error}; inference methods: {', '.join(INFERENCE_METHODS)}") from None
+    # the canonical spelling, so `retroprompt/no-demos` and `retroprompt/demos=none` are one method
+    canonical = {spec: build_method(spec).spec for spec in trainable}
+    trainable = list(dict.fromkeys(canonical.values()))
+    methods = list(dict.fromkeys(canonical.get(m, m) for m in methods))
     if args.full and (frozen or peers):
         raise DataError(
             f"--full evaluates trainable methods only; drop {', '.join(frozen + peers)} from --methods"
@@ -115,6 +120,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             print(blanks, file=sys.stderr)
     records = read_results(args.out)
     check_one_kind(records, args.no_test, args.out)
+    check_method_options(records, trainable, args.out)
     sampled = {} if args.test_size is None else {"test_size": args.test_size}  # recorded only when used
     settings = checked_settings(args, sampled)
     done = {(r.task, r.method, r.seed) for r in records}
@@ -174,6 +180,24 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     if classifier is None:
         print(f"every requested run is already in {args.out}; nothing to do", file=sys.stderr)
     print((Path(args.out) / "results.md").read_text())
+
+
+def check_method_options(records: Sequence[EvalRecord], specs: Sequence[str], out: str) -> None:
+    """ValueError if a recorded run of one of `specs` was trained with other options than the spec
+    means now (a default changed since): resuming would report two configurations under one name.
+    Records from before `method_config` was recorded cannot be checked."""
+    from openbook.methods import method_config
+
+    for record in records:
+        recorded = record.params.get("method_config")
+        if record.method in specs and recorded is not None and recorded != method_config(record.method):
+            now = method_config(record.method)
+            changed = ", ".join(
+                f"{k}: {recorded.get(k)!r} -> {v!r}" for k, v in now.items() if recorded.get(k) != v
+            )
+            raise ValueError(
+                f"{out} holds {record.method} runs trained with other options ({changed}); use another --out"
+            )
 
 
 def _blank_texts(task: str, splits: dict[int, KShotSplits]) -> str | None:

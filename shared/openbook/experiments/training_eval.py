@@ -33,7 +33,7 @@ from openbook.experiments.evaluation import (
     params_on_test,
     scores_on_test,
 )
-from openbook.methods import Method, build_method
+from openbook.methods import Method, build_method, method_config
 from openbook.training import TrainConfig, train
 from tqdm.auto import tqdm
 
@@ -105,6 +105,7 @@ def evaluate_trained(
                     params={
                         **params,
                         "inference": methods[spec].inference,
+                        "method_config": method_config(spec),  # what the spec meant when this ran
                         "best_step": result.best.step,
                         "best_step_dev_accuracy": result.best.accuracy,
                         "best_step_dev_log_likelihood": result.best.log_likelihood,

@@ -8,6 +8,7 @@ from openbook.methods.base import (
     MethodError,
     TrainBatch,
     build_method,
+    method_config,
     register_method,
     weights_sha256,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "l2p",
     "linear_probe",
     "lora",
+    "method_config",
     "peft_prompts",
     "prompt_ft",
     "register_method",

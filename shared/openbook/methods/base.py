@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -245,6 +246,13 @@ def build_method(spec: str) -> Method:
     except (TypeError, ValueError) as error:
         raise MethodError(f"{spec}: {error}") from None
     return cls(config)
+
+
+def method_config(spec: str) -> dict[str, Any]:
+    """The method `spec` names with every option, defaults included, as JSON reads it back: what a
+    record keeps so that it still says what ran after a default changes."""
+    method = build_method(spec)
+    return json.loads(json.dumps({"name": method.name, **dataclasses.asdict(method.config)}))
 
 
 def _convert(raw: str, default: Any, where: str) -> Any:
