@@ -101,18 +101,22 @@ def hardware() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "torch": torch.__version__}
 
 
-def source() -> dict:
+def source(out: Path | None = None, root: Path | None = None) -> dict:
     """The code that made a run: the package version, and the git commit when run from a checkout
-    (`dirty`: with uncommitted changes to tracked files)."""
-    root = Path(__file__).resolve().parents[2]
+    (`dirty`: with uncommitted changes to tracked files, outside `out`, which a resumed run rewrites).
+    `root`: the checkout; by default the one this module is in."""
+    root = (root or Path(__file__).parents[2]).resolve()
     commit, dirty = None, None
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         git = ["git", "-C", str(root)]
         commit = subprocess.run(
             [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
+        outside = []
+        if out is not None and out.resolve().is_relative_to(root):
+            outside = ["--", ".", f":(exclude){out.resolve().relative_to(root)}"]
         status = subprocess.run(
-            [*git, "status", "--porcelain", "--untracked-files=no"],
+            [*git, "status", "--porcelain", "--untracked-files=no", *outside],
             capture_output=True,
             text=True,
             check=True,
@@ -206,7 +210,7 @@ def run_learning_curve(
     run = {
         "command": s.command,
         "hardware": hardware(),
-        "source": source(),
+        "source": source(Path(s.out)),
         "backbone": s.backbone,
         "settings": {k: v for k, v in asdict(s).items() if k not in ("data", "out", "command")}
         | {"baselines": baselines, "method_config": method_config(s.method)},

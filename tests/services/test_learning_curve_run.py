@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 from openbook.methods import method_config
 from openbook.version import __version__
 
-from services.learning_curve.run import CurveSettings, check_same_setup, run_learning_curve
+from services.learning_curve.run import CurveSettings, check_same_setup, run_learning_curve, source
 
 WORDS = {"1": ["great", "fun", "good", "lovely"], "0": ["bad", "awful", "boring", "terrible"]}
 
@@ -103,3 +104,23 @@ def test_records_are_added_to_only_under_the_same_method_backbone_and_scoring(tm
         check_same_setup(settings, [legacy])
     with pytest.raises(ValueError, match="demos must be one of"):
         CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13], method="retroprompt/demos=vectors")
+
+
+def test_the_code_is_dirty_only_for_changes_outside_the_output_directory(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "results.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    clean = source(tmp_path / "out", root=tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{40}", clean["commit"]) and clean["dirty"] is False
+    (tmp_path / "out" / "results.json").write_text('{"runs": []}')  # what a resumed run rewrites
+    assert source(tmp_path / "out", root=tmp_path)["dirty"] is False
+    assert source(None, root=tmp_path)["dirty"] is True
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert source(tmp_path / "out", root=tmp_path)["dirty"] is True
+    assert source(tmp_path / "out", root=tmp_path / "no-repo")["commit"] is None  # not a checkout
