@@ -51,7 +51,7 @@ from typing import Any
 from openbook.classifier import Prediction
 from openbook.prompting import TextInput
 
-from services.api.tasks import TaskRuntime
+from services.api.runtime import TaskRuntime
 
 Result = tuple[list[Prediction], str, str]  # predictions, model version, store version
 Offload = Callable[..., Awaitable[Any]]  # runs a blocking call in a worker thread: offload(fn, *args)

@@ -25,8 +25,9 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from services.api.batching import Batchers
 from services.api.metrics import Metrics
 from services.api.pools import Pools
+from services.api.runtime import TaskRuntime
 from services.api.settings import Settings
-from services.api.tasks import TaskRegistry, TaskRuntime
+from services.api.tasks import TaskRegistry
 
 
 async def get_settings(request: Request) -> Settings:

@@ -19,7 +19,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from services.api.tasks import BrokenTask, StaleRuntime
+from services.api.runtime import StaleRuntime
+from services.api.tasks import BrokenTask
 from services.bus.examples_log import LogError
 
 

@@ -1,39 +1,32 @@
-"""Tasks as the api holds them: a spec in Redis, and per replica a classifier kept level with the log.
+"""Tasks as the api holds them: specs in Redis, and per replica a runtime for each task it serves.
 
-The store is derived from the task's example log: a replica replays the log
-from its last applied offset before answering, so its store holds every
-example acknowledged so far. The classifier and its store are not
-thread-safe: one lock per task serialises inference and replay, which run in
-worker threads, off the event loop.
+`TaskRegistry` validates, creates, reads and deletes specs, builds a task's classifier on first use
+(one backbone per name, shared by the tasks whose methods keep it frozen) and keeps each task's
+`TaskRuntime` (runtime.py) following its spec.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import redis
-from openbook.artifacts import MANIFEST_NAME, CheckpointError, sha256_file
+from openbook.artifacts import CheckpointError
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
-from openbook.checkpoints import load_classifier, loads_onto
-from openbook.classifier import Classifier, Prediction
-from openbook.demonstrations import DemoConfig, Demonstrations, retrieve_demonstrations
+from openbook.classifier import Classifier
 from openbook.labels import fit_to_labels
 from openbook.methods import build_method
 from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
-from openbook.prompting import PromptError, Template, TextInput, Verbalizer
+from openbook.prompting import PromptError, Template, Verbalizer
 from pydantic import ValidationError
 
+from services.api.runtime import TaskRuntime
 from services.bus.autotrain import update_training
 from services.bus.deletion import delete_task
-from services.bus.examples_log import ExampleLog, LogEntry
-from services.bus.jobs import Published
-from services.bus.replay import replay
+from services.bus.examples_log import ExampleLog
 from services.bus.replies import Fields
 from services.bus.task_spec import (
     GENERATIONS_KEY,
@@ -49,14 +42,6 @@ logger = logging.getLogger(__name__)
 
 class TaskExists(ValueError):
     pass
-
-
-class StaleRuntime(Exception):
-    """Redis no longer holds the spec and generation a runtime was built for: it must not serve."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"task {name!r} changed while this request was served; retry")
-        self.name = name
 
 
 class InvalidSpec(ValueError):
@@ -76,120 +61,6 @@ class BrokenTask(Exception):
         )
         self.name = name
         self.reason = reason
-
-
-def _order(offset: str) -> tuple[int, int]:
-    milliseconds, _, sequence = offset.partition("-")
-    return int(milliseconds), int(sequence or 0)
-
-
-@dataclass
-class TaskRuntime:
-    task: Task
-    classifier: Classifier
-    log: ExampleLog
-    offset: str = "0-0"  # last log entry applied to the store
-    model_version: str = "base"
-    swap_error: str | None = None  # why the last published checkpoint was refused, if it was
-    published: Published | None = None  # the checkpoint served, None for the untrained base
-    texts: dict[int, TextInput] = field(default_factory=dict)  # id -> text, for neighbours and paging
-    labels: dict[int, str] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    backbone: Backbone | None = None  # the replica's backbone of the task's name, shared by its tasks
-    # which task of its name this is (task_spec.GENERATIONS_KEY): one deleted and created again under the
-    # same spec, by any replica, is another task, and gets a runtime of its own
-    generation: bytes = b"0"
-    # the stored spec, as Redis holds it, that this runtime serves (`TaskRegistry.runtime` sets it):
-    # `predict` checks that Redis still holds it, so a runtime taken from the cache never serves stale
-    spec: bytes = b""
-
-    def catch_up(self) -> None:
-        """Apply the log entries after `offset` (blocking: call from a worker thread)."""
-        with self.lock:
-            self._apply_log()
-
-    def _apply_log(self) -> None:  # the caller holds the lock
-        entries = self.log.read(after=self.offset)
-        replay(self.classifier, entries)
-        self._remember(entries)
-
-    def _remember(self, entries: Sequence[LogEntry]) -> None:
-        for entry in entries:
-            if entry.op == "add":
-                assert entry.text is not None and entry.label is not None
-                self.texts[entry.id], self.labels[entry.id] = entry.text, entry.label
-            else:
-                self.texts.pop(entry.id, None)
-                self.labels.pop(entry.id, None)
-            self.offset = entry.offset
-
-    def predict(self, texts: Sequence[TextInput]) -> tuple[list[Prediction], str, str]:
-        """Catch up with the log, then predict: with the model and store versions that made them.
-
-        One log read per (micro-)batch, under the same lock as the forward, so every request in the
-        batch sees each example acknowledged before the batch started. Before it, one read of the task's
-        spec and generation: if the task changed or was deleted since this runtime was looked up, it
-        raises StaleRuntime and serves nothing. With Redis unreachable it serves from memory: everything
-        applied so far.
-        """
-        with self.lock:
-            with contextlib.suppress(redis.ConnectionError):
-                if not self._is_current():
-                    raise StaleRuntime(self.task.name)
-                self._apply_log()
-            return self.classifier.predict(texts), self.model_version, self.offset
-
-    def _is_current(self) -> bool:
-        """Whether Redis holds the very spec and generation this runtime serves (one round trip)."""
-        pipe = self.log.client.pipeline(transaction=False)
-        pipe.hget(TASKS_KEY, self.task.name)
-        pipe.hget(GENERATIONS_KEY, self.task.name)
-        raw, generation = pipe.execute()
-        return raw is not None and raw == self.spec and (generation or b"0") == self.generation
-
-    def demonstrations(self, text: TextInput) -> Demonstrations:
-        """What demonstrations would retrieve for `text`: per class, neighbours and their weights in the
-        class vector (textual demonstrations write the same neighbours out, nearest first)."""
-        with self.lock:
-            query = self.classifier.embed([text], vectors_only=True).vectors
-            config = self.classifier.demos or DemoConfig()
-            return retrieve_demonstrations(self.classifier.store, query, len(self.classifier.labels), config)
-
-    def adopt(self, published: Published, device: str) -> None:
-        """Swap in a published checkpoint: verify, load and catch up off the lock, then swap under it.
-
-        Requests hold the lock while they predict, so each finishes on the version it started with.
-        A checkpoint that fails verification raises CheckpointError and the old version keeps serving.
-        """
-        manifest = Path(published.path) / MANIFEST_NAME
-        if not manifest.is_file() or sha256_file(manifest) != published.manifest_sha256:
-            raise CheckpointError(f"{published.path}: manifest missing or not the one published")
-        onto = backbone_to_load_onto(Path(published.path), self.backbone)
-        classifier, _ = load_classifier(published.path, device=device, backbone=onto)  # verifies every file
-        classifier.batch_size = self.classifier.batch_size  # the replica's, as the registry set it
-        # Labels added since the checkpoint was trained are scored by their words until the next
-        # training (openbook.labels); a checkpoint with a label the task no longer has is refused.
-        classifier = fit_to_labels(classifier, self.task.labels)
-        entries = self.log.read(after=published.log_offset)
-        replay(classifier, entries)  # examples added since the trainer read the log
-        caught = entries[-1].offset if entries else published.log_offset
-        with self.lock:
-            classifier = fit_to_labels(classifier, self.task.labels)  # labels added meanwhile
-            start = min(caught, self.offset, key=_order)
-            tail = self.log.read(after=start)
-            replay(classifier, [e for e in tail if _order(e.offset) > _order(caught)])
-            self._remember([e for e in tail if _order(e.offset) > _order(self.offset)])
-            self.classifier, self.model_version, self.swap_error = classifier, published.version, None
-            self.published = published
-
-
-def backbone_to_load_onto(checkpoint: Path, shared: Backbone | None) -> Backbone | None:
-    """The shared backbone for a checkpoint whose method kept it frozen; None (a copy of its own) otherwise.
-
-    Prompts, probes and LoRA adapters hold only their own tensors, so every such task of a replica
-    runs on one copy of the backbone; a fine-tuned checkpoint changed the weights and loads its own.
-    """
-    return shared if shared is not None and loads_onto(checkpoint, shared) else None
 
 
 class TaskRegistry:

@@ -13,7 +13,7 @@ from services.api import schemas
 from services.api.checks import check_batch, check_text
 from services.api.deps import Reader, Runtime, Serving, SettingsDep, Threads
 from services.api.errors import declare
-from services.api.tasks import StaleRuntime, TaskRuntime
+from services.api.runtime import StaleRuntime, TaskRuntime
 
 router = APIRouter(prefix="/v1/tasks/{task}")
 

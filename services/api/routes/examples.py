@@ -15,7 +15,8 @@ from services.api.checks import check_batch, check_label, check_text
 from services.api.deps import MetricsDep, Reader, Registry, Runtime, SettingsDep, Threads, Writer
 from services.api.errors import declare, unprocessable
 from services.api.routes.pool import pool_of
-from services.api.tasks import TaskRegistry, TaskRuntime
+from services.api.runtime import TaskRuntime
+from services.api.tasks import TaskRegistry
 from services.bus.autotrain import queue_if_due
 from services.bus.examples_log import Appended, ConflictError, NewExample, UnknownLabel
 

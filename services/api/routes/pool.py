@@ -19,7 +19,7 @@ from services.api.checks import check_batch, check_text
 from services.api.deps import Reader, Runtime, SettingsDep, Threads, Writer
 from services.api.errors import declare
 from services.api.routes.classify import _prediction
-from services.api.tasks import TaskRuntime
+from services.api.runtime import TaskRuntime
 from services.bus.pool import PoolConflict, PoolText, TextPool
 
 router = APIRouter(prefix="/v1/tasks/{task}")

@@ -190,8 +190,10 @@ def check_method_options(records: Sequence[EvalRecord], specs: Sequence[str], ou
 
     for record in records:
         recorded = record.params.get("method_config")
-        if record.method in specs and recorded is not None and recorded != method_config(record.method):
-            now = method_config(record.method)
+        if record.method not in specs or recorded is None:
+            continue
+        now = method_config(record.method)
+        if recorded != now:
             changed = ", ".join(
                 f"{k}: {recorded.get(k)!r} -> {v!r}" for k, v in now.items() if recorded.get(k) != v
             )
