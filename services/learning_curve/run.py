@@ -24,7 +24,7 @@ from pathlib import Path
 
 import redis
 import torch
-from openbook.backbone import BackboneConfig, load_backbone
+from openbook.backbone import BackboneConfig, default_dtype, load_backbone, resolve_dtype
 from openbook.methods import build_method, method_config
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset
@@ -210,6 +210,8 @@ def run_learning_curve(
     run = {
         "command": s.command,
         "hardware": hardware(),
+        # the weights' dtype every model of the run used ($OPENBOOK_DTYPE, else the device's default)
+        "dtype": str(resolve_dtype(default_dtype(), s.device)).removeprefix("torch."),
         "source": source(Path(s.out)),
         "backbone": s.backbone,
         "settings": {k: v for k, v in asdict(s).items() if k not in ("data", "out", "command")}
