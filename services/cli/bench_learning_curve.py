@@ -34,7 +34,7 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         description="accuracy against labelled examples per class: the service with automatic training, "
         "driven over HTTP by a simulated labeller, against baselines on the same examples",
     )
-    parser.add_argument("--task", type=_list(str), required=True, help="comma-separated, e.g. SST-2,trec")
+    parser.add_argument("--task", type=_list(str), help="comma-separated, e.g. SST-2,trec")
     parser.add_argument("--seeds", type=_list(int), default=[13, 21])
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
     parser.add_argument("--data", help="the full/ directory (default: $OPENBOOK_DATA/full)")
@@ -57,7 +57,26 @@ def run_bench_learning_curve(argv: list[str]) -> int:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a round's jobs may take")
+    parser.add_argument(
+        "--merge",
+        type=_list(Path),
+        metavar="DIRS",
+        help="run nothing: gather the results in these comma-separated output directories (units run as "
+        "separate processes) into --out, refusing different setups and duplicate records",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        from services.learning_curve.run import merge_results
+
+        try:
+            merge_results(args.out, args.merge)
+        except ValueError as error:
+            print(f"openbook bench learning-curve: {error}", file=sys.stderr)
+            return 2
+        print(f"merged {len(args.merge)} result directories into {args.out}")
+        return 0
+    if not args.task:
+        parser.error("--task is required (unless --merge)")
 
     from openbook.data import data_root
 

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -158,24 +159,55 @@ def service_stack(s: CurveSettings, directory: Path) -> Iterator[CurveClient]:
 SAME_SETUP = ("backbone", "test_size", "pool_size", "training", "max_length")
 
 
-def check_same_setup(s: CurveSettings, runs: Sequence[dict]) -> None:
-    """ValueError if `s.out` holds records of another backbone, method or scoring setup than `s`'s.
+def _setup(settings: dict) -> dict:
+    """What the records of a run made with `settings` (as results.json holds them) measure: the SAME_SETUP
+    keys and the method's every option. Runs that recorded only the spec are read with today's defaults."""
+    return {key: _plain(settings.get(key)) for key in SAME_SETUP} | {
+        "method": _plain(settings.get("method_config") or method_config(settings["method"]))
+    }
 
-    A run records its method's every option (`method_config`); earlier runs recorded only the spec,
-    which is read with today's defaults.
-    """
-    ours = {key: getattr(s, key) for key in SAME_SETUP} | {"method": method_config(s.method)}
+
+def _differing(ours: dict, theirs: dict) -> list[str]:
+    return sorted(key for key in ours if ours[key] != theirs[key])
+
+
+def check_same_setup(s: CurveSettings, runs: Sequence[dict]) -> None:
+    """ValueError if `s.out` holds records of another backbone, method or scoring setup than `s`'s."""
+    ours = _setup({key: getattr(s, key) for key in SAME_SETUP} | {"method_config": method_config(s.method)})
     for run in runs:
-        settings = run["settings"]
-        theirs = {key: settings.get(key) for key in SAME_SETUP} | {
-            "method": settings.get("method_config") or method_config(settings["method"])
-        }
-        differ = sorted(key for key in ours if _plain(ours[key]) != _plain(theirs[key]))
+        theirs = _setup(run["settings"])
+        differ = _differing(ours, theirs)
         if differ:
             raise ValueError(
                 f"{s.out}/results.json holds records made with other settings ({', '.join(differ)}: "
                 f"{', '.join(f'{k}={theirs[k]}' for k in differ)}); give another --out"
             )
+
+
+def merge_results(out: Path, sources: Sequence[Path]) -> list[CurveRecord]:
+    """Gather into `out` the runs and records of `sources`, beside any already in `out`: units run as
+    separate processes (or on separate machines), each into its own directory, become one curve.
+
+    ValueError, with nothing written, if a source holds no results, if the runs differ in setup
+    (`check_same_setup`'s keys), or if a (task, seed, order, series, round) is recorded twice.
+    """
+    runs, records = read_results(out)
+    for directory in sources:
+        their_runs, their_records = read_results(directory)
+        if not their_runs:
+            raise ValueError(f"{directory} holds no learning-curve results")
+        runs, records = [*runs, *their_runs], [*records, *their_records]
+    first = _setup(runs[0]["settings"])
+    for run in runs[1:]:
+        differ = _differing(first, _setup(run["settings"]))
+        if differ:
+            raise ValueError(f"the runs to merge differ in {', '.join(differ)}: {run['command']}")
+    counts = Counter((r.task, r.seed, r.order, r.method, r.shots) for r in records)
+    twice = sorted(key for key, n in counts.items() if n > 1)
+    if twice:
+        raise ValueError(f"recorded more than once (task, seed, order, series, round): {twice[:5]}")
+    write_results(out, runs, records)
+    return records
 
 
 def _plain(value: object) -> object:

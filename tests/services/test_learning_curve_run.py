@@ -11,7 +11,14 @@ import pytest
 from openbook.methods import method_config
 from openbook.version import __version__
 
-from services.learning_curve.run import CurveSettings, check_same_setup, run_learning_curve, source
+from services.learning_curve.report import CurveRecord, read_results, write_results
+from services.learning_curve.run import (
+    CurveSettings,
+    check_same_setup,
+    merge_results,
+    run_learning_curve,
+    source,
+)
 
 WORDS = {"1": ["great", "fun", "good", "lovely"], "0": ["bad", "awful", "boring", "terrible"]}
 
@@ -124,3 +131,42 @@ def test_the_code_is_dirty_only_for_changes_outside_the_output_directory(tmp_pat
     (tmp_path / "code.py").write_text("x = 2\n")
     assert source(tmp_path / "out", root=tmp_path)["dirty"] is True
     assert source(tmp_path / "out", root=tmp_path / "no-repo")["commit"] is None  # not a checkout
+
+
+def _unit_dir(root: Path, settings: CurveSettings, unit: tuple[str, int, str], **changes: object) -> Path:
+    """An output directory as one process writes it: one run, its unit's service records at rounds 2 and 4."""
+    task, seed, order = unit
+    run = _recorded(settings, **changes) | {"command": f"openbook bench learning-curve --task {task}"}
+    records = [
+        CurveRecord(task, seed, order, "service", shots, 2 * shots, 0.5 + shots / 100, 1.0)
+        for shots in (2, 4)
+    ]
+    directory = root / f"{task}-{seed}-{order}"
+    write_results(directory, [run], records, plot=False)
+    return directory
+
+
+def test_units_run_apart_merge_into_one_curve_and_never_twice(tmp_path: Path) -> None:
+    settings = CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13])
+    a = _unit_dir(tmp_path / "a", settings, ("SST-2", 13, "fixed"))
+    b = _unit_dir(tmp_path / "b", settings, ("SST-2", 13, "uncertainty"))
+    merged = merge_results(tmp_path / "out", [a, b])
+    assert sorted({(r.order, r.shots) for r in merged}) == [
+        ("fixed", 2),
+        ("fixed", 4),
+        ("uncertainty", 2),
+        ("uncertainty", 4),
+    ]
+    runs, records = read_results(tmp_path / "out")
+    assert len(runs) == 2 and records == merged
+    # the same unit again, another method's unit, or a directory with nothing: refused, nothing written
+    before = (tmp_path / "out" / "results.json").read_text()
+    other = _unit_dir(tmp_path / "c", settings, ("trec", 13, "fixed"), test_size=200)
+    for sources, message in [
+        ([a], "recorded more than once"),
+        ([other], "differ in test_size"),
+        ([tmp_path / "empty"], "holds no learning-curve results"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            merge_results(tmp_path / "out", sources)
+    assert (tmp_path / "out" / "results.json").read_text() == before
