@@ -53,6 +53,15 @@ def test_the_target_is_missed_by_more_than_a_point_below_the_best_baseline_at_on
     assert target_lines([target])[-1] == "target over all tasks: missed"
 
 
+def test_a_gap_exactly_on_the_bound_holds_although_its_float_falls_short() -> None:
+    # two seeds of 500 test examples at 16 per class: (300 + 306) / 2 - (305 + 311) / 2 = -5 of 500, -1 point
+    one = {"service": [0.50, 0.60, 0.80, 300 / 500, 0.90], "prompt-ft": [0.5, 0.5, 0.5, 305 / 500, 0.5]}
+    two = {"service": [0.50, 0.60, 0.80, 306 / 500, 0.90], "prompt-ft": [0.5, 0.5, 0.5, 311 / 500, 0.5]}
+    [target] = check_target(_curves("SST-2", one) + _curves("SST-2", two, seed=21))
+    assert target.worst_shots == 16 and target.worst_gap < -1.0  # the float is a hair below -1
+    assert target.holds is True
+
+
 def test_the_target_is_missed_by_too_small_a_lead_over_prompt_ft_and_uses_seed_means() -> None:
     close = dict(PASSING, **{"prompt-ft": [0.5, 0.55, 0.79, 0.84, 0.88]})  # mean lead 73 - 71.2 points
     [target] = check_target(_curves("trec", close))
