@@ -275,6 +275,9 @@ def measure_throughput(bench: _Bench, clients: int) -> None:
     spawn = multiprocessing.get_context("spawn")  # the clients never compete with the server's GIL
     with ProcessPoolExecutor(1, mp_context=spawn) as load:
         load.submit(_load, bench.first.base, texts[:clients], clients).result()  # warm up connections
+        # and the bare batches' shapes: a GPU's first forward at a shape (kernel choice, allocator
+        # growth) is slower, and the served path has had its own warm-up just above
+        bare_batches()
         for _ in range(3):
             bare_s += _seconds(bare_batches)
             forwards_before, texts_before = _forwards(bench.api)
