@@ -197,6 +197,8 @@ def merge_results(out: Path, sources: Sequence[Path]) -> list[CurveRecord]:
         if not their_runs:
             raise ValueError(f"{directory} holds no learning-curve results")
         runs, records = [*runs, *their_runs], [*records, *their_records]
+    if not runs:
+        raise ValueError("nothing to merge: no output directory given")
     first = _setup(runs[0]["settings"])
     for run in runs[1:]:
         differ = _differing(first, _setup(run["settings"]))
@@ -242,7 +244,7 @@ def run_learning_curve(
     run = {
         "command": s.command,
         "hardware": hardware(),
-        # the weights' dtype every model of the run used ($OPENBOOK_DTYPE, else the device's default)
+        # the backbone's weights' dtype, in the service and the baselines ($OPENBOOK_DTYPE, else the device's)
         "dtype": str(resolve_dtype(default_dtype(), s.device)).removeprefix("torch."),
         "source": source(Path(s.out)),
         "backbone": s.backbone,

@@ -170,3 +170,5 @@ def test_units_run_apart_merge_into_one_curve_and_never_twice(tmp_path: Path) ->
         with pytest.raises(ValueError, match=message):
             merge_results(tmp_path / "out", sources)
     assert (tmp_path / "out" / "results.json").read_text() == before
+    with pytest.raises(ValueError, match="nothing to merge"):
+        merge_results(tmp_path / "fresh", [])
