@@ -105,10 +105,11 @@ knn-selection: install
 		--out results/knn-selection-retroprompt
 
 # The dev-only comparisons that choose the defaults still open (docs/results.md, "The default
-# demonstrations"): every demonstration mode, and prompt-ft, on 4 tasks x 5 seeds, dev accuracy only
-# (no test example is read); budget-dev runs the same with a budget of 8 epochs instead of 32 steps
-# (the same 32 steps on the 2-class tasks, more where there are more examples). DEV_BACKBONE=gemma3-270m
-# compares the other backbone. Resumable; on a CPU, run a task at a time (DEV_TASKS=trec).
+# demonstrations" and "The training budget, chosen on dev"), on 4 tasks x 5 seeds, dev accuracy only
+# (no test example is read): demos-dev runs every demonstration mode, and prompt-ft; budget-dev runs
+# prompt-ft and retroprompt with the epoch budget that competes with 32 steps (20 epochs, a dev check
+# each, patience 4 epochs, at most 120 steps). DEV_BACKBONE=gemma3-270m compares the other backbone.
+# Resumable; on a CPU, run a task at a time (DEV_TASKS=trec).
 DEV_BACKBONE ?= smollm2-135m
 DEV_TASKS ?= SST-2,trec,mpqa,sst-5
 DEV_METHODS = prompt-ft,retroprompt,retroprompt/demos=neural,retroprompt/demos=words,retroprompt/demos=text
@@ -118,7 +119,8 @@ demos-dev: install
 
 budget-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
-		--methods $(DEV_METHODS) --seeds 13,21,42,87,100 --epochs 8 --out docs/results/dev-$(DEV_BACKBONE)-epochs8
+		--methods prompt-ft,retroprompt --seeds 13,21,42,87,100 --epochs 20 --patience 4 --max-steps 120 \
+		--out docs/results/budget-dev-$(DEV_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).

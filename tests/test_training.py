@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from openbook.methods import weights_sha256
 from openbook.prompting import PromptError
-from openbook.training import TrainConfig, train
+from openbook.training import DEFAULT_EVAL_EVERY, DEFAULT_MAX_STEPS, DEFAULT_STEPS, TrainConfig, train
 
 from tests.test_checkpoints import HALF_PROBABILITY_ATOL
 
@@ -115,11 +116,13 @@ def test_a_non_finite_gradient_stops_training_before_the_weights_change(
         (32, 8, 8.0, 32),  # SST-2's 16 shots per class: 8 epochs are today's 32 steps
         (96, 8, 8.0, 96),  # trec's six classes: the same epochs are three times the steps
         (30, 8, 1.0, 4),  # a last, partial batch is a step
+        (10, 4, 3.0, 9),  # ... of every epoch: 3 x ceil(10 / 4), not ceil(3 x 10 / 4) = 8
         (30, 1, 0.1, 3),  # 0.1 * 30 is 3.0000000000000004 in floats: still 3 steps
         (5, 8, 0.5, 1),  # never less than one step
+        (96, 8, 20.0, DEFAULT_MAX_STEPS),  # 240 steps planned: the default cap binds
     ],
 )
-def test_an_epoch_budget_is_ceil_of_epochs_times_examples_over_batch(
+def test_an_epoch_budget_is_ceil_of_epochs_times_steps_per_epoch_under_the_cap(
     num_train: int, batch_size: int, epochs: float, expected: int
 ) -> None:
     assert TrainConfig(epochs=epochs, batch_size=batch_size).total_steps(num_train) == expected
@@ -128,6 +131,39 @@ def test_an_epoch_budget_is_ceil_of_epochs_times_examples_over_batch(
 def test_a_step_budget_ignores_the_training_set_size() -> None:
     assert TrainConfig().total_steps(96) == TrainConfig().total_steps(8) == 32  # the default
     assert TrainConfig(steps=5).total_steps(96) == 5
+    assert TrainConfig(steps=500).total_steps(96) == 500  # the default cap is an epoch budget's only
+    assert TrainConfig(steps=500, max_steps=50).total_steps(96) == 50  # a cap given caps any budget
+    assert TrainConfig(epochs=20, max_steps=400).total_steps(96) == 240
+
+
+def test_dev_checks_default_to_every_epoch_under_epochs_and_to_8_steps_under_steps() -> None:
+    assert TrainConfig(epochs=20).check_every(96) == 12  # ceil(96 / 8)
+    assert TrainConfig(epochs=20, batch_size=4).check_every(10) == 3  # the short last batch is a step
+    assert TrainConfig(epochs=20, eval_every=5).check_every(96) == 5  # given: steps, as ever
+    assert TrainConfig().check_every(96) == TrainConfig(steps=64).check_every(8) == DEFAULT_EVAL_EVERY == 8
+
+
+def test_the_budget_is_spelled_out_with_its_defaults() -> None:
+    assert TrainConfig().budget() == {"steps": DEFAULT_STEPS, "eval_every": DEFAULT_EVAL_EVERY}
+    assert TrainConfig(epochs=20).budget() == {"epochs": 20, "max_steps": DEFAULT_MAX_STEPS}  # checks: epochs
+    assert TrainConfig(epochs=2.5, max_steps=9, eval_every=3).budget() == {
+        "epochs": 2.5,
+        "max_steps": 9,
+        "eval_every": 3,
+    }
+    assert TrainConfig(steps=64, max_steps=50).budget() == {"steps": 64, "eval_every": 8, "max_steps": 50}
+
+
+def test_a_config_saved_before_epoch_checks_loads_and_runs_as_it_did() -> None:
+    # dataclasses.asdict of TrainConfig() when eval_every was 8 steps whatever the budget
+    saved: dict[str, Any] = {
+        "steps": 32, "epochs": None, "batch_size": 8, "lr": 1e-5, "weight_decay": 0.01, "warmup_ratio": 0.1,
+        "max_grad_norm": 1.0, "eval_every": 8, "patience": 2, "reembed_every": None, "calibration": "domain",
+        "seed": 13,
+    }  # fmt: skip
+    assert (TrainConfig(**saved).total_steps(96), TrainConfig(**saved).check_every(96)) == (32, 8)
+    by_epochs = TrainConfig(**saved | {"steps": None, "epochs": 8.0})
+    assert by_epochs.check_every(96) == 8  # its own eval_every, not an epoch's 12 steps
 
 
 @pytest.mark.parametrize(
@@ -140,6 +176,10 @@ def test_a_step_budget_ignores_the_training_set_size() -> None:
         ({"epochs": float("inf")}, "epochs must be a positive number"),
         ({"steps": 0}, "steps must be at least 1"),
         ({"eval_every": 0}, "eval_every and patience must be at least 1"),
+        ({"epochs": 2.0, "eval_every": 0}, "eval_every and patience must be at least 1"),
+        ({"epochs": 2.0, "patience": 0}, "eval_every and patience must be at least 1"),
+        ({"epochs": 2.0, "max_steps": 0}, "max_steps must be at least 1"),
+        ({"steps": 4, "max_steps": -1}, "max_steps must be at least 1"),
     ],
 )
 def test_a_contradictory_or_empty_budget_is_refused(options: dict, message: str) -> None:
@@ -162,3 +202,41 @@ def test_an_epoch_budget_runs_its_steps_and_checks_dev_at_the_last(
     assert result.step_budget == result.steps_run == 5  # ceil(2.5 * 8 / 4), patience never ran out
     assert reported == [(step, 5) for step in range(1, 6)]  # progress is out of the budget
     assert [check["step"] for check in result.history] == [0, 4, 5]  # every 4 steps, and the last
+
+
+def test_an_epoch_budget_checks_dev_at_the_end_of_every_epoch(
+    causal_dir: Path, toy, fresh_classifier
+) -> None:
+    classifier, method = fresh_classifier(causal_dir, "prompt-ft")
+    config = dataclasses.replace(CONFIG, steps=None, epochs=3.0, eval_every=None)
+    texts, labels = toy.texts[:6], toy.labels[:6]  # 6 examples in batches of 4: epochs of 2 steps (4 + 2)
+    result = train(classifier, method, texts, labels, toy.texts, toy.labels, config, progress=False)
+    assert (result.step_budget, result.steps_run, result.check_every) == (6, 6, 2)
+    assert [check["step"] for check in result.history] == [0, 2, 4, 6]
+
+
+def test_patience_counts_epochs_without_a_better_dev_score(causal_dir: Path, toy, fresh_classifier) -> None:
+    classifier, method = fresh_classifier(causal_dir, "prompt-ft")
+    # a learning rate too small to move a float32 weight: every check scores as step 0 did, none better
+    config = dataclasses.replace(CONFIG, steps=None, epochs=10.0, eval_every=None, patience=3, lr=1e-30)
+    texts, labels = toy.texts, toy.labels  # 8 examples in batches of 4: epochs of 2 steps
+    result = train(classifier, method, texts, labels, texts, labels, config, progress=False)
+    assert result.step_budget == 20
+    assert [check["step"] for check in result.history] == [0, 2, 4, 6]  # three epochs without gain
+    assert result.steps_run == 6 and result.best.step == 0
+
+
+def test_the_step_cap_ends_an_epoch_budget_and_checks_its_last_step(
+    causal_dir: Path, toy, fresh_classifier
+) -> None:
+    classifier, method = fresh_classifier(causal_dir, "prompt-ft")
+    config = dataclasses.replace(CONFIG, steps=None, epochs=10.0, max_steps=5, eval_every=None)
+    reported: list[int] = []
+    texts, labels = toy.texts, toy.labels
+    result = train(
+        classifier, method, texts, labels, texts, labels, config, progress=False,
+        on_step=lambda step, steps, loss: reported.append(steps),
+    )  # fmt: skip
+    assert result.step_budget == result.steps_run == 5  # 20 planned, capped; patience (10) never ran out
+    assert set(reported) == {5}  # progress is out of the capped budget
+    assert [check["step"] for check in result.history] == [0, 2, 4, 5]  # each epoch, and the last step

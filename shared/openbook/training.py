@@ -1,17 +1,29 @@
 """The training loop shared by every trainable prompt method.
 
-AdamW with linear warmup and decay, gradient clipping, seeded shuffling, a dev
-evaluation every `eval_every` steps that keeps the best weights (dev accuracy,
-ties broken by dev log-likelihood), and early stopping after `patience`
-evaluations without improvement.
+AdamW with linear warmup and decay, gradient clipping, seeded shuffling, dev
+evaluations that keep the best weights (dev accuracy, ties broken by dev
+log-likelihood), and early stopping after `patience` evaluations without
+improvement.
 
-The run's budget is a number of optimiser steps (`steps`), or of passes over
-the training set (`epochs`: ceil(epochs * N / batch_size) steps), which grows
-with the task: 16 shots per class are 32 examples on SST-2 but 96 on trec. The
-warmup and decay span the budget. Dev checks stay `eval_every` steps apart
-whatever the budget, and the last step is always checked; `patience` counts
-checks, so a run stops after `patience * eval_every` steps without a better dev
-score however long its budget (raise `patience` to let a long budget run out).
+The run's budget is one of two kinds; the warmup and decay span it.
+
+- A step budget (`steps`, the default: DEFAULT_STEPS): that many optimiser
+  steps whatever the task, a dev check every `eval_every` steps
+  (DEFAULT_EVAL_EVERY when not given), so `patience` counts checks and a run
+  stops after `patience * eval_every` steps without a better dev score.
+- An epoch budget (`epochs`): passes over the training set, an epoch being
+  ceil(N / batch_size) steps (the last batch of a pass may be short), so
+  ceil(epochs * ceil(N / batch_size)) steps, which grows with the task: 16
+  shots per class are 32 examples on SST-2 but 96 on trec. Dev is checked at
+  the end of every epoch unless `eval_every` says otherwise, so `patience`
+  counts epochs without a better dev score. The steps are capped at
+  `max_steps` (DEFAULT_MAX_STEPS when not given), so a large task cannot run
+  for hours.
+
+`max_steps`, when given, caps a step budget too (a step budget has no other
+cap).
+
+Whatever the budget, the last step is always checked.
 
 Before the first step the training examples are embedded into the store (ids
 0..N-1) and, with `calibration="domain"`, the label log-prior of the untrained
@@ -46,19 +58,24 @@ class TrainingDiverged(ValueError):
 
 
 DEFAULT_STEPS = 32  # the budget when neither `steps` nor `epochs` is given
+DEFAULT_EVAL_EVERY = 8  # steps between dev checks under a step budget, when `eval_every` is not given
+# The cap of an epoch budget, when `max_steps` is not given: an automatic job at 16 examples per class
+# ends within 10 minutes on a 2-core CPU (docs/results.md, "The training budget, chosen on dev").
+DEFAULT_MAX_STEPS = 120
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int | None = None  # optimiser steps; None: DEFAULT_STEPS, unless `epochs` is given
-    epochs: float | None = None  # passes over the training set instead: ceil(epochs * N / batch_size) steps
+    epochs: float | None = None  # passes over the training set instead: ceil(epochs * steps_per_epoch)
+    max_steps: int | None = None  # the most steps; None: DEFAULT_MAX_STEPS for an epoch budget, else no cap
     batch_size: int = 8
     lr: float = 1e-5
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
-    eval_every: int = 8
-    patience: int = 2  # evaluations without a better dev score before stopping
+    eval_every: int | None = None  # steps between dev checks; None: every epoch, or DEFAULT_EVAL_EVERY steps
+    patience: int = 2  # dev checks without a better dev score before stopping (epochs, by default)
     reembed_every: int | None = None  # steps between store re-embeddings; None: once per epoch
     calibration: CalibrationMode = "domain"
     seed: int = 13
@@ -72,7 +89,9 @@ class TrainConfig:
             raise ValueError(f"epochs must be a positive number, got {self.epochs}")
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
-        if min(self.batch_size, self.eval_every, self.patience) < 1:
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        if min(self.batch_size, self.patience, 1 if self.eval_every is None else self.eval_every) < 1:
             raise ValueError("batch_size, eval_every and patience must be at least 1")
         if self.lr <= 0 or not 0 <= self.warmup_ratio < 1:
             raise ValueError("lr must be positive and warmup_ratio in [0, 1)")
@@ -81,12 +100,37 @@ class TrainConfig:
         if self.calibration == "content-free":
             raise ValueError("training calibrates on the training texts: use 'domain' or 'none'")
 
+    def steps_per_epoch(self, num_train: int) -> int:
+        """Steps of one pass over `num_train` examples; the last batch may be short."""
+        return -(-num_train // self.batch_size)
+
     def total_steps(self, num_train: int) -> int:
         """The run's budget in optimiser steps, for a training set of `num_train` examples."""
         if self.epochs is None:
-            return self.steps or DEFAULT_STEPS
+            steps = self.steps or DEFAULT_STEPS
+            return steps if self.max_steps is None else min(steps, self.max_steps)
         # rounded first, so that float noise (0.1 * 30 = 3.0000000000000004) does not add a step
-        return max(1, math.ceil(round(self.epochs * num_train / self.batch_size, 9)))
+        planned = math.ceil(round(self.epochs * self.steps_per_epoch(num_train), 9))
+        return max(1, min(planned, self.max_steps or DEFAULT_MAX_STEPS))
+
+    def check_every(self, num_train: int) -> int:
+        """Steps between two dev checks, for a training set of `num_train` examples."""
+        if self.eval_every is not None:
+            return self.eval_every
+        return DEFAULT_EVAL_EVERY if self.epochs is None else self.steps_per_epoch(num_train)
+
+    def budget(self) -> dict[str, int | float]:
+        """The budget's settings as they run, with the defaults that do not depend on the data spelled
+        out: `steps` and `eval_every`, or `epochs` and `max_steps` (and `eval_every` only when given:
+        else a dev check every epoch); a step budget's `max_steps` only when given."""
+        if self.epochs is None:
+            spelled: dict[str, int | float] = {
+                "steps": self.steps or DEFAULT_STEPS,
+                "eval_every": self.eval_every or DEFAULT_EVAL_EVERY,
+            }
+            return spelled if self.max_steps is None else spelled | {"max_steps": self.max_steps}
+        spelled = {"epochs": self.epochs, "max_steps": self.max_steps or DEFAULT_MAX_STEPS}
+        return spelled if self.eval_every is None else spelled | {"eval_every": self.eval_every}
 
 
 @dataclass(frozen=True)
@@ -105,6 +149,7 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)  # one entry per dev evaluation
     losses: list[float] = field(default_factory=list)  # one per step
     step_budget: int = 0  # the steps the run was given (`TrainConfig.total_steps`)
+    check_every: int = 0  # the steps between its dev checks (`TrainConfig.check_every`)
     steps_run: int = 0  # fewer than the budget when early stopping ended the run
     seconds: float = 0.0
 
@@ -124,6 +169,7 @@ def train(
     """Train `classifier` (already `method.prepare`d) in place; it ends with the best dev weights."""
     _check_data(train_labels, dev_labels, len(classifier.labels))
     steps = config.total_steps(len(train_texts))
+    check_every = config.check_every(len(train_texts))
     started = time.perf_counter()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
@@ -158,11 +204,12 @@ def train(
                 ),
             )
             gold_all = torch.as_tensor(train_labels, dtype=torch.long, device=classifier.backbone.device)
-            steps_per_epoch = -(-len(ids) // config.batch_size)
-            reembed_every = config.reembed_every or steps_per_epoch
+            reembed_every = config.reembed_every or config.steps_per_epoch(len(ids))
 
             result = TrainResult(
-                best=evaluate_dev(classifier, dev_texts, dev_labels, step=0), step_budget=steps
+                best=evaluate_dev(classifier, dev_texts, dev_labels, step=0),
+                step_budget=steps,
+                check_every=check_every,
             )
             result.history.append(vars(result.best) | {"loss": None})
             best_tensors = _snapshot(method.trained_tensors(classifier))
@@ -195,10 +242,10 @@ def train(
                     on_step(step, steps, result.losses[-1])
                 if method.uses_store_in_training and step % reembed_every == 0:
                     reembed(classifier, train_texts, train_labels, progress=progress)
-                if step % config.eval_every == 0 or step == steps:
+                if step % check_every == 0 or step == steps:
                     score = evaluate_dev(classifier, dev_texts, dev_labels, step=step)
                     result.history.append(
-                        vars(score) | {"loss": float(np.mean(result.losses[-config.eval_every :]))}
+                        vars(score) | {"loss": float(np.mean(result.losses[-check_every:]))}
                     )
                     if score.key() > result.best.key():
                         result.best, stale = score, 0

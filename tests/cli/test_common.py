@@ -65,14 +65,34 @@ def test_the_budget_flags_reach_train_config(capsys) -> None:
         train_config(parse_training("--epochs", "0"), seed=7)
 
 
+def test_an_epoch_budget_from_the_flags_checks_dev_each_epoch_under_its_cap() -> None:
+    args = parse_training("--epochs", "20", "--patience", "4", "--max-steps", "200")
+    config = train_config(args, seed=7)
+    assert (config.max_steps, config.eval_every, config.patience) == (200, None, 4)
+    assert (config.total_steps(96), config.check_every(96)) == (200, 12)  # 240 planned; an epoch: 12 steps
+    assert train_config(parse_training("--epochs", "2", "--eval-every", "5"), seed=7).check_every(96) == 5
+    assert train_config(parse_training(), seed=7).check_every(96) == 8  # a step budget, as before
+    with pytest.raises(ValueError, match="max_steps must be at least 1"):
+        train_config(parse_training("--epochs", "2", "--max-steps", "0"), seed=7)
+
+
 def test_the_settings_record_the_budget_as_it_was_given(tmp_path: Path) -> None:
+    from openbook.training import DEFAULT_MAX_STEPS
+
     parser = argparse.ArgumentParser()
     add_prompt_arguments(parser)
     add_training_arguments(parser)
     parser.add_argument("--out", default=str(tmp_path))
     for name in ("data", "shots", "calibration"):
         parser.add_argument(f"--{name}")
-    assert checked_settings(parser.parse_args([]))["steps"] == 32  # as results made before --epochs
+    by_steps = checked_settings(parser.parse_args([]))
+    assert (by_steps["steps"], by_steps["eval_every"], "max_steps" in by_steps) == (
+        32,
+        8,
+        False,
+    )  # as results made before --epochs
     by_epochs = checked_settings(parser.parse_args(["--epochs", "8"]))
     assert (by_epochs["steps"], by_epochs["epochs"]) == (None, 8.0)
+    # the cap spelled out; no eval_every: a check every epoch (so results checked every 8 steps do not resume)
+    assert (by_epochs["max_steps"], by_epochs["eval_every"]) == (DEFAULT_MAX_STEPS, None)
     assert "epochs" not in checked_settings(parser.parse_args(["--steps", "64"]))

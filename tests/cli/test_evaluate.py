@@ -198,6 +198,7 @@ def test_eval_no_test_selects_on_dev_and_never_reads_test(
         for p in trained
     )
     assert {(p["epochs"], p["step_budget"]) for p in trained} == {(1.5, 3)}  # ceil(1.5 * 8 / 4)
+    assert {p["check_every"] for p in trained} == {2}  # --eval-every, given
     assert all(p["steps_run"] <= p["step_budget"] for p in trained)
     assert json.loads((out / "settings.json").read_text())["epochs"] == 1.5
     table = (out / "results.md").read_text()

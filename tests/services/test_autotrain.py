@@ -196,7 +196,7 @@ def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> No
     by_epochs = api.post("/v1/tasks/reviews/train", json={**KNOBS, "steps": None, "epochs": 3})
     assert by_epochs.status_code == 202, by_epochs.text
     config = by_epochs.json()["train_config"]
-    assert "steps" not in config and TrainConfig(**config).total_steps(10) == 8  # ceil(3 * 10 / 4)
+    assert "steps" not in config and TrainConfig(**config).total_steps(10) == 9  # 3 epochs of ceil(10 / 4)
     default = api.post("/v1/tasks/reviews/train", json={}).json()["train_config"]
     assert default["steps"] == DEFAULT_STEPS and "epochs" not in default  # the default, spelled out
 

@@ -46,7 +46,7 @@ def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    from openbook.training import DEFAULT_STEPS, TrainConfig
+    from openbook.training import DEFAULT_EVAL_EVERY, DEFAULT_MAX_STEPS, DEFAULT_STEPS, TrainConfig
 
     default = TrainConfig()
     group = parser.add_argument_group("training (trainable methods)")
@@ -55,12 +55,27 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     budget.add_argument(
         "--epochs",
         type=float,
-        help="most passes over the training set instead: ceil(epochs x N / train batch size) steps",
+        help="most passes over the training set instead: an epoch is ceil(N / train batch size) steps",
+    )
+    group.add_argument(
+        "--max-steps",
+        type=int,
+        help=f"most optimiser steps per run, any budget (default: {DEFAULT_MAX_STEPS} with --epochs, else "
+        "no cap)",
     )
     group.add_argument("--train-batch-size", type=int, default=default.batch_size)
     group.add_argument("--lr", type=float, default=default.lr)
-    group.add_argument("--eval-every", type=int, default=default.eval_every, help="steps between dev checks")
-    group.add_argument("--patience", type=int, default=default.patience, help="dev checks without gain")
+    group.add_argument(
+        "--eval-every",
+        type=int,
+        help=f"steps between dev checks (default: every epoch with --epochs, else {DEFAULT_EVAL_EVERY})",
+    )
+    group.add_argument(
+        "--patience",
+        type=int,
+        default=default.patience,
+        help="dev checks without gain before stopping (epochs, with --epochs and its checks)",
+    )
     group.add_argument("--reembed-every", type=int, help="steps between store re-embeddings (default: epoch)")
 
 
@@ -70,6 +85,7 @@ def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
     return TrainConfig(
         steps=args.steps,
         epochs=args.epochs,
+        max_steps=args.max_steps,
         batch_size=args.train_batch_size,
         lr=args.lr,
         eval_every=args.eval_every,
@@ -112,18 +128,14 @@ def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
 
 def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
     """A results directory holds runs made with one set of settings; resuming with others is an error."""
-    from openbook.training import DEFAULT_STEPS
-
     keys = (
         "data backbone template labels layer max_length batch_size device shots calibration "
         "steps train_batch_size lr eval_every patience reembed_every"
     ).split()
     settings = {key: getattr(args, key) for key in keys}
-    # the budget: a step count as before (so results made before --epochs still resume), or epochs
-    if args.epochs is None:
-        settings["steps"] = DEFAULT_STEPS if args.steps is None else args.steps
-    else:
-        settings["epochs"] = args.epochs
+    # The budget with its defaults spelled out: a step count and eval_every as before (so results made
+    # before --epochs still resume), or epochs and the cap (eval_every None: a dev check every epoch).
+    settings |= train_config(args, seed=0).budget()
     # `eval --full` only (continual shares this); recorded only when used, so older results still resume
     if getattr(args, "full", False):
         settings |= {"full": True, "full_dev_size": args.full_dev_size}

@@ -9,7 +9,8 @@ record's `seconds` counts that training in full.
 
 Records are handed to `on_record` as soon as they exist, so a caller can save
 them and a long table can be filled over several sittings. Each says what the
-run was given and did (`step_budget`, `epochs`, `steps_run`) and what dev made
+run was given and did (`step_budget`, `epochs`, `check_every`: the steps between
+its dev checks, `steps_run`) and what dev made
 of it: `dev_accuracy` (the final classifier, its kNN interpolation included)
 and the kept step's dev score (`best_step`, `best_step_dev_accuracy` and
 `best_step_dev_log_likelihood`, of the prompt alone). With splits whose `test`
@@ -111,6 +112,7 @@ def evaluate_trained(
                         "best_step_dev_log_likelihood": result.best.log_likelihood,
                         "step_budget": result.step_budget,
                         "epochs": config.epochs,
+                        "check_every": result.check_every,
                         "steps_run": result.steps_run,
                         "train_seconds": round(result.seconds, 1),
                         "shared_training": [s for s in group if s != spec],
