@@ -85,11 +85,36 @@ class OpenBookClient:
     def delete_example(self, task: str, example_id: int) -> None:
         self._call("DELETE", f"/v1/tasks/{task}/examples/{example_id}")
 
+    def relabel_example(self, task: str, example_id: int, label: str) -> schemas.Relabelled:
+        body = schemas.RelabelIn(label=label).model_dump()
+        path = f"/v1/tasks/{task}/examples/{example_id}"
+        return schemas.Relabelled.model_validate(self._call("PATCH", path, json=body))
+
+    def set_min_confidence(self, task: str, min_confidence: float | None) -> schemas.Task:
+        """Below this probability of their best label, the task's predictions abstain (None: never)."""
+        body = schemas.TaskPatch(min_confidence=min_confidence).model_dump(exclude_unset=True)
+        return schemas.Task.model_validate(self._call("PATCH", f"/v1/tasks/{task}", json=body))
+
     def classify(
-        self, task: str, texts: Sequence[schemas.TextOrPair], *, neighbours: bool = False
+        self,
+        task: str,
+        texts: Sequence[schemas.TextOrPair],
+        *,
+        neighbours: bool = False,
+        min_confidence: float | None = None,
     ) -> schemas.ClassifyOut:
-        body = schemas.ClassifyIn(texts=list(texts), neighbours=neighbours).model_dump()
-        return schemas.ClassifyOut.model_validate(self._call("POST", f"/v1/tasks/{task}/classify", json=body))
+        """Predictions; with `min_confidence`, those less sure abstain (label None). Without it, the
+        task's own `min_confidence` applies."""
+        body = schemas.ClassifyIn(texts=list(texts), neighbours=neighbours, min_confidence=min_confidence)
+        payload = body.model_dump(exclude={"min_confidence"} if min_confidence is None else set())
+        return schemas.ClassifyOut.model_validate(
+            self._call("POST", f"/v1/tasks/{task}/classify", json=payload)
+        )
+
+    def report(self, task: str, version: str | None = None) -> schemas.ReportOut:
+        """The task's quality report: of the version it serves, or of a recorded `version`."""
+        params = {} if version is None else {"version": version}
+        return schemas.ReportOut.model_validate(self._call("GET", f"/v1/tasks/{task}/report", params=params))
 
     def train(self, task: str, **options: Any) -> schemas.JobOut:
         body = schemas.TrainIn(**options).model_dump()

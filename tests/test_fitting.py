@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from openbook.backbone import BackboneConfig, load_backbone
+from openbook.calibration import with_temperature
 from openbook.checkpoints import load_classifier
 from openbook.fitting import LabelledTexts, StoreExamples, fit_and_save
 from openbook.knn import KnnConfig
@@ -70,8 +71,52 @@ def test_any_other_method_is_saved_to_predict_from_the_prompt_alone(
 
     loaded, _ = load(fitted.path, causal_dir)
     assert loaded.knn == KnnConfig(k=3, temperature=0.5, lam=0.0)  # lambda 0; k and T as they were
-    for prediction in loaded.predict(DEV.texts):
-        assert prediction.probabilities == pytest.approx(prediction.p_lm)
+    for prediction in loaded.predict(DEV.texts):  # the prompt's distribution, at the confidence temperature
+        p_lm = np.array([list(prediction.p_lm.values())])
+        expected = with_temperature(p_lm, loaded.confidence_temperature)[0]
+        assert list(prediction.probabilities.values()) == pytest.approx(expected.tolist(), abs=1e-6)
+
+
+def test_confidence_is_calibrated_on_dev_and_the_dev_scores_kept(
+    causal_dir: Path, tmp_path: Path, toy, fresh_classifier
+) -> None:
+    classifier, method = fresh_classifier(causal_dir, "retroprompt")
+    dev = LabelledTexts(DEV.texts, DEV.labels, np.array([31, 7, 12, 90]))
+    fitted = fit_and_save(
+        tmp_path / "ckpt",
+        classifier,
+        method,
+        LabelledTexts(toy.texts, toy.labels),
+        dev,
+        CONFIG,
+        base_weights_sha256=weights_sha256(classifier.backbone.model),
+        training_data_sha256="0" * 64,
+        progress=False,
+    )
+    calibration = fitted.dev_metrics["calibration"]
+    assert calibration["adopted"] == (calibration["ece_after"] < calibration["ece_before"])
+    assert calibration["temperature"] == (
+        calibration["fitted_temperature"] if calibration["adopted"] else 1.0
+    )
+    assert fitted.dev_scores is not None
+    assert fitted.dev_scores.ids.tolist() == [31, 7, 12, 90] and fitted.dev_scores.gold.tolist() == [
+        1,
+        1,
+        0,
+        0,
+    ]
+    # the dev scores are those of the served prediction before the temperature (the store: train only)
+    classifier.confidence_temperature = 1.0
+    classifier.store = classifier.empty_store()
+    classifier.add_examples(toy.texts, [toy.verbalizer.labels[i] for i in toy.labels])
+    served = classifier.score(classifier.embed(DEV.texts)).probabilities
+    np.testing.assert_allclose(fitted.dev_scores.probabilities, served, atol=1e-5)
+
+    manifest = json.loads((fitted.path / "manifest.json").read_text())
+    assert manifest["dev_scores"]["ids"] == [31, 7, 12, 90]
+    np.testing.assert_allclose(manifest["dev_scores"]["probabilities"], served, atol=1e-5)
+    loaded, _ = load(fitted.path, causal_dir)
+    assert loaded.confidence_temperature == pytest.approx(calibration["temperature"])
 
 
 def test_store_examples_replace_the_store_with_those_ids(

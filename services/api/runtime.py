@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import redis
 from openbook.artifacts import MANIFEST_NAME, CheckpointError, sha256_file
 from openbook.backbone import Backbone
@@ -24,6 +25,7 @@ from openbook.classifier import Classifier, Prediction
 from openbook.demonstrations import DemoConfig, Demonstrations, retrieve_demonstrations
 from openbook.labels import fit_to_labels
 from openbook.prompting import TextInput
+from openbook.quality import Scored, leave_one_out
 
 from services.bus.examples_log import ExampleLog, LogEntry
 from services.bus.jobs import Published
@@ -37,6 +39,12 @@ class StaleRuntime(Exception):
     def __init__(self, name: str) -> None:
         super().__init__(f"task {name!r} changed while this request was served; retry")
         self.name = name
+
+
+# The report's leave-one-out pass takes the task's lock for this many examples at a time, and starts
+# again at most this many times when a hot swap changes the classifier under it.
+LOO_CHUNK = 64
+LOO_ATTEMPTS = 3
 
 
 def _order(offset: str) -> tuple[int, int]:
@@ -63,6 +71,8 @@ class TaskRuntime:
     # the stored spec, as Redis holds it, that this runtime serves (`TaskRegistry.runtime` sets it):
     # `predict` checks that Redis still holds it, so a runtime taken from the cache never serves stale
     spec: bytes = b""
+    # the last leave-one-out pass, for (model_version, offset): the report of an untrained task
+    loo_cache: tuple[tuple[str, str], Scored] | None = None
 
     def catch_up(self) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread)."""
@@ -107,6 +117,42 @@ class TaskRuntime:
         pipe.hget(GENERATIONS_KEY, self.task.name)
         raw, generation = pipe.execute()
         return raw is not None and raw == self.spec and (generation or b"0") == self.generation
+
+    def leave_one_out(self) -> tuple[Scored, str, str]:
+        """Every labelled example scored with itself kept out of the store: (scores, model version, store
+        version). Blocking; run it in a worker thread.
+
+        The lock is taken per chunk of examples, not for the whole pass, so classify requests go on
+        between chunks. A hot swap in the middle starts the pass again on the new classifier. The result
+        is kept until the model or the store changes.
+        """
+        for _ in range(LOO_ATTEMPTS):
+            with self.lock:
+                with contextlib.suppress(redis.ConnectionError):  # Redis away: what the store holds so far
+                    self._apply_log()
+                key = (self.model_version, self.offset)
+                if self.loo_cache is not None and self.loo_cache[0] == key:
+                    return self.loo_cache[1], *key
+                classifier = self.classifier
+                known = set(classifier.labels)
+                ids = np.array([i for i in sorted(self.labels) if self.labels[i] in known], dtype=np.int64)
+                texts, labels = [self.texts[int(i)] for i in ids], [self.labels[int(i)] for i in ids]
+            parts = []
+            for start in range(0, len(ids), LOO_CHUNK):
+                with self.lock:
+                    if self.classifier is not classifier:
+                        break
+                    part = slice(start, start + LOO_CHUNK)
+                    parts.append(leave_one_out(classifier, texts[part], labels[part], ids[part]))
+            else:
+                scored = Scored(
+                    np.concatenate([p.ids for p in parts]) if parts else ids,
+                    np.concatenate([p.gold for p in parts]) if parts else ids,
+                    np.concatenate([p.probabilities for p in parts]) if parts else np.zeros((0, len(known))),
+                )
+                self.loo_cache = (key, scored)
+                return scored, *key
+        raise StaleRuntime(self.task.name)
 
     def demonstrations(self, text: TextInput) -> Demonstrations:
         """What demonstrations would retrieve for `text`: per class, neighbours and their weights in the

@@ -5,9 +5,25 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
-from services.bus.task_spec import KnnSettings, NonBlank, Task, TaskCreate, TrainingSettings, TrainOptions
+from services.bus.task_spec import (
+    KnnSettings,
+    MinConfidence,
+    NonBlank,
+    Task,
+    TaskCreate,
+    TrainingSettings,
+    TrainOptions,
+)
 
 __all__ = ["KnnSettings", "Task", "TaskCreate", "TrainingSettings"]
 
@@ -69,6 +85,15 @@ class Example(BaseModel):
     label: str
 
 
+class RelabelIn(BaseModel):
+    label: str
+
+
+class Relabelled(BaseModel):
+    example: Example  # as it is now
+    store_version: str  # the store holds it under its new label from this log offset on
+
+
 class ExamplePage(BaseModel):
     examples: list[Example]
     next_after: int | None  # pass as `after` for the next page; None at the end
@@ -77,6 +102,11 @@ class ExamplePage(BaseModel):
 class ClassifyIn(BaseModel):
     texts: list[TextOrPair] = Field(min_length=1)
     neighbours: bool = Field(False, description="include the neighbours used, with their texts")
+    min_confidence: MinConfidence = Field(
+        None,
+        description="abstain (label null) below this probability of the best label; left out: the task's "
+        "min_confidence; null: never",
+    )
 
 
 class NeighbourOut(BaseModel):
@@ -87,7 +117,8 @@ class NeighbourOut(BaseModel):
 
 
 class PredictionOut(BaseModel):
-    label: str
+    label: str | None  # None when the prediction abstained
+    abstained: bool = False  # its best label's probability is below min_confidence
     probabilities: dict[str, float]
     p_lm: dict[str, float]
     p_knn: dict[str, float] | None
@@ -114,10 +145,17 @@ class TrainingPatch(TrainingSettings):
 
 
 class TaskPatch(BaseModel):
-    """`PATCH /v1/tasks/{task}`: only a task's training settings can change."""
+    """`PATCH /v1/tasks/{task}`: a task's training settings and its `min_confidence` can change."""
 
-    model_config = ConfigDict(extra="forbid")
-    training: TrainingPatch
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+    training: TrainingPatch | None = None
+    min_confidence: MinConfidence = Field(None, description="null: never abstain; left out: unchanged")
+
+    @model_validator(mode="after")
+    def _something(self) -> TaskPatch:
+        if not self.model_fields_set & {"training", "min_confidence"}:
+            raise ValueError("nothing to change: give training, min_confidence or both")
+        return self
 
 
 class JobOut(BaseModel):
@@ -239,3 +277,67 @@ class SuggestionsOut(BaseModel):
     scored: int  # pool texts scored (the first ones by id, up to the cap)
     model_version: str
     store_version: str
+
+
+class LabelQuality(BaseModel):
+    precision: float
+    recall: float
+    f1: float
+    support: int  # gold examples of the label among those scored
+
+
+class Confusion(BaseModel):
+    labels: list[str]
+    matrix: list[list[int]]  # rows: gold labels, columns: predicted, both in `labels` order
+
+
+class ReliabilityBinOut(BaseModel):
+    lower: float
+    upper: float
+    count: int
+    confidence: float | None  # mean confidence of the predictions in the bin; None when it is empty
+    accuracy: float | None
+
+
+class CalibrationOut(BaseModel):
+    temperature: float  # what the scored version serves with: P = softmax(log P / T)
+    fitted_temperature: float  # what temperature scaling finds on these examples
+    ece_before: float  # of the scores before any temperature
+    ece_after: float  # with temperatures fitted on other folds of these examples (cross-validated)
+    adopted: bool  # ece_after < ece_before
+    folds: int
+
+
+class CoverageOut(BaseModel):
+    threshold: float
+    coverage: float  # share of the scored examples whose confidence is at least the threshold
+    accuracy: float | None  # accuracy on those; None when none is kept
+
+
+class SuspectOut(BaseModel):
+    id: int
+    text: StoredText | None  # None when the example has been deleted since it was scored
+    label: str
+    predicted: str
+    confidence: float  # the probability of `predicted`
+
+
+class ReportOut(BaseModel):
+    task: str
+    model_version: str
+    store_version: str  # the log offset the scored examples go up to
+    # leave-one-out (an untrained task: each example scored with itself out of the store), dev (a
+    # version's held-out dev split, scored when it was made), train (a version made before it had dev
+    # examples: scored on what it was trained on, so optimistic)
+    scored_by: Literal["leave-one-out", "dev", "train"]
+    examples: int
+    accuracy: float
+    macro_f1: float  # over the labels with gold examples among those scored
+    per_label: dict[str, LabelQuality]
+    confusion: Confusion
+    ece: float  # expected calibration error of the confidence as served, 10 equal-width bins
+    reliability: list[ReliabilityBinOut]
+    calibration: CalibrationOut | None  # None with fewer than 2 examples scored
+    coverage: list[CoverageOut]  # thresholds 0, 0.05, ..., 1
+    suspect_examples: list[SuspectOut]  # predicted as another label with confidence >= 0.5, most sure first
+    min_confidence: float | None  # the task's

@@ -40,6 +40,10 @@ from services.bus.task_spec import (
 logger = logging.getLogger(__name__)
 
 
+# The parts of a spec that change without rebuilding the task's classifier (PATCH /v1/tasks/{task}).
+IN_PLACE = ("training", "min_confidence")
+
+
 class TaskExists(ValueError):
     pass
 
@@ -202,14 +206,21 @@ class TaskRegistry:
         except BadTraining as error:
             raise InvalidSpec(f"training.{error.field}".rstrip("."), str(error)) from None
 
-    def update_training(self, name: str, changes: dict[str, Any]) -> Task | None:
-        """Merge `changes` over the task's training settings and store them; None when there is no task.
+    def update_training(
+        self, name: str, changes: dict[str, Any], serving: dict[str, Any] | None = None
+    ) -> Task | None:
+        """Merge `changes` over the task's training settings, set the `serving` settings (min_confidence),
+        and store them; None when there is no task.
 
         InvalidSpec (nothing written) when the settings cannot train the task; SpecChanged when the task
         kept changing meanwhile. The task's replicas take the new settings in place (`runtime`).
         """
         return update_training(
-            self.client, name, changes, lambda task: self._check_training(task, self.backbone(task.backbone))
+            self.client,
+            name,
+            changes,
+            lambda task: self._check_training(task, self.backbone(task.backbone)),
+            serving=serving,
         )
 
     def create(self, task: Task) -> bool:
@@ -281,8 +292,8 @@ class TaskRegistry:
         runtime = self.runtimes.get(name)
         if runtime is not None and runtime.generation != generation:
             runtime = None  # deleted and created again since: nothing of the old one may serve
-        if runtime is not None and runtime.task != task and _differs_only_in(runtime.task, task, "training"):
-            runtime.task = task  # only its training settings changed: keep serving what it serves
+        if runtime is not None and runtime.task != task and _differs_only_in(runtime.task, task, *IN_PLACE):
+            runtime.task = task  # only settings that keep the served model changed: keep serving it
         if runtime is None or runtime.task != task:
             with self._building:  # concurrent first requests (and the warm-up) build one runtime, not several
                 runtime = self.runtimes.get(name)
@@ -311,7 +322,7 @@ class TaskRegistry:
         checkpoint and the store. Labels removed while a checkpoint is served: the checkpoint is
         adopted again, fitted to the labels left. Anything else: a fresh untrained runtime.
         """
-        if runtime is not None and _differs_only_in(runtime.task, task, "labels", "training"):
+        if runtime is not None and _differs_only_in(runtime.task, task, "labels", *IN_PLACE):
             try:
                 if _extends(task.labels, runtime.task.labels):
                     with runtime.lock:

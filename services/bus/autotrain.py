@@ -108,9 +108,15 @@ def queue_if_due(client: redis.Redis, task: str) -> str | None:
 
 
 def update_training(
-    client: redis.Redis, name: str, changes: dict[str, Any], check: Callable[[Task], None]
+    client: redis.Redis,
+    name: str,
+    changes: dict[str, Any],
+    check: Callable[[Task], None],
+    *,
+    serving: dict[str, Any] | None = None,
 ) -> Task | None:
-    """Merge `changes` over the task's training settings and store the spec; None when there is no task.
+    """Merge `changes` over the task's training settings, set the serving settings in `serving` (e.g.
+    `min_confidence`), and store the spec; None when there is no task.
 
     `check` raises on a spec that cannot train, and then nothing is written. A spec changed meanwhile by
     another update is read again and merged over; a task deleted meanwhile is None, also when a task of
@@ -129,7 +135,7 @@ def update_training(
             return None
         task = Task.model_validate_json(raw)
         training = task.training.merged(changes)
-        updated = task.model_copy(update={"training": training})
+        updated = Task.model_validate({**task.model_dump(), **(serving or {}), "training": training})
         check(updated)
         args = [name, raw, generation, updated.model_dump_json()]
         if replace(keys=[TASKS_KEY, GENERATIONS_KEY], args=args):

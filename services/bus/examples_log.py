@@ -10,7 +10,8 @@ clock). The same script refuses a label that the task's stored spec lacks: a
 label removed from the task (services/bus/task_labels.py) cannot gain an
 example between the removal's check and its write. Deleting appends a
 tombstone, so a replica that replays the log ends with the same store as one
-that saw every request.
+that saw every request; relabelling appends a tombstone and the example under
+its new label, in one script.
 """
 
 from __future__ import annotations
@@ -75,6 +76,28 @@ return redis.call('XADD', KEYS[1], '*', 'op', 'delete', 'id', ARGV[1])
 """
 
 
+# A label changed in one step: a tombstone and the example again under its new label, so a replica that
+# replays the log re-embeds it with that label. The example must still be the one the caller read (its
+# digest), and the new label one of the task's.
+_RELABEL = """
+local existing = redis.call('HGET', KEYS[2], ARGV[1])
+if not existing then
+  return false
+end
+if existing ~= ARGV[2] then
+  return redis.error_reply('CONFLICT ' .. ARGV[1])
+end
+local spec = redis.call('HGET', KEYS[3], ARGV[5])
+if spec and cjson.decode(spec)['labels'][ARGV[6]] == nil then
+  return redis.error_reply('UNKNOWN_LABEL 0')
+end
+redis.call('XADD', KEYS[1], '*', 'op', 'delete', 'id', ARGV[1])
+local offset = redis.call('XADD', KEYS[1], '*', 'op', 'add', 'id', ARGV[1], 'example', ARGV[4])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+return offset
+"""
+
+
 class LogError(RuntimeError):
     """The log could not take the write durably (e.g. the server's AOF is off or failing)."""
 
@@ -133,6 +156,7 @@ class ExampleLog:
         self.durability_timeout_ms = durability_timeout_ms
         self._append = client.register_script(_APPEND)
         self._delete = client.register_script(_DELETE)
+        self._relabel = client.register_script(_RELABEL)
 
     def append(self, examples: Sequence[NewExample]) -> list[Appended]:
         """Append atomically and durably; raises ConflictError on a changed id and UnknownLabel on a label
@@ -168,6 +192,32 @@ class ExampleLog:
             return False
         self._wait_durable()
         return True
+
+    def relabel(self, example: NewExample, old_label: str) -> bool:
+        """Give the example `example.id`, now labelled `old_label`, the label `example.label`, durably and
+        atomically; False if the log does not hold it. ConflictError when the log holds it with another
+        text or label than the caller read, UnknownLabel when the task lacks the new label."""
+        assert example.id is not None
+        if old_label == example.label:
+            return example.id in self
+        old, new = _payload(NewExample(example.text, old_label)), _payload(example)
+        keys = [self.stream_key, self.ids_key, TASKS_KEY]
+        args = [str(example.id), _digest(old), _digest(new), new, self.task, example.label]
+        try:
+            offset = self._relabel(keys=keys, args=args)
+        except redis.ResponseError as error:
+            if str(error).startswith("CONFLICT"):
+                raise ConflictError(example.id) from None
+            if str(error).startswith("UNKNOWN_LABEL"):
+                raise UnknownLabel(0, example.label) from None
+            raise
+        if offset is None:
+            return False
+        self._wait_durable()
+        return True
+
+    def __contains__(self, example_id: object) -> bool:
+        return bool(self.client.hexists(self.ids_key, str(example_id)))
 
     def read(self, after: str = "0-0", count: int | None = None) -> list[LogEntry]:
         """Entries strictly after `after` (a stream offset), oldest first."""

@@ -41,6 +41,11 @@ Labels = Annotated[
 ]
 
 
+# A threshold on the best label's probability, 0 to 1, or None for none. Strict: a JSON number, not true
+# nor "0.5"; and not finite is not valid, as for the kNN settings (JSON would store it as null).
+MinConfidence = Annotated[float | None, Field(ge=0, le=1, allow_inf_nan=False, strict=True)]
+
+
 class KnnSettings(BaseModel):
     k: int = Field(16, ge=1, le=1024)
     # Not finite is not valid: JSON would store infinity as null, a spec that no longer reads back.
@@ -139,6 +144,10 @@ class TaskCreate(BaseModel):
     method: str = "retroprompt"
     knn: KnnSettings = KnnSettings()
     training: TrainingSettings = TrainingSettings()
+    min_confidence: MinConfidence = Field(
+        None,
+        description="classify abstains (label null) below this probability of its best label; null: never",
+    )
 
 
 class Task(TaskCreate):

@@ -1,9 +1,10 @@
-"""`openbook up | serve | worker | bench api | bench learning-curve`, the service commands; every other
-command is the library's.
+"""`openbook up | serve | worker | report | bench api | bench learning-curve`, the service commands; every
+other command is the library's.
 
 One module per command: `up` (the whole stack, supervised), `serve` (the
-api), `worker` (the trainer), `bench_api` and `bench_learning_curve`. Each imports what it needs only
-when it runs, so `openbook --help` stays quick.
+api), `worker` (the trainer), `report` (a task's quality), `bench_api` and
+`bench_learning_curve`. Each imports what it needs only when it runs, so
+`openbook --help` stays quick.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from services.cli.bench_api import run_bench_api
 
         return run_bench_api(argv[2:])
+    if argv[:1] == ["report"]:
+        from services.cli.report import run_report
+
+        return run_report(argv[1:])
     if argv[:2] == ["bench", "learning-curve"]:
         from services.cli.bench_learning_curve import run_bench_learning_curve
 
@@ -32,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if argv and argv[0] in ("-h", "--help"):
             print(
-                "service commands: openbook up [--demo] | serve | worker | bench api | bench learning-curve\n"
+                "service commands: openbook up [--demo] | serve | worker | report | bench api"
+                " | bench learning-curve\n"
             )
         return library_main(argv)
     parser = argparse.ArgumentParser(prog=f"openbook {argv[0]}")

@@ -227,7 +227,9 @@ class Worker:
 
         def labelled(ids: list[int]) -> LabelledTexts:
             return LabelledTexts(
-                [examples[i][0] for i in ids], classifier.label_indices([examples[i][1] for i in ids])
+                [examples[i][0] for i in ids],
+                classifier.label_indices([examples[i][1] for i in ids]),
+                np.array(ids, dtype=np.int64),
             )
 
         all_ids = sorted(examples)
@@ -245,7 +247,14 @@ class Worker:
             store_examples=StoreExamples(
                 [examples[i][0] for i in all_ids], [examples[i][1] for i in all_ids], np.array(all_ids)
             ),
-            extra={"task": job.task, "job": job.id, "version": version, "log_offset": offset},
+            # what the version's dev scores (its quality report) were taken on: dev, or train with no dev yet
+            extra={
+                "task": job.task,
+                "job": job.id,
+                "version": version,
+                "log_offset": offset,
+                "dev_scored_on": "dev" if dev_ids else "train",
+            },
             progress=False,
             on_step=lambda step, steps, loss: self._report(job, step, steps, loss),
         )

@@ -8,6 +8,10 @@ softmax(score(x) - b):
   prediction on inputs that carry no content ("N/A", "[MASK]");
 - domain: the mean prediction over unlabelled in-domain texts (e.g. the
   training texts, their labels unused).
+
+The final distribution's confidence is calibrated apart, after the kNN
+interpolation: temperature scaling, P_T = softmax(log P / T) (`with_temperature`;
+fitted on dev in `quality.calibrate`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ def calibrated_p_lm(lm_log_probs: np.ndarray, bias: np.ndarray | None) -> np.nda
     if bias is not None:
         scores = scores - torch.from_numpy(bias)
     return torch.softmax(scores, dim=-1).numpy()
+
+
+def with_temperature(probabilities: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(log P / T) per row: (N, C) -> (N, C), the same argmax; T = 1 leaves P as it is."""
+    if temperature == 1.0:
+        return probabilities
+    logits = torch.log(torch.from_numpy(probabilities).double().clamp_min(1e-12)) / temperature
+    return torch.softmax(logits, dim=-1).to(torch.from_numpy(probabilities).dtype).numpy()
 
 
 def content_free_texts(is_pair: bool) -> list[TextInput]:

@@ -3,8 +3,9 @@
 `save_classifier` writes what the method trained, the re-embedded store and a
 manifest that says how to rebuild everything around them (method and config,
 backbone and the hash of its base weights, template, label words, the fixed
-label log-prior, the kNN and demonstration settings chosen on dev, a hash of
-the training data, dev metrics). `load_classifier` verifies every file's
+label log-prior, the kNN and demonstration settings and the confidence
+temperature chosen on dev, a hash of the training data, dev metrics, and the
+dev scores behind them for the version's quality report). `load_classifier` verifies every file's
 sha256 before reading it and refuses a backbone whose base weights differ, so
 a loaded classifier predicts exactly as the trained one did.
 """
@@ -72,6 +73,7 @@ def save_classifier(
         "label_words": list(classifier.verbalizer.words),
         "label_bias": None if classifier.label_bias is None else classifier.label_bias.tolist(),
         "knn": dataclasses.asdict(classifier.knn),
+        "confidence_temperature": classifier.confidence_temperature,
         "demos": None if classifier.demos is None else dataclasses.asdict(classifier.demos),
         "training_data_sha256": training_data_sha256,
         "dev_metrics": dev_metrics,
@@ -162,6 +164,9 @@ def load_classifier(
             knn=KnnConfig(**manifest["knn"]),
             demos=None if manifest["demos"] is None else DemoConfig(**manifest["demos"]),
             label_bias=None if bias is None else np.asarray(bias, dtype=np.float32),
+            confidence_temperature=float(
+                manifest.get("confidence_temperature", 1.0)
+            ),  # 1: before it was kept
         )
     except (KeyError, TypeError) as error:
         raise CheckpointError(f"{path}: manifest is missing or has a malformed entry: {error}") from None

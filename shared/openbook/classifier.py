@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from openbook.backbone import Backbone
-from openbook.calibration import CalibrationMode, calibrated_p_lm, label_bias
+from openbook.calibration import CalibrationMode, calibrated_p_lm, label_bias, with_temperature
 from openbook.demonstrations import (
     DemoConfig,
     retrieve_demonstrations,
@@ -80,6 +80,8 @@ class Classifier:
     demos: DemoConfig | None = None  # None: no demonstrations
     label_bias: np.ndarray | None = None  # (C,) log-prior subtracted from the label scores
     prompt: SoftPrompt | None = None  # trainable prompt vectors of DART, IPT, L2P, PEFT (soft_prompts.py)
+    # P = softmax(log P / T) after the interpolation: temperature scaling fitted on dev (quality.calibrate)
+    confidence_temperature: float = 1.0
     batch_size: int = 32
 
     def __post_init__(self) -> None:
@@ -200,14 +202,17 @@ class Classifier:
     def score(
         self, embeddings: Embeddings, *, knn: KnnConfig | None = None, exclude_ids: np.ndarray | None = None
     ) -> Scores:
-        """P_LM, P_kNN and their interpolation; `exclude_ids` gives leave-one-out retrieval."""
+        """P_LM, P_kNN and their interpolation (at the confidence temperature); `exclude_ids` gives
+        leave-one-out retrieval."""
         knn = knn or self.knn
         p_lm = calibrated_p_lm(embeddings.lm_log_probs, self.label_bias)  # (N, C)
         if len(self.store) == 0:
-            return Scores(p_lm, np.zeros_like(p_lm), p_lm, None)
+            return Scores(
+                p_lm, np.zeros_like(p_lm), with_temperature(p_lm, self.confidence_temperature), None
+            )
         hits = self.store.search(embeddings.vectors, knn.k, exclude_ids=exclude_ids)
         p_knn, p = knn_mixture(p_lm, hits.similarities, hits.labels, knn)
-        return Scores(p_lm, p_knn, p, hits)
+        return Scores(p_lm, p_knn, with_temperature(p, self.confidence_temperature), hits)
 
     def predict(self, texts: Sequence[TextInput], *, progress: bool = False) -> list[Prediction]:
         embeddings = self.embed(texts, progress=progress)

@@ -7,6 +7,10 @@
    k, T and lambda chosen on dev alone (`selection.py`: the training examples
    are no evidence once the prompt has been fitted to them), any other
    predicts from the prompt alone (lambda = 0);
+2b. its confidence: dev is scored as it will serve (with a store of the
+   training examples), and temperature scaling is adopted if it lowers the
+   cross-validated ECE on dev (`quality.calibrate`); those dev scores are kept
+   with the checkpoint, for the version's quality report;
 3. optionally, the store rebuilt from other examples with the trained weights
    (the worker stores every example under its log id, dev included);
 4. `checkpoints.save_classifier`, atomically.
@@ -32,6 +36,7 @@ from openbook.checkpoints import save_classifier
 from openbook.classifier import Classifier
 from openbook.methods import Method
 from openbook.prompting import TextInput
+from openbook.quality import Scored, calibrate, score_examples
 from openbook.selection import choose_knn_on_dev
 from openbook.store import KnowledgeStore
 from openbook.training import TrainConfig, TrainResult, train
@@ -41,10 +46,14 @@ from openbook.training import TrainConfig, TrainResult, train
 class LabelledTexts:
     texts: Sequence[TextInput]
     labels: np.ndarray  # (N,) label indices
+    ids: np.ndarray | None = None  # (N,) the examples' own ids, for reports; None: their positions
 
     def __post_init__(self) -> None:
-        if len(self.texts) != len(self.labels):
-            raise ValueError(f"{len(self.texts)} texts but {len(self.labels)} labels")
+        if len(self.texts) != len(self.labels) or (self.ids is not None and len(self.ids) != len(self.texts)):
+            raise ValueError(f"{len(self.texts)} texts but {len(self.labels)} labels (or ids)")
+
+    def example_ids(self) -> np.ndarray:
+        return np.arange(len(self.texts), dtype=np.int64) if self.ids is None else np.asarray(self.ids)
 
 
 @dataclass(frozen=True)
@@ -59,8 +68,11 @@ class StoreExamples:
 @dataclass(frozen=True)
 class Fitted:
     path: Path
-    dev_metrics: dict[str, Any]  # accuracy, best_step, step_budget, steps_run[, accuracy_with_knn]
+    dev_metrics: dict[
+        str, Any
+    ]  # accuracy, best_step, step_budget, steps_run[, accuracy_with_knn, calibration]
     result: TrainResult
+    dev_scores: Scored | None  # dev as the classifier serves it, before calibration (quality.py)
 
 
 def fit_classifier(
@@ -73,9 +85,10 @@ def fit_classifier(
     store_examples: StoreExamples | None = None,
     progress: bool = True,
     on_step: Callable[[int, int, float], None] | None = None,
-) -> tuple[dict[str, Any], TrainResult]:
+) -> tuple[dict[str, Any], TrainResult, Scored | None]:
     """Steps 1-3 without saving: train `classifier` (already `method.prepare`d) in place and choose its
-    inference on dev; returns the dev metrics and the training result."""
+    inference and confidence on dev; returns the dev metrics, the training result and the dev scores
+    (None with fewer than 2 dev examples)."""
     result = train(
         classifier,
         method,
@@ -99,10 +112,47 @@ def fit_classifier(
         )
     else:
         classifier.knn = dataclasses.replace(classifier.knn, lam=0.0)  # the prompt alone
+    dev_scores = None
+    if len(dev_set.texts) >= 2:
+        dev_metrics["calibration"], dev_scores = calibrate_on_dev(classifier, dev_set)
     if store_examples is not None:
         classifier.store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
         classifier.add_examples(store_examples.texts, store_examples.labels, ids=store_examples.ids)
-    return dev_metrics, result
+    return dev_metrics, result, dev_scores
+
+
+def calibrate_on_dev(classifier: Classifier, dev_set: LabelledTexts) -> tuple[dict[str, Any], Scored]:
+    """Score dev as the classifier serves (its store holds the training examples), and adopt temperature
+    scaling if it lowers the cross-validated ECE (`quality.calibrate`). Returns the calibration's record
+    and the dev scores before it (T = 1), which the checkpoint keeps for the version's report."""
+    classifier.confidence_temperature = 1.0
+    scored = score_examples(
+        classifier, dev_set.texts, _label_names(classifier, dev_set), dev_set.example_ids()
+    )
+    calibration = calibrate(scored)
+    classifier.confidence_temperature = calibration.temperature
+    return {key: round(v, 6) if isinstance(v, float) else v for key, v in vars(calibration).items()}, scored
+
+
+def scores_record(scored: Scored) -> dict[str, list]:
+    """Scored examples as JSON keeps them (probabilities to 6 decimals); `scored_from_record` reads them."""
+    return {
+        "ids": scored.ids.tolist(),
+        "gold": scored.gold.tolist(),
+        "probabilities": np.round(scored.probabilities.astype(np.float64), 6).tolist(),
+    }
+
+
+def scored_from_record(record: dict[str, list]) -> Scored:
+    return Scored(
+        np.asarray(record["ids"], dtype=np.int64),
+        np.asarray(record["gold"], dtype=np.int64),
+        np.asarray(record["probabilities"], dtype=np.float64).reshape(len(record["ids"]), -1),
+    )
+
+
+def _label_names(classifier: Classifier, texts: LabelledTexts) -> list[str]:
+    return [classifier.labels[int(i)] for i in texts.labels]
 
 
 def fit_and_save(
@@ -122,7 +172,7 @@ def fit_and_save(
     on_step: Callable[[int, int, float], None] | None = None,
 ) -> Fitted:
     """Train `classifier` (already `method.prepare`d) in place, choose its inference on dev, save it."""
-    dev_metrics, result = fit_classifier(
+    dev_metrics, result, dev_scores = fit_classifier(
         classifier,
         method,
         train_set,
@@ -141,9 +191,9 @@ def fit_and_save(
         training_data_sha256=training_data_sha256,
         dev_metrics=dev_metrics,
         overwrite=overwrite,
-        extra=extra,
+        extra={**(extra or {}), "dev_scores": None if dev_scores is None else scores_record(dev_scores)},
     )
-    return Fitted(saved, dev_metrics, result)
+    return Fitted(saved, dev_metrics, result, dev_scores)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,25 @@ TRAINING_EXAMPLES = [
     ("boring and bad", "0"),
     ("a terrible film", "0"),
 ]
+# A task whose store alone judges (k=3, T=0.01, lambda=1), and examples in two clusters that the tiny random
+# model tells apart (one sentence each, behind different first words), with one example of the first
+# labelled as the second: leave-one-out, its neighbours all say "a", so it is the report's top suspect.
+CLUSTERS_TASK = {
+    "name": "clusters",
+    "template": "{text} It was {mask}",
+    "labels": {"a": "good", "b": "bad"},
+    "knn": {"k": 3, "temperature": 0.01, "lam": 1.0},
+}
+MISLABELLED = 42
+_WORDS = ("yes", "no", "so", "it", "a")
+CLUSTER_EXAMPLES = [
+    *({"text": f"{w} the movie was great and fun", "label": "a", "id": i} for i, w in enumerate(_WORDS)),
+    *(
+        {"text": f"{w} who wrote the book about the river", "label": "b", "id": 10 + i}
+        for i, w in enumerate(_WORDS)
+    ),
+    {"text": "the movie was great and fun", "label": "b", "id": MISLABELLED},
+]
 PAIR_TASK = {
     "name": "pairs",
     "template": "{text_a} ? {text_b} Answer: {mask}",

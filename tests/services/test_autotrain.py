@@ -121,7 +121,7 @@ BAD_PATCHES = [
     ({"training": {"bogus": 1}}, ["body", "training", "bogus"]),
     ({"training": {"every": 4}, "template": "{text} {mask}"}, ["body", "template"]),
     ({"name": "reviews"}, ["body", "name"]),
-    ({}, ["body", "training"]),
+    ({}, ["body"]),  # nothing to change
 ]
 
 

@@ -1,6 +1,6 @@
 """One router per resource; `create_app` includes them all."""
 
-from services.api.routes import classify, examples, jobs, labels, operations, pool, tasks, versions
+from services.api.routes import classify, examples, jobs, labels, operations, pool, report, tasks, versions
 
 ROUTERS = (
     operations.router,
@@ -11,4 +11,5 @@ ROUTERS = (
     jobs.router,
     pool.router,
     versions.router,
+    report.router,
 )

@@ -8,6 +8,7 @@ import redis
 from fastapi import APIRouter
 from openbook.classifier import Prediction
 from openbook.demonstrations import Demonstrations
+from openbook.quality import abstains
 
 from services.api import schemas
 from services.api.checks import check_batch, check_text
@@ -40,8 +41,11 @@ async def classify(body: schemas.ClassifyIn, served: Serving) -> schemas.Classif
                 raise
             runtime = await served.look_up_again()
     predictions, model_version, store_version = result
+    threshold = (
+        body.min_confidence if "min_confidence" in body.model_fields_set else runtime.task.min_confidence
+    )
     return schemas.ClassifyOut(
-        predictions=[_prediction(p, runtime, body.neighbours) for p in predictions],
+        predictions=[_prediction(p, runtime, body.neighbours, threshold) for p in predictions],
         model_version=model_version,
         store_version=store_version,
     )
@@ -62,7 +66,10 @@ async def demonstrations(
     )
 
 
-def _prediction(prediction: Prediction, runtime: TaskRuntime, with_neighbours: bool) -> schemas.PredictionOut:
+def _prediction(
+    prediction: Prediction, runtime: TaskRuntime, with_neighbours: bool, min_confidence: float | None
+) -> schemas.PredictionOut:
+    abstained = abstains(prediction.probabilities[prediction.label], min_confidence)
     neighbours = None
     if with_neighbours:
         neighbours = [
@@ -72,7 +79,8 @@ def _prediction(prediction: Prediction, runtime: TaskRuntime, with_neighbours: b
             for n in prediction.neighbours
         ]
     return schemas.PredictionOut(
-        label=prediction.label,
+        label=None if abstained else prediction.label,
+        abstained=abstained,
         probabilities=prediction.probabilities,
         p_lm=prediction.p_lm,
         p_knn=prediction.p_knn,

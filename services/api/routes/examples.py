@@ -1,4 +1,5 @@
-"""A task's labelled examples: add (acknowledged once Redis has them on disk), page through, delete.
+"""A task's labelled examples: add (acknowledged once Redis has them on disk), page through, relabel,
+delete.
 
 An example posted under a pool id labels that pool text: once the example is on disk, the text leaves
 the pool (routes/pool.py). A task that trains by itself may queue its next job then (routes/jobs.py).
@@ -81,6 +82,31 @@ async def list_examples(
     return schemas.ExamplePage(
         examples=[schemas.Example(id=i, text=runtime.texts[i], label=runtime.labels[i]) for i in page],
         next_after=page[-1] if len(ids) > limit else None,
+    )
+
+
+@router.patch("/{example_id}", dependencies=[Writer], responses=declare(400, 401, 403, 404, 409, 413, 503))
+async def relabel_example(
+    example_id: int, body: schemas.RelabelIn, runtime: Runtime, threads: Threads
+) -> schemas.Relabelled:
+    """Change an example's label (e.g. a suspect of the task's report); its text stays. The store
+    re-embeds it under the new label at once; training sees it at the next job."""
+    check_label(body.label, ("body", "label"), runtime)
+    await threads.read(runtime.catch_up)
+    if example_id not in runtime.texts:
+        raise HTTPException(404, f"no example {example_id} in task {runtime.task.name!r}")
+    text, old_label = runtime.texts[example_id], runtime.labels[example_id]
+    try:
+        found = await threads.write(runtime.log.relabel, NewExample(text, body.label, example_id), old_label)
+    except ConflictError as error:  # changed since this request read it
+        raise HTTPException(409, str(error)) from None
+    except UnknownLabel as error:  # removed from the task since check_label read the labels
+        raise unprocessable(("body", "label"), str(error)) from None
+    if not found:  # deleted meanwhile
+        raise HTTPException(404, f"no example {example_id} in task {runtime.task.name!r}")
+    await threads.write(runtime.catch_up)
+    return schemas.Relabelled(
+        example=schemas.Example(id=example_id, text=text, label=body.label), store_version=runtime.offset
     )
 
 

@@ -89,7 +89,7 @@ async def suggestions(
                 text=pool[i].text,
                 margin=margin(predictions[i].probabilities),
                 disagreement=disagreement(predictions[i]),
-                prediction=_prediction(predictions[i], runtime, with_neighbours=False),
+                prediction=_prediction(predictions[i], runtime, False, runtime.task.min_confidence),
             )
             for i in ranked
         ],

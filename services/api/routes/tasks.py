@@ -64,13 +64,17 @@ async def get_task(runtime: Runtime) -> schemas.Task:
 async def update_task(
     body: schemas.TaskPatch, runtime: Runtime, registry: Registry, threads: Threads, metrics: MetricsDep
 ) -> schemas.Task:
-    """Change the task's training settings: the keys given replace the stored ones, the others stay.
+    """Change the task's training settings (the keys given replace the stored ones, the others stay)
+    and its `min_confidence`.
 
-    What the task serves (its model version and store) is untouched; only when and how it trains change.
+    What the task serves (its model version and store) is untouched; when and how it trains change, and
+    below which confidence its predictions abstain.
     """
-    name, changes = runtime.task.name, body.training.model_dump(exclude_unset=True)
+    name = runtime.task.name
+    changes = {} if body.training is None else body.training.model_dump(exclude_unset=True)
+    serving = body.model_dump(include={"min_confidence"}, exclude_unset=True)
     try:
-        task = await threads.write(registry.update_training, name, changes)
+        task = await threads.write(registry.update_training, name, changes, serving)
     except InvalidSpec as error:
         raise unprocessable(_located(error), str(error)) from None
     except SpecChanged as error:

@@ -1,0 +1,100 @@
+"""A task's quality report: what is scored, and the report as the api serves it.
+
+The numbers are the library's (`openbook.quality`); this module picks the evidence:
+
+- a task served by its untrained base model is scored leave-one-out over its labelled examples
+  (`TaskRuntime.leave_one_out`: each example with itself out of the store);
+- a trained version is scored on its held-out dev split, as scored when the version was made and kept
+  in its checkpoint's manifest (`openbook.fitting.calibrate_on_dev`).
+
+Blocking (a forward over every example, or a manifest read): the route runs it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from openbook.artifacts import MANIFEST_NAME
+from openbook.fitting import scored_from_record
+from openbook.quality import Scored, report_of
+
+from services.api import schemas
+from services.api.runtime import TaskRuntime
+from services.bus import versions
+
+
+class NoReport(LookupError):
+    """Nothing to report on: `status` is the HTTP status that says why (404: no such version, 409: no
+    scores)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def task_report(runtime: TaskRuntime, artifacts: Path, version: str | None) -> schemas.ReportOut:
+    """The report of the version the task serves (`version` None) or of a recorded `version`."""
+    if version is None and runtime.published is None:
+        scored, model_version, store_version = runtime.leave_one_out()
+        if len(scored.ids) == 0:
+            raise NoReport(409, f"task {runtime.task.name!r} has no labelled example to score")
+        return _report(
+            runtime, scored, model_version, store_version, "leave-one-out", 1.0, runtime.classifier.labels
+        )
+    name = runtime.task.name
+    if version is None:
+        assert runtime.published is not None  # tested above
+        version, path = runtime.published.version, Path(runtime.published.path)
+    else:
+        _, records = versions.list_versions(runtime.log.client, name)
+        if version not in {record["version"] for record in records}:
+            raise NoReport(404, f"no version {version!r} of task {name!r}")
+        path = artifacts / name / version  # where the trainer writes it (services.trainer.worker)
+    manifest = _manifest(path)
+    record = manifest.get("dev_scores")
+    if record is None:
+        raise NoReport(
+            409, f"version {version!r} keeps no dev scores (made before they were kept, or with fewer than 2)"
+        )
+    return _report(
+        runtime,
+        scored_from_record(record),
+        version,
+        str(manifest.get("log_offset", "")),
+        manifest.get("dev_scored_on", "dev"),
+        float(manifest.get("confidence_temperature", 1.0)),
+        tuple(manifest["labels"]),
+    )
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / MANIFEST_NAME).read_text())
+    except (OSError, ValueError) as error:
+        raise NoReport(409, f"the checkpoint of version {path.name!r} cannot be read: {error}") from None
+
+
+def _report(
+    runtime: TaskRuntime,
+    raw: Scored,
+    model_version: str,
+    store_version: str,
+    scored_by: str,
+    temperature: float,
+    labels: tuple[str, ...],
+) -> schemas.ReportOut:
+    """`raw` are the scores before any confidence temperature; the report reads them at `temperature`,
+    the one the scored version serves with."""
+    described = report_of(raw, labels, temperature)
+    for suspect in described["suspect_examples"]:
+        suspect["text"] = runtime.texts.get(suspect["id"])
+    return schemas.ReportOut(
+        task=runtime.task.name,
+        model_version=model_version,
+        store_version=store_version,
+        scored_by=scored_by,
+        min_confidence=runtime.task.min_confidence,
+        **described,
+    )

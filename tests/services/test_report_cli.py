@@ -1,0 +1,75 @@
+"""`openbook report`: a running service's task, and a checkpoint read without one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from services.api.app import create_app
+from services.cli.report import run_report
+from tests.services.harness import CLUSTER_EXAMPLES, CLUSTERS_TASK, api_settings, serving
+
+
+def test_report_of_a_task_prints_its_suspect(server, causal_dir, capsys) -> None:
+    import httpx
+
+    with serving(create_app(api_settings(server.url, causal_dir))) as url:
+        assert httpx.post(f"{url}/v1/tasks", json=CLUSTERS_TASK).status_code == 201
+        body = {"examples": CLUSTER_EXAMPLES}
+        assert httpx.post(f"{url}/v1/tasks/clusters/examples", json=body).status_code == 201
+
+        assert run_report(["--task", "clusters", "--url", url]) == 0
+        printed = capsys.readouterr().out
+        assert "11 examples scored by leave-one-out" in printed
+        suspects = printed.split("suspect examples (1)")[1].splitlines()
+        assert suspects[1].split()[:4] == ["42", "b", "->", "a"]
+
+        assert run_report(["--task", "clusters", "--url", url, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert (
+            report["suspect_examples"][0]["id"] == 42 and np.array(report["confusion"]["matrix"]).sum() == 11
+        )
+
+        assert run_report(["--task", "nope", "--url", url]) == 2
+        assert "404" in capsys.readouterr().err
+
+
+def test_report_of_a_checkpoint_needs_no_service(
+    causal_dir, tmp_path: Path, toy, fresh_classifier, capsys
+) -> None:
+    from openbook.fitting import LabelledTexts, fit_and_save
+    from openbook.methods import weights_sha256
+    from openbook.training import TrainConfig
+
+    classifier, method = fresh_classifier(causal_dir, "retroprompt")
+    dev = LabelledTexts(
+        ["great fun", "a good film", "boring and bad", "a terrible film"], np.array([1, 1, 0, 0])
+    )
+    fitted = fit_and_save(
+        tmp_path / "ckpt",
+        classifier,
+        method,
+        LabelledTexts(toy.texts, toy.labels),
+        dev,
+        TrainConfig(steps=2, batch_size=4, eval_every=1),
+        base_weights_sha256=weights_sha256(classifier.backbone.model),
+        training_data_sha256="0" * 64,
+        progress=False,
+    )
+    assert run_report(["--checkpoint", str(fitted.path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["scored_by"] == "dev" and report["examples"] == 4
+    assert report["calibration"]["ece_before"] == pytest.approx(
+        fitted.dev_metrics["calibration"]["ece_before"], abs=1e-5
+    )
+    assert run_report(["--checkpoint", str(fitted.path)]) == 0
+    assert "calibration: ECE" in capsys.readouterr().out
+
+    manifest = json.loads((fitted.path / "manifest.json").read_text())
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "manifest.json").write_text(json.dumps({**manifest, "dev_scores": None}))
+    assert run_report(["--checkpoint", str(tmp_path / "old")]) == 2
+    assert "keeps no dev scores" in capsys.readouterr().err
