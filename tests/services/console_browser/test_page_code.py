@@ -61,3 +61,42 @@ def test_upload_checks_and_helpers_in_the_browser(static_console: Console) -> No
     assert result["sizes"] == [64, 64, 2]
     assert result["ids"] == [fnv1a_53("plain"), fnv1a_53("it rains\0it pours"), fnv1a_53("café ☕")]
     assert result["p50"] == pytest.approx(0.1)
+
+
+def test_quality_charts_draw_the_numbers_they_are_given(static_console: Console) -> None:
+    """The Quality panel's SVG charts: empty bins and unanswered thresholds are left out, bars and lines
+    sit where their numbers say."""
+    open_console(static_console)
+    result = static_console.page.evaluate(
+        """async () => {
+          const charts = await import("/console/js/charts.js");
+          const bin = (lower, count, confidence, accuracy) =>
+            ({lower, upper: lower + 0.1, count, confidence, accuracy});
+          const bins = [bin(0, 0, null, null), bin(0.5, 4, 0.55, 0.5), bin(0.9, 6, 0.95, 1)];
+          const reliability = charts.reliabilityChart(bins);
+          const bars = [...reliability.querySelectorAll("rect.bin")].map((r) => +r.getAttribute("height"));
+          const curve = [0, 0.5, 1].map((threshold, i) =>
+            ({threshold, coverage: 1 - i / 2, accuracy: i < 2 ? 0.8 : null}));
+          const coverage = charts.coverageChart(curve, 0.5, null);
+          const withTask = charts.coverageChart(curve, 0.5, 0.75);
+          const points = (svg, name) => svg.querySelector(`polyline.${name}`).getAttribute("points");
+          const count = (svg, selector) => svg.querySelectorAll(selector).length;
+          const versions = charts.versionsChart(
+            [{version: "v1", state: "retired", accuracy: 0.5}, {version: "v2", state: "serving"}]);
+          return {
+            bars, diagonal: count(reliability, "line.diagonal"),
+            coverage: points(coverage, "coverage").split(" ").length,
+            accuracy: points(coverage, "accuracy").split(" ").length,
+            cursor: coverage.querySelector("line.cursor").getAttribute("x1"),
+            current: [count(coverage, "line.current"), count(withTask, "line.current")],
+            versionBars: count(versions, "rect.version-bar"),
+          };
+        }"""
+    )
+    assert len(result["bars"]) == 2  # the empty bin has no bar
+    assert result["bars"][1] == pytest.approx(2 * result["bars"][0])  # accuracy 1 is twice accuracy 0.5
+    assert result["diagonal"] == 1
+    assert (result["coverage"], result["accuracy"]) == (3, 2)  # nothing answered at 1: no accuracy point
+    assert float(result["cursor"]) == pytest.approx((42 + 348) / 2)  # halfway along the x axis
+    assert result["current"] == [0, 1]
+    assert result["versionBars"] == 1  # a version with no dev accuracy has no bar

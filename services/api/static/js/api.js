@@ -77,6 +77,7 @@ export async function api(method, path, body) {
 
 export const get = (path) => api("GET", path);
 export const post = (path, body) => api("POST", path, body ?? {});
+export const patch = (path, body) => api("PATCH", path, body);
 export const del = (path) => api("DELETE", path);
 
 export const taskPath = (task, rest = "") => `/v1/tasks/${encodeURIComponent(task)}${rest}`;

@@ -2,6 +2,7 @@
 
 import { Capabilities, apiKey, get, setApiKey } from "./api.js";
 import * as health from "./health.js";
+import * as quality from "./quality.js";
 import * as suggestions from "./suggestions.js";
 import * as tasks from "./tasks.js";
 import * as teach from "./teach.js";
@@ -9,12 +10,12 @@ import * as training from "./training.js";
 import * as tryIt from "./try.js";
 import { $, el, isPairTask } from "./util.js";
 
-const TAB_NAMES = ["try", "teach", "suggestions", "training", "tasks", "health"];
+const TAB_NAMES = ["try", "teach", "suggestions", "training", "quality", "tasks", "health"];
 const TASK_STORAGE = "openbook.task";
 
 // What every panel reads: the tasks, the selected one, and what the api offers.
 export const state = { tasks: [], task: null, caps: new Capabilities(null) };
-const panels = [tryIt, teach, suggestions, training, tasks, health];
+const panels = [tryIt, teach, suggestions, training, quality, tasks, health];
 
 function visibleTabs() {
   return TAB_NAMES.map((name) => $(`tab-${name}`)).filter((tab) => !tab.hidden);
@@ -127,7 +128,9 @@ async function main() {
   wireKey();
   $("task-select").addEventListener("change", (event) => selectTask(event.target.value));
   state.caps = await Capabilities.load();
-  for (const panel of panels) panel.init?.(state, { refreshTasks, selectTask, showTab });
+  // A panel that changes the task's examples tells the others, so that none shows a stale copy.
+  const examplesChanged = () => panels.forEach((panel) => panel.examplesChanged?.(state));
+  for (const panel of panels) panel.init?.(state, { refreshTasks, selectTask, showTab, examplesChanged });
   try {
     await refreshTasks();
   } catch (error) {

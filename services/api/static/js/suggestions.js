@@ -21,11 +21,13 @@ function keyHint() {
 function item(suggestion) {
   const prediction = suggestion.prediction ?? suggestion;
   const top = prediction.probabilities?.[prediction.label];
+  // below the task's min_confidence the prediction abstains: no label
+  const predicted = prediction.abstained ? "abstained" : `predicted ${prediction.label ?? "?"}`;
   const node = el(
     "li",
-    { tabindex: "0", class: "suggestion", dataset: { id: String(suggestion.id) }, "aria-label": `${showText(suggestion.text)}; predicted ${prediction.label ?? "?"}` },
+    { tabindex: "0", class: "suggestion", dataset: { id: String(suggestion.id) }, "aria-label": `${showText(suggestion.text)}; ${predicted}` },
     el("span", { class: "suggestion-text" }, showText(suggestion.text)),
-    el("span", { class: "muted" }, ` predicted ${prediction.label ?? "?"}${top === undefined ? "" : ` (${percent(top)})`}`),
+    el("span", { class: "muted" }, ` ${predicted}${top === undefined ? "" : ` (${percent(top)})`}`),
     el("span", { class: "row" }, labels().slice(0, 9).map((label, i) =>
       el("button", { type: "button", class: "secondary small", tabindex: "-1", onclick: () => labelSuggestion(node, suggestion, label) }, `${i + 1} ${label}`),
     )),

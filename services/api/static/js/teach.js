@@ -248,6 +248,10 @@ export function taskChanged() {
   );
 }
 
+export function examplesChanged() {
+  loadedFor = null; // read them again when the tab is next shown
+}
+
 export function shown(tab) {
   if (tab === "teach" && state.task && loadedFor !== state.task.name) {
     loadExamples().catch((error) => say($("examples-status"), `Examples not read: ${error.message}`, "error"));

@@ -128,6 +128,20 @@ function correction(text, prediction) {
   return el("div", { class: "correct" }, el("span", { class: "muted" }, "Correct it, as an example of:"), el("div", { class: "row" }, buttons), status);
 }
 
+// Below the task's min_confidence a prediction abstains: no label, its probabilities kept.
+function verdict(prediction) {
+  if (prediction.label !== null) {
+    return [el("strong", { class: "label" }, prediction.label), " ", el("span", { class: "muted" }, state.task.labels[prediction.label] ?? "")];
+  }
+  const [best, p] = Object.entries(prediction.probabilities).reduce((top, entry) => (entry[1] > top[1] ? entry : top));
+  const below = state.task.min_confidence === null || state.task.min_confidence === undefined ? "" : ` ${state.task.min_confidence}`;
+  return [
+    el("strong", { class: "label abstained" }, "abstained"),
+    " ",
+    el("span", { class: "muted" }, `its best guess, ${best} at ${percent(p)}, is below the threshold${below}`),
+  ];
+}
+
 function card(text, prediction, index) {
   return el(
     "article",
@@ -137,9 +151,7 @@ function card(text, prediction, index) {
       {},
       el("q", {}, showText(text)),
       " → ",
-      el("strong", { class: "label" }, prediction.label),
-      " ",
-      el("span", { class: "muted" }, state.task.labels[prediction.label] ?? ""),
+      ...verdict(prediction),
       prediction.truncated ? el("span", { class: "badge warn", title: "the text was cut to fit the prompt length" }, "truncated") : null,
     ),
     el("div", { class: "prediction-body" }, el("div", { class: "scroll-x" }, probabilities(prediction)), correction(text, prediction)),
