@@ -9,7 +9,7 @@ from openbook.classifier import Classifier
 from openbook.knn import KnnConfig
 from openbook.methods import build_method
 from openbook.prompting import Template, Verbalizer
-from openbook.training import DEFAULT_STEPS, TrainConfig
+from openbook.training import DEFAULT_EVAL_EVERY, DEFAULT_MAX_STEPS, DEFAULT_STEPS, TrainConfig
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
 
 TASKS_KEY = "openbook:tasks"  # hash: task name -> spec JSON
@@ -68,7 +68,7 @@ class TrainOptions(BaseModel):
 
     method: str | None = Field(None, description="default: the task's method", examples=["retroprompt"])
     # The budget: `steps`, or `epochs` (passes over the task's training examples at the time of the job),
-    # or neither for training.DEFAULT_STEPS.
+    # or neither for training.DEFAULT_STEPS; `max_steps` caps either.
     steps: int | None = Field(
         None, ge=1, le=100_000, description=f"optimiser steps; null: {DEFAULT_STEPS} unless epochs is given"
     )
@@ -77,12 +77,27 @@ class TrainOptions(BaseModel):
         gt=0,
         le=1_000,
         allow_inf_nan=False,
-        description="passes over the training examples instead of steps: ceil(epochs * N / batch_size) steps",
+        description="passes over the training examples instead of steps; an epoch is ceil(N / batch_size) "
+        "steps",
+    )
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description=f"the most optimiser steps, whatever the budget; null: {DEFAULT_MAX_STEPS} with epochs, "
+        "no cap with steps",
     )
     batch_size: int = Field(8, ge=1, le=1024)
     lr: float = Field(1e-5, gt=0, lt=1, allow_inf_nan=False)
-    eval_every: int = Field(8, ge=1, description="steps between dev checks, whatever the budget")
-    patience: int = Field(2, ge=1, description="dev checks without a better score before stopping")
+    eval_every: int | None = Field(
+        None,
+        ge=1,
+        description=f"steps between dev checks; null: every epoch with epochs, {DEFAULT_EVAL_EVERY} with "
+        "steps",
+    )
+    patience: int = Field(
+        2, ge=1, description="dev checks without a better score before stopping (epochs, with epochs' checks)"
+    )
 
     @model_validator(mode="after")
     def _one_budget(self) -> Self:
@@ -92,15 +107,23 @@ class TrainOptions(BaseModel):
     def train_config(self) -> dict[str, Any]:
         """The knobs, as a job's `train_config` (TrainConfig's keyword arguments).
 
-        The budget is written as it runs: the default step count spelled out, the other budget left out.
+        The budget is written as it runs (`TrainConfig.budget`): the defaults of the budget given, or of
+        the default one, spelled out, the other budget left out.
         """
-        knobs = self.model_dump(include=set(TrainOptions.model_fields) - {"method"}, exclude_none=True)
-        return knobs if BUDGET_KEYS & knobs.keys() else {"steps": DEFAULT_STEPS, **knobs}
+        budget = TrainConfig(
+            steps=self.steps, epochs=self.epochs, max_steps=self.max_steps, eval_every=self.eval_every
+        ).budget()
+        knobs = self.model_dump(
+            include=set(TrainOptions.model_fields) - {"method", *BUDGET_KEYS, "max_steps", "eval_every"},
+            exclude_none=True,
+        )
+        return knobs | budget
 
     def merged(self, changes: dict[str, Any]) -> Self:
-        """These settings with `changes` over them; `steps` and `epochs` are one setting, the budget,
-        so a change that gives either replaces both."""
-        kept = self.model_dump(exclude=BUDGET_KEYS if BUDGET_KEYS & changes.keys() else set())
+        """These settings with `changes` over them; `steps`, `epochs` and the cap `max_steps` are one
+        setting, the budget, so a change that gives `steps` or `epochs` replaces all three."""
+        budget = BUDGET_KEYS | {"max_steps"}
+        kept = self.model_dump(exclude=budget if BUDGET_KEYS & changes.keys() else set())
         return self.model_validate({**kept, **changes})
 
 

@@ -113,6 +113,8 @@ BAD_PATCHES = [
     ({"training": {"epochs": 0}}, ["body", "training", "epochs"]),
     ({"training": {"epochs": 1001}}, ["body", "training", "epochs"]),
     ({"training": {"epochs": "NaN"}}, ["body", "training", "epochs"]),
+    ({"training": {"max_steps": 0}}, ["body", "training", "max_steps"]),
+    ({"training": {"eval_every": 0}}, ["body", "training", "eval_every"]),
     ({"training": {"steps": 4, "epochs": 2}}, ["body", "training"]),  # two budgets at once
     ({"training": {"lr": 1.5}}, ["body", "training", "lr"]),
     ({"training": {"batch_size": 2000}}, ["body", "training", "batch_size"]),
@@ -138,7 +140,7 @@ def test_a_bad_patch_is_refused_and_changes_nothing(api: TestClient, server, bod
 def test_a_patch_merges_the_keys_given_over_the_stored_ones(api: TestClient) -> None:
     response = api.patch("/v1/tasks/reviews", json={"training": {"every": 9, "method": "prompt-ft"}})
     assert response.status_code == 200, response.text
-    expected = {**AUTO_TASK["training"], "epochs": None, "every": 9, "method": "prompt-ft"}
+    expected = {**AUTO_TASK["training"], "epochs": None, "max_steps": None, "every": 9, "method": "prompt-ft"}
     assert response.json()["training"] == expected and response.json()["template"] == TASK["template"]
     assert api.get("/v1/tasks/reviews").json()["training"] == expected
     assert api.patch("/v1/tasks/nope", json={"training": {"every": 2}}).status_code == 404
@@ -186,12 +188,17 @@ def test_a_patch_that_gives_a_budget_replaces_the_stored_one(api: TestClient) ->
     patched = api.patch("/v1/tasks/reviews", json={"training": {"epochs": 2.5}})
     assert patched.status_code == 200, patched.text
     assert (patched.json()["training"]["steps"], patched.json()["training"]["epochs"]) == (None, 2.5)
-    patched = api.patch("/v1/tasks/reviews", json={"training": {"steps": 6}})
-    assert (patched.json()["training"]["steps"], patched.json()["training"]["epochs"]) == (6, None)
+    patched = api.patch("/v1/tasks/reviews", json={"training": {"epochs": 20, "max_steps": 50}})
+    assert patched.status_code == 200, patched.text
+    patched = api.patch("/v1/tasks/reviews", json={"training": {"max_steps": 60}})  # the cap alone
+    assert (patched.json()["training"]["epochs"], patched.json()["training"]["max_steps"]) == (20, 60)
+    patched = api.patch("/v1/tasks/reviews", json={"training": {"steps": 6}})  # the cap goes with its budget
+    training = patched.json()["training"]
+    assert (training["steps"], training["epochs"], training["max_steps"]) == (6, None, None)
 
 
 def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> None:
-    from openbook.training import DEFAULT_STEPS, TrainConfig
+    from openbook.training import DEFAULT_EVAL_EVERY, DEFAULT_MAX_STEPS, DEFAULT_STEPS, TrainConfig
 
     by_epochs = api.post("/v1/tasks/reviews/train", json={**KNOBS, "steps": None, "epochs": 3})
     assert by_epochs.status_code == 202, by_epochs.text
@@ -199,13 +206,18 @@ def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> No
     assert "steps" not in config and TrainConfig(**config).total_steps(10) == 9  # 3 epochs of ceil(10 / 4)
     default = api.post("/v1/tasks/reviews/train", json={}).json()["train_config"]
     assert default["steps"] == DEFAULT_STEPS and "epochs" not in default  # the default, spelled out
+    assert default["eval_every"] == DEFAULT_EVAL_EVERY and "max_steps" not in default
+    epochs = api.post("/v1/tasks/reviews/train", json={"epochs": 20}).json()["train_config"]
+    # the cap spelled out, no eval_every: a dev check every epoch
+    assert (epochs["epochs"], epochs["max_steps"], "eval_every" in epochs) == (20, DEFAULT_MAX_STEPS, False)
+    assert TrainConfig(**epochs).check_every(12) == 2
 
     client = redis.Redis.from_url(server.url)
     queued = client.xlen(JOBS_STREAM)
     for bad in ({"steps": 4, "epochs": 2}, {"epochs": 0}, {"epochs": -1}, {"epochs": 1e9}):
         response = api.post("/v1/tasks/reviews/train", json=bad)
         assert response.status_code == 422, (bad, response.text)
-    assert client.xlen(JOBS_STREAM) == queued and len(jobs(api)) == 2  # nothing was queued
+    assert client.xlen(JOBS_STREAM) == queued and len(jobs(api)) == 3  # nothing was queued
     refused = api.post("/v1/tasks/reviews/train", json={"steps": 4, "epochs": 2}).json()["detail"]
     assert "steps or as epochs, not both" in refused[0]["msg"]
 
