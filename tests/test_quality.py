@@ -133,6 +133,16 @@ def test_calibration_is_not_adopted_when_it_does_not_help():
     assert calibration.adopted == (calibration.ece_after < calibration.ece_before)
 
 
+def test_too_few_examples_never_adopt_a_temperature():
+    probabilities = np.array([[0.99, 0.01]] * 10)
+    gold = np.array([0, 1] * 5)  # half wrong at 99%: a fit would find a high T
+    small = calibrate(Scored(np.arange(10), gold, probabilities))
+    assert small.fitted_temperature > 1 and small.ece_after < small.ece_before
+    assert not small.adopted and small.temperature == 1.0
+    large = calibrate(Scored(np.arange(40), np.tile(gold, 4), np.tile(probabilities, (4, 1))))
+    assert large.adopted and large.temperature == large.fitted_temperature
+
+
 def test_abstention_follows_the_threshold():
     assert abstains(0.59, 0.6) and not abstains(0.6, 0.6) and not abstains(0.2, None)
     assert not abstains(0.0, 0.0)

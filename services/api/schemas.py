@@ -128,6 +128,7 @@ class PredictionOut(BaseModel):
 
 class ClassifyOut(BaseModel):
     predictions: list[PredictionOut]
+    min_confidence: float | None = None  # the threshold applied: the request's, else the task's
     model_version: str
     store_version: str
 
@@ -304,7 +305,7 @@ class CalibrationOut(BaseModel):
     fitted_temperature: float  # what temperature scaling finds on these examples
     ece_before: float  # of the scores before any temperature
     ece_after: float  # with temperatures fitted on other folds of these examples (cross-validated)
-    adopted: bool  # ece_after < ece_before
+    adopted: bool  # ece_after < ece_before, with at least 20 examples scored
     folds: int
 
 

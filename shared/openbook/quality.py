@@ -35,6 +35,7 @@ from openbook.prompting import TextInput
 RELIABILITY_BINS = 10
 COVERAGE_THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(21))  # 0.0, 0.05, ..., 1.0
 SUSPECT_CONFIDENCE = 0.5  # a suspect's prediction puts at least this much on a label not its own
+MIN_CALIBRATION_EXAMPLES = 20  # fewer scored examples never adopt a temperature
 _TEMPERATURES = np.exp(np.linspace(np.log(0.05), np.log(20.0), 121))  # the search grid of T
 _FLOOR = 1e-12  # log P of a label given no probability at all
 
@@ -226,12 +227,13 @@ class Calibration:
     fitted_temperature: float  # what the fit found, adopted or not
     ece_before: float
     ece_after: float  # of the temperatures fitted without each fold's examples, on that fold
-    adopted: bool  # ece_after < ece_before
+    adopted: bool  # ece_after < ece_before, with at least MIN_CALIBRATION_EXAMPLES examples
     folds: int
 
 
 def calibrate(scored: Scored, folds: int = 5, seed: int = 0) -> Calibration:
-    """Temperature scaling, adopted only if it lowers the ECE on examples it was not fitted to.
+    """Temperature scaling, adopted only if it lowers the ECE on examples it was not fitted to, and only
+    from `MIN_CALIBRATION_EXAMPLES` scored examples on (below, a fit is noise: it tends to the grid's end).
 
     The examples are split into `folds` (at most one per example); each fold is rescaled by the T
     fitted on the others, and the ECE of those held-out predictions is compared with the ECE as scored.
@@ -249,7 +251,7 @@ def calibrate(scored: Scored, folds: int = 5, seed: int = 0) -> Calibration:
     ece_before, _ = reliability(scored)
     ece_after, _ = reliability(Scored(scored.ids, scored.gold, held_out))
     fitted = fit_temperature(scored.probabilities, scored.gold)
-    adopted = ece_after < ece_before
+    adopted = ece_after < ece_before and n >= MIN_CALIBRATION_EXAMPLES
     return Calibration(fitted if adopted else 1.0, fitted, ece_before, ece_after, adopted, folds)
 
 

@@ -77,13 +77,16 @@ def test_abstention_follows_the_threshold_of_the_request_then_the_task(make_clie
         confidence = [max(p["probabilities"].values()) for p in plain]
         threshold = float(np.median(confidence))
         asked = api.post("/v1/tasks/clusters/classify", json={"texts": texts, "min_confidence": threshold})
+        assert asked.json()["min_confidence"] == threshold
         for p, c, before in zip(asked.json()["predictions"], confidence, plain, strict=True):
             assert p["abstained"] == (c < threshold)
             assert p["label"] == (None if c < threshold else before["label"])
             assert p["probabilities"] == before["probabilities"]  # kept when abstaining
 
         assert api.patch("/v1/tasks/clusters", json={"min_confidence": 1.0}).json()["min_confidence"] == 1.0
-        by_task = api.post("/v1/tasks/clusters/classify", json={"texts": texts}).json()["predictions"]
+        answer = api.post("/v1/tasks/clusters/classify", json={"texts": texts}).json()
+        assert answer["min_confidence"] == 1.0
+        by_task = answer["predictions"]
         assert [p["abstained"] for p in by_task] == [c < 1.0 for c in confidence]
         overridden = api.post("/v1/tasks/clusters/classify", json={"texts": texts, "min_confidence": None})
         assert not any(p["abstained"] for p in overridden.json()["predictions"])  # null: never, this once

@@ -48,6 +48,7 @@ async def classify(body: schemas.ClassifyIn, served: Serving) -> schemas.Classif
         predictions=[_prediction(p, runtime, body.neighbours, threshold) for p in predictions],
         model_version=model_version,
         store_version=store_version,
+        min_confidence=threshold,
     )
 
 
