@@ -71,8 +71,9 @@ class TaskRuntime:
     # the stored spec, as Redis holds it, that this runtime serves (`TaskRegistry.runtime` sets it):
     # `predict` checks that Redis still holds it, so a runtime taken from the cache never serves stale
     spec: bytes = b""
-    # the last leave-one-out pass, for (model_version, offset): the report of an untrained task
-    loo_cache: tuple[tuple[str, str], Scored] | None = None
+    # the last leave-one-out pass (the report of an untrained task): the classifier and (model_version,
+    # offset) it scored, and its scores
+    loo_cache: tuple[Classifier, tuple[str, str], Scored] | None = None
 
     def catch_up(self) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread)."""
@@ -130,27 +131,23 @@ class TaskRuntime:
             with self.lock:
                 with contextlib.suppress(redis.ConnectionError):  # Redis away: what the store holds so far
                     self._apply_log()
-                key = (self.model_version, self.offset)
-                if self.loo_cache is not None and self.loo_cache[0] == key:
-                    return self.loo_cache[1], *key
-                classifier = self.classifier
+                classifier, key = self.classifier, (self.model_version, self.offset)
+                cache = self.loo_cache
+                if cache is not None and cache[0] is classifier and cache[1] == key:
+                    return cache[2], *key
                 known = set(classifier.labels)
                 ids = np.array([i for i in sorted(self.labels) if self.labels[i] in known], dtype=np.int64)
                 texts, labels = [self.texts[int(i)] for i in ids], [self.labels[int(i)] for i in ids]
-            parts = []
+            parts = [Scored(ids[:0], ids[:0], np.zeros((0, len(known))))]  # what no example gives
             for start in range(0, len(ids), LOO_CHUNK):
                 with self.lock:
-                    if self.classifier is not classifier:
+                    if self.classifier is not classifier:  # swapped meanwhile: start again on the new one
                         break
-                    part = slice(start, start + LOO_CHUNK)
-                    parts.append(leave_one_out(classifier, texts[part], labels[part], ids[part]))
+                    chunk = slice(start, start + LOO_CHUNK)
+                    parts.append(leave_one_out(classifier, texts[chunk], labels[chunk], ids[chunk]))
             else:
-                scored = Scored(
-                    np.concatenate([p.ids for p in parts]) if parts else ids,
-                    np.concatenate([p.gold for p in parts]) if parts else ids,
-                    np.concatenate([p.probabilities for p in parts]) if parts else np.zeros((0, len(known))),
-                )
-                self.loo_cache = (key, scored)
+                scored = Scored(*(np.concatenate([getattr(p, f) for p in parts]) for f in Scored.FIELDS))
+                self.loo_cache = (classifier, key, scored)
                 return scored, *key
         raise StaleRuntime(self.task.name)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -47,6 +47,8 @@ class Scored:
     ids: np.ndarray  # (N,) int64
     gold: np.ndarray  # (N,) label indices
     probabilities: np.ndarray  # (N, C)
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("ids", "gold", "probabilities")
 
     def __post_init__(self) -> None:
         n = len(self.ids)

@@ -163,3 +163,18 @@ def _in_dev(example_id: int) -> bool:
     from services.trainer.worker import in_dev
 
     return in_dev(example_id)
+
+
+def test_a_label_added_to_the_task_is_in_the_next_report(make_client) -> None:
+    with make_client() as api:
+        api.post("/v1/tasks", json={**TASK, "knn": {"k": 3, "temperature": 0.01, "lam": 0.5}})  # P_LM counts
+        api.post("/v1/tasks/clusters/examples", json={"examples": _examples()})
+        before = api.get("/v1/tasks/clusters/report").json()
+        assert before["confusion"]["labels"] == ["a", "b"]
+        assert api.post("/v1/tasks/clusters/labels", json={"label": "c", "word": "okay"}).status_code == 201
+        after = api.get("/v1/tasks/clusters/report").json()  # the same log offset, another classifier
+        assert after["store_version"] == before["store_version"]
+        assert after["confusion"]["labels"] == ["a", "b", "c"] and after["per_label"]["c"]["support"] == 0
+        assert np.array(after["confusion"]["matrix"]).sum() == 11
+        # scored again, not the pass before: P_LM now spreads over three label words
+        assert after["reliability"] != before["reliability"]
