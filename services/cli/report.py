@@ -75,6 +75,8 @@ def _from_checkpoint(path: Path) -> dict[str, Any]:
 
 def format_report(report: dict[str, Any]) -> str:
     """The report as a person reads it: the headline, per label, confusion, calibration, thresholds."""
+    from openbook.quality import CoveragePoint, threshold_for_accuracy
+
     labels = report["confusion"]["labels"]
     width = max(8, *(len(label) for label in labels))
     lines = [
@@ -110,17 +112,15 @@ def format_report(report: dict[str, Any]) -> str:
     for point in report["coverage"]:
         accuracy = "-" if point["accuracy"] is None else f"{point['accuracy']:.3f}"
         lines.append(f"{point['threshold']:9.2f}  {point['coverage']:8.3f}  {accuracy:>8}")
+    coverage = [CoveragePoint(**point) for point in report["coverage"]]
     for target in TARGETS:
-        reached = next(
-            (p for p in report["coverage"] if p["accuracy"] is not None and p["accuracy"] >= target), None
-        )
+        reached = threshold_for_accuracy(coverage, target)
         lines.append(
             f"accuracy >= {target:.0%}: "
             + (
                 "not reached at any threshold"
                 if reached is None
-                else f"min_confidence {reached['threshold']:.2f} answers {reached['coverage']:.0%} "
-                "of these examples"
+                else f"min_confidence {reached.threshold:.2f} answers {reached.coverage:.0%} of them"
             )
         )
     suspects = report["suspect_examples"]
