@@ -133,3 +133,18 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+
+# The dev-only grid that chose how the store scores its neighbours (docs/knn-selection.md, "How the store
+# scores its neighbours"): knn and knn-interp under each candidate scoring, 4 tasks x 5 seeds, dev only.
+.PHONY: knn-dev
+KNN_CANDIDATES = cosine:--knn-similarity=cosine:--no-knn-standardise:--knn-temperature=0.1 \
+	centred:--knn-similarity=centred:--no-knn-standardise:--knn-temperature=0.1 \
+	standardised:--knn-similarity=cosine:--knn-standardise:--knn-temperature=1 \
+	centred-standardised:--knn-similarity=centred:--knn-standardise:--knn-temperature=1
+knn-dev: install
+	for candidate in $(KNN_CANDIDATES); do \
+		set -- $$(echo $$candidate | tr ':' ' '); name=$$1; shift; \
+		$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+			--methods knn,knn-interp --seeds 13,21,42,87,100 "$$@" --out docs/results/knn-dev-$(DEV_BACKBONE)-$$name \
+			|| exit 1; \
+	done

@@ -161,7 +161,7 @@ def load_classifier(
             Template(manifest["template"]),
             Verbalizer(tuple(manifest["labels"]), tuple(manifest["label_words"])),
             store=checkpoint.store,
-            knn=KnnConfig(**manifest["knn"]),
+            knn=KnnConfig.from_saved(manifest["knn"]),
             demos=None if manifest["demos"] is None else DemoConfig(**manifest["demos"]),
             label_bias=None if bias is None else np.asarray(bias, dtype=np.float32),
             confidence_temperature=float(

@@ -4,7 +4,7 @@
 
 `P_LM` is the softmax over the label words' scores at the slot, after
 subtracting a per-label log-prior (`label_bias`, see `calibration.py`);
-`P_kNN` comes from the store's neighbours of the slot vector. Every
+`P_kNN` comes from the store's neighbours of the slot vector (`knn.py`). Every
 prediction carries both, and the neighbours it used, as its explanation.
 
 Store keys and kNN queries are the slot vectors of the plain prompt. With
@@ -31,7 +31,7 @@ from openbook.demonstrations import (
     to_input_space,
     to_words,
 )
-from openbook.knn import KnnConfig, knn_mixture
+from openbook.knn import KnnConfig, knn_mixture, knn_search
 from openbook.prompting import PromptEncoder, PromptError, Template, TextInput, Verbalizer
 from openbook.prompting.encoder import DemoLayout
 from openbook.soft_prompts import SoftPrompt
@@ -42,7 +42,7 @@ from openbook.store import KnowledgeStore, SearchResult
 class Neighbour:
     id: int
     label: str
-    similarity: float
+    similarity: float  # as the kNN scored it (KnnConfig.similarity: cosine, or centred cosine)
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ class Classifier:
             return Scores(
                 p_lm, np.zeros_like(p_lm), with_temperature(p_lm, self.confidence_temperature), None
             )
-        hits = self.store.search(embeddings.vectors, knn.k, exclude_ids=exclude_ids)
+        hits = knn_search(self.store, embeddings.vectors, knn.k, knn.similarity, exclude_ids=exclude_ids)
         p_knn, p = knn_mixture(p_lm, hits.similarities, hits.labels, knn)
         return Scores(p_lm, p_knn, with_temperature(p, self.confidence_temperature), hits)
 

@@ -16,10 +16,14 @@ A rule (`SelectionRule`) is a grid of (k, T, lambda) and a criterion that ranks 
 The rule (`DEFAULT_RULE`: lambda alone, k = 16, T = 0.1, by accuracy with ties broken by the gold
 log-likelihood) and the evidence each caller gives were fixed by a nested check on dev alone
 (`openbook knn-selection`, docs/knn-selection.md).
+
+A rule chooses k, T and lambda; how neighbours are scored (`KnnConfig.similarity`, `.standardise`)
+is the caller's, given as the `base` config whose other fields the chosen one keeps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +34,15 @@ import torch
 
 from openbook.calibration import calibrated_p_lm
 from openbook.classifier import Classifier
-from openbook.knn import KnnConfig, interpolate, knn_distribution, knn_mixture
+from openbook.knn import (
+    DEFAULT_KNN,
+    KnnConfig,
+    Similarity,
+    interpolate,
+    knn_distribution,
+    knn_mixture,
+    knn_search,
+)
 from openbook.prompting import TextInput
 from openbook.store import KnowledgeStore, SearchResult
 
@@ -72,6 +84,11 @@ class SelectionRule:
 DEFAULT_RULE = SelectionRule()
 # k, T and lambda jointly (330 points): the rule before the first nested check, which it lost.
 JOINT_RULE = SelectionRule(ks=K_GRID, temperatures=TEMPERATURE_GRID)
+
+
+def lambda_rule(base: KnnConfig) -> SelectionRule:
+    """The default rule (lambda alone) at `base`'s k and T."""
+    return dataclasses.replace(DEFAULT_RULE, ks=(base.k,), temperatures=(base.temperature,))
 
 
 @dataclass(frozen=True)
@@ -119,14 +136,20 @@ def pooled(parts: Sequence[Evidence]) -> Evidence:
 
 
 def leave_one_out_evidence(
-    store: KnowledgeStore, ids: np.ndarray, vectors: np.ndarray, p_lm: np.ndarray, labels: np.ndarray, k: int
+    store: KnowledgeStore,
+    ids: np.ndarray,
+    vectors: np.ndarray,
+    p_lm: np.ndarray,
+    labels: np.ndarray,
+    k: int,
+    similarity: Similarity = "cosine",
 ) -> Evidence:
     """The store's own examples as evidence, each with its neighbours among the *other* stored examples.
 
     `ids` are the examples' ids in the store, `vectors` their keys. Sound only where the prompt was not
     fitted to these examples (a frozen backbone): see the module's docstring.
     """
-    return Evidence(p_lm, Split(labels, store.search(vectors, k, exclude_ids=ids)))
+    return Evidence(p_lm, Split(labels, knn_search(store, vectors, k, similarity, exclude_ids=ids)))
 
 
 def accuracy(predicted: np.ndarray, gold: np.ndarray) -> float:
@@ -139,9 +162,13 @@ def gold_log_likelihood(probabilities: np.ndarray, gold: np.ndarray) -> float:
     return float(np.log(np.maximum(chosen, 1e-12)).mean())
 
 
-def select(evidence: Evidence, rule: SelectionRule, store_size: int) -> tuple[KnnConfig, float]:
-    """The rule's best grid point on the evidence, with its accuracy there."""
-    return select_on_dev(evidence.p_lm, evidence.split, rule.grid(store_size), store_size, rule.criterion)
+def select(
+    evidence: Evidence, rule: SelectionRule, store_size: int, base: KnnConfig = DEFAULT_KNN
+) -> tuple[KnnConfig, float]:
+    """The rule's best grid point on the evidence (scored as `base` scores), with its accuracy there."""
+    return select_on_dev(
+        evidence.p_lm, evidence.split, rule.grid(store_size), store_size, rule.criterion, base
+    )
 
 
 def select_on_dev(
@@ -150,9 +177,11 @@ def select_on_dev(
     grid: Sequence[tuple[int, float, float]],
     store_size: int,
     criterion: Criterion = "accuracy",
+    base: KnnConfig = DEFAULT_KNN,
 ) -> tuple[KnnConfig, float]:
     """Best (k, T, lambda) on `dev` by `criterion`, the first of equals; with its accuracy there.
 
+    `dev`'s neighbours were found with `base.similarity`; the chosen config is `base` at that point.
     Points with k > store_size are skipped. P_kNN is computed once per run of points sharing (k, T).
     """
     assert dev.hits is not None
@@ -166,20 +195,22 @@ def select_on_dev(
             torch.from_numpy(dev.hits.labels[:, :k]),
             p_lm.shape[1],
             temperature,
+            base.standardise,
         )
         for _, _, lam in points:
             p_dev = interpolate(p_knn, p_lm, lam).numpy()
             scores = accuracy(p_dev.argmax(-1), dev.labels), gold_log_likelihood(p_dev, dev.labels)
             key = scores if criterion == "accuracy" else scores[::-1]
             if best_key is None or key > best_key:
-                best_key, best, best_accuracy = key, KnnConfig(k, temperature, lam), scores[0]
+                best = dataclasses.replace(base, k=k, temperature=temperature, lam=lam)
+                best_key, best_accuracy = key, scores[0]
     assert best is not None
     return best, best_accuracy
 
 
-def split_mixture(p_lm: np.ndarray, split: Split, k: int, temperature: float, lam: float) -> np.ndarray:
+def split_mixture(p_lm: np.ndarray, split: Split, config: KnnConfig) -> np.ndarray:
     assert split.hits is not None
-    return knn_mixture(p_lm, split.hits.similarities, split.hits.labels, KnnConfig(k, temperature, lam))[1]
+    return knn_mixture(p_lm, split.hits.similarities, split.hits.labels, config)[1]
 
 
 def choose_knn_on_dev(
@@ -190,9 +221,12 @@ def choose_knn_on_dev(
 ) -> tuple[KnnConfig, float]:
     """k, T and lambda for a trained classifier's kNN interpolation, chosen on dev; with dev accuracy.
 
-    Dev alone is the evidence: the classifier was trained on the examples its store holds.
+    Dev alone is the evidence: the classifier was trained on the examples its store holds. Neighbours
+    are scored as `classifier.knn` scores them.
     """
+    base = classifier.knn
     dev = classifier.embed(dev_texts)
-    hits = classifier.store.search(dev.vectors, min(max(rule.ks), len(classifier.store)))
+    k = min(max(rule.ks), len(classifier.store))
+    hits = knn_search(classifier.store, dev.vectors, k, base.similarity)
     p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)
-    return select(Evidence(p_lm_dev, Split(dev_labels, hits)), rule, len(classifier.store))
+    return select(Evidence(p_lm_dev, Split(dev_labels, hits)), rule, len(classifier.store), base)

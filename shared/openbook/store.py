@@ -12,6 +12,10 @@ in, keeps the ids, labels and texts, and leaves the keys to one of two backends 
   product per batch.
 
 Snapshots (`store_snapshot.py`) are written in the FAISS format either way (`to` converts).
+
+The mean of the stored keys (`key_mean`, what a centred kNN subtracts, `knn.py`) is summed over the keys
+the first time it is asked for, then kept up to date by every add and removal; a snapshot does not hold
+it, since it follows from the keys.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from openbook.store_torch import TorchKeys
 __all__ = ["DEFAULT_SHARD_SIZE", "Backend", "KnowledgeStore", "SearchResult", "StoreState"]
 
 Backend = Literal["auto", "faiss", "torch"]  # auto: torch on a CUDA device, faiss on the CPU
+SUM_CHUNK = 65_536  # keys read back at a time while summing them (150 MB at dim 576)
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,7 @@ class KnowledgeStore:
             raise ValueError(f"backend {backend!r} cannot run on {self.device} (faiss: cpu; torch: any)")
         self.backend: Backend = backend
         self._keys: FaissKeys | TorchKeys = self._new_keys()
+        self._key_sum: np.ndarray | None = None  # (dim,) float64 sum of the keys, kept once asked for
 
     def _new_keys(self) -> FaissKeys | TorchKeys:
         if self.backend == "torch":
@@ -198,6 +204,19 @@ class KnowledgeStore:
         self._check_stored(ids)
         return self._keys.vectors_of(ids)
 
+    def key_mean(self) -> np.ndarray:
+        """(dim,) float64 mean of the stored keys, as stored (fp16-rounded on CUDA); zeros when empty."""
+        if self._key_sum is None:
+            self._key_sum = self._sum_of(self._keys.sorted_ids())
+        return self._key_sum / max(len(self), 1)
+
+    def _sum_of(self, ids: np.ndarray) -> np.ndarray:
+        """(dim,) float64 sum of the stored keys of `ids` (every one stored)."""
+        total = np.zeros(self._dim, dtype=np.float64)
+        for start in range(0, len(ids), SUM_CHUNK):
+            total += self._keys.vectors_of(ids[start : start + SUM_CHUNK]).sum(axis=0, dtype=np.float64)
+        return total
+
     def texts_of(self, ids: npt.ArrayLike) -> list[TextInput]:
         """The stored texts of `ids`; KeyError for an id not stored, or stored without its text."""
         ids = _as_ids(ids, "ids", non_negative=False)
@@ -228,10 +247,15 @@ class KnowledgeStore:
         _, first_in_reversed = np.unique(ids[::-1], return_index=True)
         keep = len(ids) - 1 - first_in_reversed
         ids, vectors, labels = ids[keep], vectors[keep], labels[keep]  # sorted, unique
+        replaced = ids[self._keys.contains(ids)]
         if self._texts:
-            for replaced in ids[self._keys.contains(ids)].tolist():
-                self._texts.pop(replaced, None)
+            for dropped in replaced.tolist():
+                self._texts.pop(dropped, None)
+        if self._key_sum is not None:
+            self._key_sum -= self._sum_of(replaced)
         self._keys.add(ids, vectors, labels)
+        if self._key_sum is not None:
+            self._key_sum += self._sum_of(ids)  # as stored, so that removing them later cancels exactly
         if texts is not None:
             self._texts.update(zip(ids.tolist(), [texts[i] for i in keep], strict=True))
         self.version += 1
@@ -242,7 +266,11 @@ class KnowledgeStore:
         present = ids[self._keys.contains(ids)]
         if len(present) == 0:
             return 0
+        if self._key_sum is not None:
+            self._key_sum -= self._sum_of(present)
         self._keys.remove(present)
+        if len(self._keys) == 0:
+            self._key_sum = None  # the next sum starts from nothing, not from rounding left over
         for dropped in present.tolist():
             self._texts.pop(dropped, None)
         self.version += 1
@@ -303,3 +331,4 @@ class KnowledgeStore:
             assert isinstance(self._keys, FaissKeys)  # the faiss backend's keys
             self._keys.restore_state(state)
         self._texts = dict(state.texts)
+        self._key_sum = None

@@ -13,7 +13,11 @@ from openbook.prompting import PromptError, Template, Verbalizer, get_preset
 
 if TYPE_CHECKING:
     from openbook.classifier import Classifier
+    from openbook.knn import KnnConfig
     from openbook.training import TrainConfig
+
+# Settings recorded in settings.json since some date: a directory written before holds runs made with these.
+RECORDED_SINCE = {"knn": {"similarity": "cosine", "standardise": False, "temperature": 0.1}}
 
 # Errors that are the user's to fix: printed in one line, exit status 2 (MethodError and
 # CheckpointError are ValueErrors).
@@ -77,6 +81,40 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         help="dev checks without gain before stopping (epochs, with --epochs and its checks)",
     )
     group.add_argument("--reembed-every", type=int, help="steps between store re-embeddings (default: epoch)")
+
+
+def add_knn_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the store's neighbours are scored (knn.KnnConfig); the defaults are KnnConfig's."""
+    from openbook.knn import SIMILARITIES, KnnConfig
+
+    default = KnnConfig()
+    group = parser.add_argument_group("kNN scoring (knn.py)")
+    group.add_argument(
+        "--knn-similarity",
+        choices=SIMILARITIES,
+        default=default.similarity,
+        help="cosine, or centred: cosine after subtracting the store's mean key",
+    )
+    group.add_argument(
+        "--knn-standardise",
+        action=argparse.BooleanOptionalAction,
+        default=default.standardise,
+        help="divide the temperature by the spread (std) of each query's k similarities",
+    )
+    group.add_argument(
+        "--knn-temperature",
+        type=float,
+        default=default.temperature,
+        help="T of knn-interp (knn chooses T from its grid)",
+    )
+
+
+def knn_config(args: argparse.Namespace) -> KnnConfig:
+    from openbook.knn import KnnConfig
+
+    return KnnConfig(
+        temperature=args.knn_temperature, similarity=args.knn_similarity, standardise=args.knn_standardise
+    )
 
 
 def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
@@ -143,6 +181,7 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
     path = Path(args.out) / "settings.json"
     if path.exists():
         saved = json.loads(path.read_text())
+        saved = RECORDED_SINCE | saved
         changed = {
             k: (saved.get(k), v)
             for k, v in settings.items()

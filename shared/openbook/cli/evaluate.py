@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 from openbook.calibration import CALIBRATION_MODES
 from openbook.cli.common import (
     add_data_argument,
+    add_knn_arguments,
     add_prompt_arguments,
     add_training_arguments,
     build_classifier,
     checked_settings,
+    knn_config,
     train_config,
 )
 
@@ -61,6 +63,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         " (to compare configurations; an --out holds runs of one kind)",
     )
     evaluate.add_argument("--calibration", choices=CALIBRATION_MODES, default="domain")
+    add_knn_arguments(evaluate)
     evaluate.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
     add_prompt_arguments(evaluate)
     add_training_arguments(evaluate)
@@ -121,8 +124,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     records = read_results(args.out)
     check_one_kind(records, args.no_test, args.out)
     check_method_options(records, trainable, args.out)
+    knn = knn_config(args)  # a bad kNN option fails before anything is written
     sampled = {} if args.test_size is None else {"test_size": args.test_size}  # recorded only when used
-    settings = checked_settings(args, sampled)
+    scoring = {
+        "knn": {"similarity": knn.similarity, "standardise": knn.standardise, "temperature": knn.temperature}
+    }
+    settings = checked_settings(args, sampled | scoring)
     done = {(r.task, r.method, r.seed) for r in records}
     classifier = None
     for task in tasks:
@@ -132,11 +139,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         if not pending_seeds and not pending_runs and not pending_peer:
             continue
         classifier = build_classifier(args, task)
+        classifier.knn = knn
 
         def save(record, classifier=classifier):
             # another `openbook eval` may share this directory (disjoint seeds or tasks; reports.py)
             with locked(args.out) as out:
-                checked_settings(args, sampled)
+                checked_settings(args, sampled | scoring)
                 (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
                 add_record(record, out, _eval_header(args, argv, classifier), method_order=methods)
 

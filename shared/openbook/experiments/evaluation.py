@@ -12,6 +12,10 @@ and grid point reuses those slot vectors and label scores. The test split is
 shared by all seeds: it is embedded once per task, and its cost is split
 evenly over the seeds in the reported wall time.
 
+Neighbours are scored as the classifier's `KnnConfig` scores them (`similarity`, `standardise`,
+`openbook eval --knn-*`); the rules choose k, T and lambda, and knn-interp's lambda-only rule sits at
+that config's k and T.
+
 A dev-only run (`openbook eval --no-test`, splits whose `test` is None) makes
 the same choices and scores nothing on test: its records carry the dev
 accuracy of what was chosen (`params["dev_accuracy"]`) and no test figures.
@@ -28,15 +32,16 @@ import numpy as np
 from openbook.calibration import CalibrationMode, calibrated_p_lm
 from openbook.classifier import Classifier, Embeddings
 from openbook.data import Example, KShotSplits, load_kshot
+from openbook.knn import DEFAULT_KNN, KnnConfig, knn_search
 from openbook.prompting import PromptError
 from openbook.selection import (
-    DEFAULT_RULE,
     K_GRID,
     TEMPERATURE_GRID,
     Evidence,
     SelectionRule,
     Split,
     accuracy,
+    lambda_rule,
     leave_one_out_evidence,
     pooled,
     select,
@@ -72,6 +77,7 @@ class MethodInputs:
     # The training examples scored leave-one-out: given only where the prompt was not fitted to them
     # (the frozen backbone); a trained classifier's inputs leave it out, and its rules read dev alone.
     train: Evidence | None = None
+    knn: KnnConfig = DEFAULT_KNN  # how neighbours were scored; knn-interp's k and T
 
 
 MethodResult = tuple[np.ndarray | None, dict]  # test probabilities (N, C) (None: dev only), chosen params
@@ -88,11 +94,11 @@ def inference_method(name: str) -> Callable:
 
 
 def _select(inputs: MethodInputs, rule: SelectionRule, evidence: Evidence, selected_on: str) -> MethodResult:
-    chosen, _ = select(evidence, rule, inputs.store_size)
-    p_dev = split_mixture(inputs.p_lm_dev, inputs.dev, chosen.k, chosen.temperature, chosen.lam)
+    chosen, _ = select(evidence, rule, inputs.store_size, inputs.knn)
+    p_dev = split_mixture(inputs.p_lm_dev, inputs.dev, chosen)
     p_test = None
     if inputs.p_lm_test is not None and inputs.test is not None:
-        p_test = split_mixture(inputs.p_lm_test, inputs.test, chosen.k, chosen.temperature, chosen.lam)
+        p_test = split_mixture(inputs.p_lm_test, inputs.test, chosen)
     params = {
         "k": chosen.k,
         "temperature": chosen.temperature,
@@ -122,16 +128,16 @@ def knn_interp(inputs: MethodInputs) -> MethodResult:
     The training examples count only under a frozen prompt (`MethodInputs.train`); a trained
     classifier's lambda is chosen on dev alone (selection.py, docs/knn-selection.md).
     """
-    dev = _dev_evidence(inputs)
+    dev, rule = _dev_evidence(inputs), lambda_rule(inputs.knn)
     if inputs.train is None:
-        return _select(inputs, DEFAULT_RULE, dev, "dev")
-    return _select(inputs, DEFAULT_RULE, pooled([inputs.train, dev]), "train (leave-one-out) + dev")
+        return _select(inputs, rule, dev, "dev")
+    return _select(inputs, rule, pooled([inputs.train, dev]), "train (leave-one-out) + dev")
 
 
 @inference_method("knn-interp-dev")
 def knn_interp_dev(inputs: MethodInputs) -> MethodResult:
     """knn-interp with lam chosen on dev alone: the rule before the training examples were pooled in."""
-    return _select(inputs, DEFAULT_RULE, _dev_evidence(inputs), "dev")
+    return _select(inputs, lambda_rule(inputs.knn), _dev_evidence(inputs), "dev")
 
 
 def _dev_evidence(inputs: MethodInputs) -> Evidence:
@@ -147,30 +153,35 @@ def method_inputs(
     test_labels: np.ndarray | None,
     *,
     frozen_train: tuple[np.ndarray, Embeddings, np.ndarray] | None = None,
+    knn: KnnConfig = DEFAULT_KNN,
 ) -> MethodInputs:
     """Calibrated P_LM and the store's neighbours for dev and test: all an inference method reads.
 
     `frozen_train` is (store ids, embeddings, labels) of the store's training examples, for a prompt
     that was not trained on them: they then count as evidence too, each scored leave-one-out.
+    Neighbours are found and scored with `knn.similarity`.
     """
     k_max = min(max(K_GRID), len(store))
     p_lm_test, test_split = None, None
     if test is not None and test_labels is not None:
         p_lm_test = calibrated_p_lm(test.lm_log_probs, bias)
-        test_split = Split(test_labels, store.search(test.vectors, k_max))
+        test_split = Split(test_labels, knn_search(store, test.vectors, k_max, knn.similarity))
     train = None
     if frozen_train is not None:
         ids, embedded, labels = frozen_train
         p_lm_train = calibrated_p_lm(embedded.lm_log_probs, bias)
-        train = leave_one_out_evidence(store, ids, embedded.vectors, p_lm_train, labels, k_max)
+        train = leave_one_out_evidence(
+            store, ids, embedded.vectors, p_lm_train, labels, k_max, knn.similarity
+        )
     return MethodInputs(
         num_labels=dev.lm_log_probs.shape[1],
         p_lm_dev=calibrated_p_lm(dev.lm_log_probs, bias),
         p_lm_test=p_lm_test,
-        dev=Split(dev_labels, store.search(dev.vectors, k_max)),
+        dev=Split(dev_labels, knn_search(store, dev.vectors, k_max, knn.similarity)),
         test=test_split,
         store_size=len(store),
         train=train,
+        knn=knn,
     )
 
 
@@ -264,6 +275,7 @@ def evaluate_task(
             test_embeddings,
             test_labels,
             frozen_train=(train_ids, train, train_labels),
+            knn=classifier.knn,
         )
         shared_seconds = time.perf_counter() - started + test_seconds_per_seed
         for method in methods:

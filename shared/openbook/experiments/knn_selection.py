@@ -168,7 +168,7 @@ def nested_check(
             scored = evidence.dev.rows(held_out)
             for rule in rules:
                 config, _ = select(evidence.for_rule(rule.evidence, seen), rule.rule, evidence.store_size)
-                p = split_mixture(scored.p_lm, scored.split, config.k, config.temperature, config.lam)
+                p = split_mixture(scored.p_lm, scored.split, config)
                 scores[rule.name].append(accuracy(p.argmax(-1), scored.split.labels))
                 chosen[rule.name].append((config.k, config.temperature, config.lam))
     return {

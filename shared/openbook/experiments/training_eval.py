@@ -91,7 +91,9 @@ def evaluate_trained(
             test = None
             if test_texts is not None:
                 test = trained.embed(test_texts, progress=f"{task} test" if progress else False)
-            inputs = method_inputs(trained.store, trained.label_bias, dev, dev_labels, test, test_labels)
+            inputs = method_inputs(
+                trained.store, trained.label_bias, dev, dev_labels, test, test_labels, knn=classifier.knn
+            )
             shared_seconds = time.perf_counter() - started
             for spec in group:
                 inference_started = time.perf_counter()
