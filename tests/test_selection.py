@@ -1,6 +1,7 @@
 """Choosing kNN interpolation's k, T and lambda (`selection.py`): on hand-made neighbours, on synthetic
 stores whose answer is known, and against a brute-force reference."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -17,6 +18,7 @@ from openbook.selection import (
     accuracy,
     choose_knn_on_dev,
     gold_log_likelihood,
+    lambda_rule,
     leave_one_out_evidence,
     pooled,
     select,
@@ -187,3 +189,42 @@ def test_pooled_evidence_stacks_rows_and_keeps_the_neighbours_both_parts_have():
         1,
     ]
     assert list(both.rows(np.array([4, 0])).split.labels) == [0, 0]
+
+
+def test_the_chosen_config_keeps_how_the_caller_scores_neighbours():
+    """A rule chooses k, T and lambda; the similarity and the standardisation stay the base config's,
+    and the standardised P_kNN is what the selection ranked."""
+    evidence, size = evidence_for(store_spread=1.0, queries_spread=1.0, right=0.7)
+    base = KnnConfig(similarity="centred", standardise=True, temperature=1.0)
+    rule = SelectionRule(ks=(4, 16), temperatures=(0.3, 1.0), criterion="log-likelihood")
+    chosen, _ = select(evidence, rule, size, base)
+    assert (chosen.similarity, chosen.standardise) == ("centred", True)
+    hits = evidence.split.hits
+    assert hits is not None
+
+    def log_likelihood(k: int, t: float, lam: float) -> float:
+        config = dataclasses.replace(base, k=k, temperature=t, lam=lam)
+        p = knn_mixture(evidence.p_lm, hits.similarities, hits.labels, config)[1]
+        return gold_log_likelihood(p, evidence.split.labels)
+
+    best = max(itertools.product((4, 16), (0.3, 1.0), LAMBDA_GRID), key=lambda point: log_likelihood(*point))
+    assert (chosen.k, chosen.temperature, chosen.lam) == best
+    assert lambda_rule(base).grid(100) == [(16, 1.0, lam) for lam in LAMBDA_GRID]
+    assert lambda_rule(KnnConfig()) == DEFAULT_RULE
+
+
+@pytest.mark.parametrize("scoring", [{"similarity": "centred"}, {"standardise": True, "temperature": 1.0}])
+def test_a_trained_classifier_s_dev_accuracy_is_what_it_then_scores_under_any_scoring(
+    scoring, causal_backbone, toy
+):
+    classifier = Classifier(causal_backbone, toy.template, toy.verbalizer, knn=KnnConfig(**scoring))
+    classifier.add_examples(toy.texts, [toy.verbalizer.labels[i] for i in toy.labels])
+    dev_texts, dev_labels = (
+        ["great fun", "a good film", "boring and bad", "a terrible film"],
+        np.array([1, 1, 0, 0]),
+    )
+    chosen, dev_accuracy = choose_knn_on_dev(classifier, dev_texts, dev_labels)
+    assert (chosen.similarity, chosen.standardise) == (classifier.knn.similarity, classifier.knn.standardise)
+    classifier.knn = chosen
+    predicted = classifier.label_indices([p.label for p in classifier.predict(dev_texts)])
+    assert dev_accuracy == accuracy(predicted, dev_labels)

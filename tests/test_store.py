@@ -309,3 +309,43 @@ def test_texts_follow_their_entries(backend):
     assert moved.texts_of([1]) == ["new one"] and moved.backend != store.backend
     with pytest.raises(ValueError, match="texts must have the same length"):
         store.add([4, 5], vectors[:2], [0, 0], texts=["only one"])
+
+
+def _mean_of_stored(store: KnowledgeStore) -> np.ndarray:
+    """Brute force: the mean of every stored key, read back one by one."""
+    ids = store.ids()
+    return np.mean([store.vectors_of([i])[0] for i in ids], axis=0) if len(ids) else np.zeros(store.dim)
+
+
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_key_mean_follows_adds_upserts_and_removals(backend, random_items):
+    store = KnowledgeStore(DIM, backend=backend, shard_size=16)
+    np.testing.assert_array_equal(store.key_mean(), np.zeros(DIM))  # empty
+    ids, vectors, labels = random_items(60, seed=31)
+    store.add(ids[:40], vectors[:40], labels[:40])
+    np.testing.assert_allclose(store.key_mean(), _mean_of_stored(store), atol=1e-7)  # summed once
+    store.add(ids[30:], -vectors[30:], labels[30:])  # 10 replaced, 20 new
+    np.testing.assert_allclose(store.key_mean(), _mean_of_stored(store), atol=1e-7)
+    store.remove(ids[::3])
+    np.testing.assert_allclose(store.key_mean(), _mean_of_stored(store), atol=1e-7)
+    moved = store.to("cpu", backend="torch" if backend == "faiss" else "faiss")
+    np.testing.assert_allclose(moved.key_mean(), store.key_mean(), atol=1e-7)
+    store.remove(store.ids())
+    np.testing.assert_array_equal(store.key_mean(), np.zeros(DIM))
+    store.add(ids[:2], vectors[:2], labels[:2])  # after emptying, the sum starts again from these two
+    np.testing.assert_allclose(store.key_mean(), _mean_of_stored(store), atol=1e-7)
+
+
+def test_key_mean_survives_a_snapshot_and_the_approximate_index(tmp_path: Path, random_items):
+    store = KnowledgeStore(DIM, approx_threshold=400, nprobe=4)
+    ids, vectors, labels = random_items(500, seed=32)
+    store.add(ids, vectors, labels)
+    assert store.kind == "ivf"
+    before = store.key_mean()
+    store.remove(ids[:50])
+    store.add(ids[50:80], vectors[:30], labels[:30])  # replaced inside the IVF index
+    np.testing.assert_allclose(store.key_mean(), _mean_of_stored(store), atol=1e-7)
+    assert not np.allclose(store.key_mean(), before)
+    write_snapshot(store, tmp_path / "snapshot")
+    restored = read_snapshot(tmp_path / "snapshot")
+    np.testing.assert_allclose(restored.key_mean(), store.key_mean(), atol=1e-7)

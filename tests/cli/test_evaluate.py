@@ -249,3 +249,29 @@ def test_eval_keeps_blank_texts_of_a_published_split_and_counts_them(tmp_path, c
     assert "test 2, seed 1 dev 1" in err and "seed 1 train" not in err  # per split, those with any
     records = json.loads((out / "results.json").read_text())
     assert {r["params"]["test_examples"] for r in records} == {6}  # every row scored, blank ones too
+
+
+def test_eval_scores_neighbours_as_asked_and_records_it(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    scoring = ["--knn-similarity", "centred", "--knn-standardise", "--knn-temperature", "1"]
+    args = [*_eval_args(data, out, causal_dir, methods="knn,knn-interp"), *scoring]
+    assert main(args) == 0
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["knn"] == {"similarity": "centred", "standardise": True, "temperature": 1.0}
+    records = json.loads((out / "results.json").read_text())
+    assert {r["params"]["temperature"] for r in records if r["method"] == "knn-interp"} == {1.0}
+
+    assert main([*args[: -len(scoring)], "--knn-similarity", "centred"]) == 2  # other scoring, same --out
+    assert "other settings (knn:" in capsys.readouterr().err
+
+    # A directory written before the scoring was recorded holds cosine, unstandardised, T = 0.1 runs.
+    older = tmp_path / "older"
+    cosine = ["--knn-similarity", "cosine", "--no-knn-standardise", "--knn-temperature", "0.1"]
+    assert main([*_eval_args(data, older, causal_dir, methods="knn"), *cosine]) == 0
+    settings = json.loads((older / "settings.json").read_text())
+    del settings["knn"]
+    (older / "settings.json").write_text(json.dumps(settings))
+    assert main([*_eval_args(data, older, causal_dir, methods="knn"), *cosine]) == 0
+    assert "nothing to do" in capsys.readouterr().err
+    assert main([*_eval_args(data, older, causal_dir, methods="knn"), *cosine[:-1], "1"]) == 2
