@@ -109,18 +109,20 @@ knn-selection: install
 # (no test example is read): demos-dev runs every demonstration mode, and prompt-ft; budget-dev runs
 # prompt-ft and retroprompt with the epoch budget that competes with 32 steps (20 epochs, a dev check
 # each, patience 4 epochs, at most 120 steps). DEV_BACKBONE=gemma3-270m compares the other backbone.
-# Resumable; on a CPU, run a task at a time (DEV_TASKS=trec).
+# Resumable; on a CPU, run a task at a time (DEV_TASKS=trec). PARALLEL=N runs the (task, seed) units as N
+# processes into the same directory (on a GPU, all 20 at once: PARALLEL=20 OPENBOOK_DEVICE=cuda).
+PARALLEL ?= 1
 DEV_BACKBONE ?= smollm2-135m
 DEV_TASKS ?= SST-2,trec,mpqa,sst-5
 DEV_METHODS = prompt-ft,retroprompt,retroprompt/demos=neural,retroprompt/demos=words,retroprompt/demos=text
 demos-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
-		--methods $(DEV_METHODS) --seeds 13,21,42,87,100 --out docs/results/dev-$(DEV_BACKBONE)
+		--methods $(DEV_METHODS) --seeds 13,21,42,87,100 --parallel $(PARALLEL) --out docs/results/dev-$(DEV_BACKBONE)
 
 budget-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods prompt-ft,retroprompt --seeds 13,21,42,87,100 --epochs 20 --patience 4 --max-steps 120 \
-		--out docs/results/budget-dev-$(DEV_BACKBONE)
+		--parallel $(PARALLEL) --out docs/results/budget-dev-$(DEV_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).
@@ -145,6 +147,7 @@ knn-dev: install
 	for candidate in $(KNN_CANDIDATES); do \
 		set -- $$(echo $$candidate | tr ':' ' '); name=$$1; shift; \
 		$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
-			--methods knn,knn-interp --seeds 13,21,42,87,100 "$$@" --out docs/results/knn-dev-$(DEV_BACKBONE)-$$name \
+			--methods knn,knn-interp --seeds 13,21,42,87,100 "$$@" --parallel $(PARALLEL) \
+			--out docs/results/knn-dev-$(DEV_BACKBONE)-$$name \
 			|| exit 1; \
 	done

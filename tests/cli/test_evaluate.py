@@ -275,3 +275,31 @@ def test_eval_scores_neighbours_as_asked_and_records_it(tmp_path, causal_dir, ca
     assert main([*_eval_args(data, older, causal_dir, methods="knn"), *cosine]) == 0
     assert "nothing to do" in capsys.readouterr().err
     assert main([*_eval_args(data, older, causal_dir, methods="knn"), *cosine[:-1], "1"]) == 2
+
+
+def test_eval_parallel_runs_each_task_and_seed_as_its_own_process(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    one_by_one, in_parallel = tmp_path / "serial", tmp_path / "parallel"
+    assert main(_eval_args(data, one_by_one, causal_dir, methods="zero-shot,knn")) == 0
+    args = [*_eval_args(data, in_parallel, causal_dir, methods="zero-shot,knn"), "--parallel", "2"]
+    assert main(args) == 0
+    serial = {
+        (r["method"], r["seed"]): r["accuracy"] for r in json.loads((one_by_one / "results.json").read_text())
+    }
+    merged = json.loads((in_parallel / "results.json").read_text())
+    assert {(r["method"], r["seed"]): r["accuracy"] for r in merged} == serial  # the same runs, merged
+    assert sorted(p.name for p in (in_parallel / "logs").iterdir()) == ["toy-1.log", "toy-2.log"]
+    assert "Command: `openbook eval --data" in (in_parallel / "results.md").read_text()
+    assert "--parallel 2" in (in_parallel / "results.md").read_text()  # the grid's command, not a unit's
+    capsys.readouterr()
+    assert main(args) == 0  # resumed: every unit finds its runs done
+    assert len(json.loads((in_parallel / "results.json").read_text())) == len(merged)
+    assert main([*args[:-1], "0"]) == 2
+    assert "--parallel must be at least 1" in capsys.readouterr().err
+
+
+def test_a_units_command_is_the_grids_with_its_own_task_and_seed():
+    from openbook.cli.parallel import unit_argv
+
+    grid = ["eval", "--task", "a,b", "--seeds=1,2", "--parallel", "4", "--out", "o", "--epochs", "20"]
+    assert unit_argv(grid, "b", 2) == ["eval", "--out", "o", "--epochs", "20", "--task", "b", "--seeds", "2"]

@@ -24,7 +24,6 @@ from openbook.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from openbook.classifier import Classifier
     from openbook.data import KShotSplits
     from openbook.experiments.evaluation import EvalRecord
 
@@ -65,6 +64,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--calibration", choices=CALIBRATION_MODES, default="domain")
     add_knn_arguments(evaluate)
     evaluate.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
+    evaluate.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the (task, seed) units as N processes at once into --out (cores / N threads each, or one"
+        " GPU shared); each unit's output goes to OUT/logs/",
+    )
     add_prompt_arguments(evaluate)
     add_training_arguments(evaluate)
 
@@ -103,6 +110,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     if args.no_test and args.test_size is not None:
         raise DataError("--test-size samples the test split, which --no-test never reads: give one of them")
     config = train_config(args, seeds[0])  # a bad budget or knob fails before anything is written
+    if args.parallel < 1:
+        raise ValueError(f"--parallel must be at least 1, got {args.parallel}")
 
     def loader(task: str) -> Callable[[int], KShotSplits]:
         def load(seed: int) -> KShotSplits:
@@ -130,6 +139,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         "knn": {"similarity": knn.similarity, "standardise": knn.standardise, "temperature": knn.temperature}
     }
     settings = checked_settings(args, sampled | scoring)
+    if args.parallel > 1:  # everything above was checked once, here; each unit checks it again
+        from openbook.cli.parallel import run_units
+        from openbook.experiments.reports import write_results
+
+        run_units(argv, [(task, seed) for task in tasks for seed in seeds], args.out, args.parallel)
+        with locked(args.out) as out:  # the grid's own command in results.md, not its last unit's
+            write_results(read_results(out), out, _eval_header(args, argv), method_order=methods)
+        print((Path(args.out) / "results.md").read_text())
+        return
     done = {(r.task, r.method, r.seed) for r in records}
     classifier = None
     for task in tasks:
@@ -141,12 +159,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         classifier = build_classifier(args, task)
         classifier.knn = knn
 
-        def save(record, classifier=classifier):
+        def save(record):
             # another `openbook eval` may share this directory (disjoint seeds or tasks; reports.py)
             with locked(args.out) as out:
                 checked_settings(args, sampled | scoring)
                 (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
-                add_record(record, out, _eval_header(args, argv, classifier), method_order=methods)
+                add_record(record, out, _eval_header(args, argv), method_order=methods)
 
         if pending_seeds:
             for record in evaluate_task(
@@ -227,7 +245,7 @@ def _blank_texts(task: str, splits: dict[int, KShotSplits]) -> str | None:
     return f"{task}: blank texts, kept as they are (the prompt is the template alone): {', '.join(found)}"
 
 
-def _eval_header(args: argparse.Namespace, argv: Sequence[str], classifier: Classifier) -> str:
+def _eval_header(args: argparse.Namespace, argv: Sequence[str]) -> str:
     scores = (
         "Dev accuracy in % (--no-test: no test example was read), mean (std) over seeds: the final"
         " classifier's, with its kNN interpolation where the method has one. Every choice was made on"
