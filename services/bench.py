@@ -13,6 +13,11 @@ a local port (real HTTP), and the trainer worker, on the chosen backbone.
 5. replicas: two api replicas on one Redis, after a burst of POSTs and the swap, hold the same ids and
    give the same predictions.
 
+With `workers` (`--workers 1,2,4`), 1-3 are measured once per count: 1 on the in-process api as above,
+N > 1 on `openbook serve` with N api processes behind one port (services/api/worker_pool.py), in a
+process of its own on the same Redis, task and settings; the bare references still run in the bench's
+process. 4 and 5 run on the in-process replicas, after the last count, when 1 is among the counts.
+
 On a GPU every bare forward is timed to the end of its kernels (`torch.cuda.synchronize`); a served
 request ends with its results on the host, which waits for them anyway.
 """
@@ -23,8 +28,12 @@ import asyncio
 import http.client
 import json
 import multiprocessing
+import os
 import re
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -46,6 +55,7 @@ from openbook.prompting import EncodedBatch
 from services.api.app import create_app
 from services.api.settings import Settings
 from services.bus.server import EmbeddedRedis, free_port
+from services.client import wait_ready
 from services.trainer.worker import Worker
 
 TASK = {
@@ -80,10 +90,10 @@ def _seconds(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def _forwards(api: httpx.Client) -> tuple[float, float]:
-    """(forwards run, texts forwarded) so far, from the api's /metrics."""
+def _forwards(base: str) -> tuple[float, float]:
+    """(forwards run, texts forwarded) so far, from the api's /metrics (summed over its workers)."""
     values = {}
-    for line in api.get("/metrics").text.splitlines():
+    for line in httpx.get(f"{base}/metrics", timeout=60).text.splitlines():
         name, _, value = line.partition(" ")
         if name in ("openbook_forward_batch_texts_count", "openbook_forward_batch_texts_sum"):
             values[name] = float(value)
@@ -149,6 +159,39 @@ class Served:
         self.thread.join(timeout=30)
 
 
+class ServedWorkers:
+    """`openbook serve` with `workers` api processes behind one port, in a process of its own."""
+
+    def __init__(self, settings: Settings, workers: int, log: Path) -> None:
+        environment = {
+            "OPENBOOK_REDIS_URL": settings.redis_url,
+            "OPENBOOK_DEFAULT_BACKBONE": settings.default_backbone,
+            "OPENBOOK_MAX_LENGTH": str(settings.max_length),
+            "OPENBOOK_PORT": str(settings.port),
+            "OPENBOOK_API_WORKERS": str(workers),
+        }
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "services.cli", "serve"],
+                env={**os.environ, **environment},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.base = f"http://127.0.0.1:{settings.port}"
+        if not wait_ready(self.base, timeout=900, alive=lambda: self.process.poll() is None):
+            self.stop()
+            raise RuntimeError(f"{workers} api workers did not get ready: {log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
 @dataclass
 class _Bench:
     """The stack every measurement runs on: one api replica with the `bench` task and 64 examples."""
@@ -200,10 +243,12 @@ def run_api_bench(
     requests: int = 20,
     clients: int | Sequence[int] = (32,),
     stand_in: bool = False,
+    workers: Sequence[int] = (1,),
 ) -> None:
     """`clients`: one throughput measurement per count, e.g. (32, 256).
 
     `stand_in`: serve `make_stand_in`'s model of `backbone` instead of `backbone` itself.
+    `workers`: api processes behind the port, one group of measurements per count (the module's docstring).
     """
     client_counts = [clients] if isinstance(clients, int) else list(clients)
     torch.manual_seed(0)
@@ -226,23 +271,31 @@ def run_api_bench(
         classifier = first.app.state.registry.runtimes["bench"].classifier
         text = synthetic_sentences(1, seed=7)[0]
         bench = _Bench(bus.url, Path(tmp), settings, first, api, classifier, text)
-        measure_latency(bench, requests)
-        for count in client_counts:
-            measure_throughput(bench, count)
-        measure_freshness(bench)
-        second = Served(settings())
-        measure_hot_swap(bench, second, max_length)
-        measure_replicas(bench, second)
+        for group, count in enumerate(workers):
+            if list(workers) != [1]:
+                print(f"api workers: {count}" + (" (in-process)" if count == 1 else " (openbook serve)"))
+            pool = ServedWorkers(settings(), count, Path(tmp) / "serve.log") if count > 1 else None
+            base = pool.base if pool else first.base
+            measure_latency(bench, requests, base)
+            for clients_count in client_counts:
+                measure_throughput(bench, clients_count, base)
+            measure_freshness(bench, base, group)
+            if pool:
+                pool.stop()
+        if 1 in workers:
+            second = Served(settings())
+            measure_hot_swap(bench, second, max_length)
+            measure_replicas(bench, second)
+            second.stop()
         api.close()
-        second.stop()
         first.stop()
 
 
-def measure_latency(bench: _Bench, requests: int) -> None:
-    """One classify request of one text vs a bare backbone forward of the same prompt."""
+def measure_latency(bench: _Bench, requests: int, base: str) -> None:
+    """One classify request of one text to the api at `base` vs a bare backbone forward of the same prompt."""
     bare_one = bench.bare_forward(bench.classifier.encoder.encode([bench.text]))
     # Bare forwards and requests alternate, so a drift in the machine's speed hits both alike.
-    lean = _connect(bench.first.base)
+    lean = _connect(base)
     bare_one()  # warm up
     _classify(lean, bench.text)
     pairs = [(_seconds(bare_one), _seconds(lambda: _classify(lean, bench.text))) for _ in range(requests)]
@@ -254,11 +307,11 @@ def measure_latency(bench: _Bench, requests: int) -> None:
     )
 
 
-def measure_throughput(bench: _Bench, clients: int) -> None:
-    """`clients` concurrent clients vs the bare batched forward of the same texts, in batches of the size
-    the micro-batcher can form: `clients`, or its bound on texts per forward if that is smaller (a bare
-    batch of 256 prompts pads to the longest of 256, and on a CPU runs slower per text than the batcher's
-    64)."""
+def measure_throughput(bench: _Bench, clients: int, base: str) -> None:
+    """`clients` concurrent clients of the api at `base` vs the bare batched forward of the same texts, in
+    batches of the size the micro-batcher can form: `clients`, or its bound on texts per forward if that
+    is smaller (a bare batch of 256 prompts pads to the longest of 256, and on a CPU runs slower per text
+    than the batcher's 64)."""
     texts = synthetic_sentences(clients * 4, seed=13)
     size = min(clients, bench.first.app.state.settings.batch_max_texts)
     forwards_of_batches = [
@@ -274,15 +327,15 @@ def measure_throughput(bench: _Bench, clients: int) -> None:
     bare_s = served_s = forwards = forwarded = 0.0
     spawn = multiprocessing.get_context("spawn")  # the clients never compete with the server's GIL
     with ProcessPoolExecutor(1, mp_context=spawn) as load:
-        load.submit(_load, bench.first.base, texts[:clients], clients).result()  # warm up connections
+        load.submit(_load, base, texts[:clients], clients).result()  # warm up connections
         # and the bare batches' shapes: a GPU's first forward at a shape (kernel choice, allocator
         # growth) is slower, and the served path has had its own warm-up just above
         bare_batches()
         for _ in range(3):
             bare_s += _seconds(bare_batches)
-            forwards_before, texts_before = _forwards(bench.api)
-            served_s += load.submit(_load, bench.first.base, texts, clients).result()
-            forwards_after, texts_after = _forwards(bench.api)
+            forwards_before, texts_before = _forwards(base)
+            served_s += load.submit(_load, base, texts, clients).result()
+            forwards_after, texts_after = _forwards(base)
             forwards += forwards_after - forwards_before
             forwarded += texts_after - texts_before
     bare_rate, served_rate = 3 * len(texts) / bare_s, 3 * len(texts) / served_s
@@ -293,13 +346,17 @@ def measure_throughput(bench: _Bench, clients: int) -> None:
     )
 
 
-def measure_freshness(bench: _Bench) -> None:
+def measure_freshness(bench: _Bench, base: str, group: int = 0) -> None:
     """From sending a POST of one example to its acknowledgement, after which the next classify on the
-    replica sees it, vs one bare forward of that example's text + 20 ms."""
+    replica sees it, vs one bare forward of that example's text + 20 ms. `group` keeps each group of
+    measurements' examples apart (ids and texts)."""
     fresh, budgets = [], []
-    lean = _connect(bench.first.base)
+    lean = _connect(base)  # one connection: the POST and the classify reach the same worker
     for i in range(5):
-        new_id, new_text = 10_000 + i, f"fresh example {i} {bench.text}"
+        new_id = 10_000 + 100 * group + i
+        new_text = (
+            f"fresh example {i} {bench.text}" if group == 0 else f"fresh example {i}.{group} {bench.text}"
+        )
         bare_new = bench.bare_forward(bench.classifier.encoder.encode([new_text]))
         budgets.append(median_seconds(bare_new, repeats=5, device=bench.classifier.backbone.device) + 0.020)
         sent = time.perf_counter()

@@ -20,20 +20,22 @@ from services.api.batching import Batchers
 from services.api.console import mount_console
 from services.api.errors import install_error_handlers
 from services.api.metrics import Metrics
-from services.api.middleware import LimitBody, MeasureLatency
+from services.api.middleware import LimitBody, MeasureLatency, NameWorker
 from services.api.openapi import document_limits
 from services.api.pools import Pools
 from services.api.routes import ROUTERS
 from services.api.settings import Settings
 from services.api.swap import follow_checkpoints
 from services.api.tasks import TaskRegistry
+from services.api.worker_pool import WorkerPool
 
 logger = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, pool: WorkerPool | None = None) -> FastAPI:
+    """`pool`: this app is one of several api workers behind one port (services/api/worker_pool.py)."""
     settings = settings or Settings()
-    metrics = Metrics()
+    metrics = Metrics(across_processes=pool is not None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -61,9 +63,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         stop = threading.Event()
         follower = threading.Thread(target=follow_checkpoints, args=(registry, stop), daemon=True)
         follower.start()
-        warmer = threading.Thread(target=registry.warm_up, args=(stop,), daemon=True)
+        if pool is not None:
+            pool.announce(ready=False)
+        warmer = threading.Thread(target=_warm_up, args=(registry, stop, pool), daemon=True)
         warmer.start()
         yield
+        if pool is not None:
+            pool.leave()
         await batchers.close()
         stop.set()
         follower.join(timeout=5)
@@ -71,10 +77,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         client.close()
 
     app = FastAPI(title="OpenBook", version="1", lifespan=lifespan)
-    app.state.settings, app.state.metrics = settings, metrics
+    app.state.settings, app.state.metrics, app.state.pool = settings, metrics, pool
     # Not FastAPI's max_body_size: its 413 for a Content-Length over the limit is plain text, not an Error.
     app.add_middleware(LimitBody, max_bytes=settings.max_body_bytes)
-    app.add_middleware(MeasureLatency, metrics=metrics)  # outermost: it sees every answer
+    app.add_middleware(MeasureLatency, metrics=metrics)  # outermost (NameWorker aside): sees every answer
+    if pool is not None:
+        app.add_middleware(NameWorker)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
@@ -82,6 +90,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.routes = [route for router in ROUTERS for route in router.routes]  # for a 405's Allow
     document_limits(app, settings)
     return app
+
+
+def _warm_up(registry: TaskRegistry, stop: threading.Event, pool: WorkerPool | None) -> None:
+    registry.warm_up(stop)
+    if pool is not None and registry.warmed.is_set():
+        pool.announce(ready=True)  # the other workers' /readyz count this one in
 
 
 def _warn_if_open(settings: Settings) -> None:

@@ -28,6 +28,7 @@ from services.api.pools import Pools
 from services.api.runtime import TaskRuntime
 from services.api.settings import Settings
 from services.api.tasks import TaskRegistry
+from services.api.worker_pool import WorkerPool
 
 
 async def get_settings(request: Request) -> Settings:
@@ -50,11 +51,16 @@ async def get_batchers(request: Request) -> Batchers:
     return request.app.state.batchers
 
 
+async def get_pool(request: Request) -> WorkerPool | None:
+    return request.app.state.pool
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 Registry = Annotated[TaskRegistry, Depends(get_registry)]
 Threads = Annotated[Pools, Depends(get_pools)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 BatchersDep = Annotated[Batchers, Depends(get_batchers)]
+ApiWorkers = Annotated[WorkerPool | None, Depends(get_pool)]  # None: the api is one process
 
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="the read or the write key")
 _bearer = HTTPBearer(auto_error=False, description="the read or the write key")

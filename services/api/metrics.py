@@ -1,4 +1,12 @@
-"""Prometheus metrics, one registry per app (so several apps in one process never share counters)."""
+"""Prometheus metrics, one registry per app (so several apps in one process never share counters).
+
+With several api workers (services/api/worker_pool.py) the counters and histograms are kept in
+prometheus-client's multiprocess files, and a scrape of any worker sums them over every worker the run
+has had (a restarted worker's counts stay in the totals: counters never go down). The task gauges are
+read at scrape time by the worker that answers, never written to those files: jobs and artifact bytes
+come from Redis and the disk, the same for every worker, so a sum would count them N times; store sizes
+and versions are that worker's, which the others converge to through the log.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +15,9 @@ from pathlib import Path
 from typing import cast
 
 import redis
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from services.api.tasks import TaskRegistry
@@ -52,8 +61,13 @@ class TaskCollector(Collector):
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, *, across_processes: bool = False) -> None:
+        """`across_processes`: a scrape sums every worker's multiprocess files (PROMETHEUS_MULTIPROC_DIR)."""
         self.registry = CollectorRegistry()
+        self.scraped = self.registry  # what a scrape reads
+        if across_processes:
+            self.scraped = CollectorRegistry()
+            MultiProcessCollector(self.scraped)
         self.latency = Histogram(
             "openbook_request_seconds",
             "request latency",
@@ -78,4 +92,7 @@ class Metrics:
         )
 
     def watch(self, tasks: TaskRegistry, artifacts_dir: Path) -> None:
-        self.registry.register(TaskCollector(tasks, artifacts_dir))
+        self.scraped.register(TaskCollector(tasks, artifacts_dir))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.scraped)

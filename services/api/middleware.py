@@ -1,7 +1,8 @@
-"""Pure ASGI middleware: the body size limit, and request latency by route and status."""
+"""Pure ASGI middleware: the body size limit, request latency by route and status, the answering worker."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from starlette.datastructures import Headers
@@ -39,6 +40,27 @@ class MeasureLatency:
             self.metrics.latency.labels(scope["method"], path, str(status)).observe(
                 time.perf_counter() - started
             )
+
+
+class NameWorker:
+    """`X-OpenBook-Worker: <pid>` on every answer, when the api runs as several workers behind one port:
+    which process answered, to match a response with `/readyz`'s `api_workers` and the worker's log."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.header = (b"x-openbook-worker", str(os.getpid()).encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), self.header]
+            await send(message)
+
+        await self.app(scope, receive, send_named)
 
 
 class BodyTooLarge(HTTPException):

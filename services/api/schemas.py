@@ -223,6 +223,11 @@ class DemonstrationsOut(BaseModel):
     store_version: str
 
 
+class ApiWorker(BaseModel):
+    pid: int
+    ready: bool
+
+
 class Readiness(BaseModel):
     status: str  # ready, not ready
     reason: str | None = None  # why not ready
@@ -230,6 +235,7 @@ class Readiness(BaseModel):
     broken: dict[str, str] | None = None  # tasks stored but not served, with why
     workers: list[str] | None = None  # trainer workers with a live heartbeat
     warning: str | None = None  # e.g. no worker alive: jobs wait (the api still serves)
+    api_workers: list[ApiWorker]  # the api's processes behind this port (OPENBOOK_API_WORKERS), by pid
 
 
 class PoolTextIn(BaseModel):

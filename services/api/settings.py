@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     artifacts_dir: Path | None = None  # default: data_dir/artifacts (shared by api and trainer)
     host: str = "127.0.0.1"  # loopback: with no keys set, nobody else can reach the api
     port: int = 8000
+    # api processes behind the port, each a full replica (its own model copy, batchers and log follower;
+    # services/api/worker_pool.py). 1 is one process, as `create_app` alone serves. On the CPU 1 is
+    # right: one process's forwards already use every core. On a GPU one Python process cannot keep the
+    # device busy (docs/benchmarks.md); the default there is to follow `bench api --workers`, not yet run.
+    api_workers: int = Field(1, ge=1)
     default_backbone: str = DEFAULT_BACKBONE
     # Where a task may name its backbone by path: model directories (each with a config.json) under
     # these, besides the model cache. Other names must be registered backbones (openbook.models).

@@ -37,13 +37,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if argv and argv[0] in ("-h", "--help"):
             print(
-                "service commands: openbook up [--demo] | serve | worker | report | bench api"
-                " | bench learning-curve\n"
+                "service commands: openbook up [--demo] [--api-workers N] | serve [--api-workers N] | worker"
+                " | report | bench api | bench learning-curve\n"
             )
         return library_main(argv)
     parser = argparse.ArgumentParser(prog=f"openbook {argv[0]}")
     parser.add_argument("--demo", action="store_true", help="up: create a demo task seeded with examples")
+    parser.add_argument(
+        "--api-workers",
+        type=int,
+        metavar="N",
+        help="up, serve: N api processes behind the port (sets OPENBOOK_API_WORKERS for the api)",
+    )
     args = parser.parse_args(argv[1:])
+    if args.api_workers is not None:
+        os.environ["OPENBOOK_API_WORKERS"] = str(args.api_workers)  # read where the api builds its settings
     return importlib.import_module(f"services.cli.{argv[0]}").run(args)
 
 

@@ -30,6 +30,13 @@ def run_bench_api(argv: list[str]) -> int:
         default=[32],
         help="concurrent clients, comma-separated: one throughput line each, e.g. 32,256",
     )
+    parser.add_argument(
+        "--workers",
+        type=_counts,
+        default=[1],
+        help="api processes behind the port, comma-separated: latency, throughput and freshness once per"
+        " count, e.g. 1,2,4 (1: in the bench's process; N > 1: `openbook serve` with OPENBOOK_API_WORKERS=N)",
+    )
     args = parser.parse_args(argv)
     run_api_bench(
         args.backbone,
@@ -37,5 +44,6 @@ def run_bench_api(argv: list[str]) -> int:
         requests=args.requests,
         clients=args.clients,
         stand_in=args.stand_in,
+        workers=args.workers,
     )
     return 0

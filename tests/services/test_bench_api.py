@@ -1,4 +1,5 @@
-"""`openbook bench api` end to end on a tiny backbone: its correctness lines are asserted, not its times."""
+"""`openbook bench api` end to end on a tiny backbone: its correctness lines are asserted, not its times.
+It runs the api in-process and as two workers behind one port (`--workers 1,2`)."""
 
 from services.cli import main
 
@@ -15,19 +16,17 @@ def test_bench_api_reports_every_measurement(causal_dir, capsys):
         "3",
         "--clients",
         "4",
+        "--workers",
+        "1,2",
     ]
     assert main(args) == 0
-    out = capsys.readouterr().out
-    for prefix in (
-        "latency: one classify",
-        "throughput: 4 clients",
-        "freshness:",
-        "hot swap under load:",
-        "replicas:",
-    ):
-        assert prefix in out
-    assert "hot swap under load: 0 failed" in out
-    assert "same ids, versions, labels and neighbours: True" in out
+    one, two = capsys.readouterr().out.split("api workers: 2 (openbook serve)\n")
+    assert one.startswith("api workers: 1 (in-process)\n")
+    for prefix in ("latency: one classify", "throughput: 4 clients", "freshness:"):
+        assert prefix in one and prefix in two
+    # then, on the in-process replicas
+    assert "hot swap under load: 0 failed" in two
+    assert "same ids, versions, labels and neighbours: True" in two
 
 
 def test_a_stand_in_has_the_backbones_tokenizer_and_layer_types_at_width_64(causal_dir, tmp_path):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import redis
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from services.api.deps import MetricsDep, Registry, Threads, require_metrics_key
+from services.api.deps import ApiWorkers, MetricsDep, Registry, Threads, require_metrics_key
+from services.api.pools import Pools
 from services.api.schemas import Readiness
+from services.api.tasks import TaskRegistry
 from services.bus.workers import trainer_status
 
 router = APIRouter()
@@ -16,7 +20,7 @@ router = APIRouter()
 
 @router.get("/metrics", include_in_schema=False, dependencies=[Depends(require_metrics_key)])
 async def prometheus(metrics: MetricsDep) -> Response:
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/livez")
@@ -28,27 +32,35 @@ async def livez() -> dict:
     "/readyz",
     responses={
         200: {"model": Readiness},
-        503: {"model": Readiness, "description": "Still loading, or Redis unreachable"},
+        503: {"model": Readiness, "description": "Loading, Redis unreachable, or an api worker not ready"},
     },
 )
-async def readyz(registry: Registry, threads: Threads) -> JSONResponse:
-    """Ready: Redis answers, every task is loaded, and every store has caught up with its log."""
+async def readyz(registry: Registry, threads: Threads, pool: ApiWorkers) -> JSONResponse:
+    """Ready: Redis answers, every task is loaded, every store has caught up with its log, and so has
+    every api worker behind this port (`api_workers`, each with its pid)."""
+    body = await _own_readiness(registry, threads)
+    ready = body["status"] == "ready"
+    # A worker's own check is the full one above; the others' is what they announced (loaded and
+    # replayed), each catching up with the log again at its next batch.
+    workers = pool.members(ready) if pool is not None else [{"pid": os.getpid(), "ready": ready}]
+    body["api_workers"] = workers
+    count, expected = sum(worker["ready"] for worker in workers), pool.size if pool is not None else 1
+    if ready and count < expected:
+        body |= {"status": "not ready", "reason": f"{count} of {expected} api workers ready"}
+    return JSONResponse(body, 200 if body["status"] == "ready" else 503)
+
+
+async def _own_readiness(registry: TaskRegistry, threads: Pools) -> dict:
     # A task that cannot be served (its stored spec no longer valid, or a log entry its store cannot
     # take) is listed under `broken` with why, and does not hold readiness back: the others are served.
     if not registry.warmed.is_set():
-        return JSONResponse({"status": "not ready", "reason": "loading tasks and replaying their logs"}, 503)
+        return {"status": "not ready", "reason": "loading tasks and replaying their logs"}
     try:
         unreplayable = await threads.read(registry.catch_up_all)
         _, broken = await threads.read(registry.survey)
         training = await threads.read(trainer_status, registry.client)  # live workers, or a warning
     except redis.ConnectionError as error:
-        return JSONResponse({"status": "not ready", "reason": f"Redis unreachable: {error}"}, 503)
+        return {"status": "not ready", "reason": f"Redis unreachable: {error}"}
     broken |= unreplayable
-    return JSONResponse(
-        {
-            "status": "ready",
-            "tasks": len(registry.runtimes) - len(unreplayable),
-            "broken": broken,
-            **training,
-        }
-    )
+    tasks = len(registry.runtimes) - len(unreplayable)
+    return {"status": "ready", "tasks": tasks, "broken": broken, **training}
