@@ -94,10 +94,8 @@ def test_confidence_is_calibrated_on_dev_and_the_dev_scores_kept(
         progress=False,
     )
     calibration = fitted.dev_metrics["calibration"]
-    assert calibration["adopted"] == (calibration["ece_after"] < calibration["ece_before"])
-    assert calibration["temperature"] == (
-        calibration["fitted_temperature"] if calibration["adopted"] else 1.0
-    )
+    assert not calibration["adopted"]  # 4 dev examples: too few to adopt any temperature (quality.py)
+    assert calibration["temperature"] == 1.0 and calibration["folds"] == 4
     assert fitted.dev_scores is not None
     assert fitted.dev_scores.ids.tolist() == [31, 7, 12, 90] and fitted.dev_scores.gold.tolist() == [
         1,

@@ -15,7 +15,8 @@ from services.api.console import STATIC_DIR
 from services.api.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-ABSOLUTE_URL = re.compile(r"https?://", re.IGNORECASE)
+# A URL the page could fetch; SVG's namespace name is an identifier that nothing fetches.
+ABSOLUTE_URL = re.compile(r"https?://(?!www\.w3\.org/2000/svg\b)", re.IGNORECASE)
 MODULE_IMPORT = re.compile(r"""^import\s.*?from\s+["'](\./[^"']+)["']""", re.MULTILINE)
 
 
