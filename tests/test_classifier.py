@@ -158,3 +158,78 @@ def test_zero_shot_sst2_beats_chance_on_the_default_backbone(datasets_root):
 def test_binomial_tail():
     assert binomial_tail(0, 10) == pytest.approx(1.0)
     assert binomial_tail(10, 10) == pytest.approx(0.5**10)
+
+
+# A fresh sentiment task, as a service task starts (the default KnnConfig, content-free calibration): four
+# examples per label, written for this test, and near-paraphrases of each.
+FIRST_USE_EXAMPLES = [
+    ("The plot dragged on forever and I nearly fell asleep.", "0"),
+    ("The food arrived cold and the waiter ignored us all night.", "0"),
+    ("This phone stopped charging after two days, a waste of money.", "0"),
+    ("The actors seemed bored and the jokes never landed.", "0"),
+    ("A warm, funny film that left the whole audience smiling.", "1"),
+    ("The staff were friendly and the pasta was delicious.", "1"),
+    ("The battery lasts for days and the screen is gorgeous.", "1"),
+    ("An inspiring book that I could not put down.", "1"),
+]
+FIRST_USE_PARAPHRASES = [  # one per example, in the same order
+    "The story dragged on endlessly and I almost fell asleep.",
+    "Our food came cold and the waiter ignored us the whole night.",
+    "This phone quit charging after two days, such a waste of money.",
+    "The cast looked bored and none of the jokes landed.",
+    "A warm and funny movie that left the entire audience smiling.",
+    "The staff was friendly and the pasta was delicious.",
+    "Battery lasts for days and the display is gorgeous.",
+    "An inspiring book that I just could not put down.",
+]
+FIRST_USE_PROBES = [
+    ("I loved every minute of it.", "1"),
+    ("Absolutely terrible, I want my money back.", "0"),
+    ("What a wonderful experience.", "1"),
+    ("The worst service I have ever had.", "0"),
+    ("Great value and it works perfectly.", "1"),
+    ("It broke the first time I used it.", "0"),
+]
+
+
+def _default_backbone():
+    """The real default backbone; the test is skipped where its weights' package is not installed."""
+    import importlib.metadata
+
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
+
+    packaged = PACKAGED_MODELS[DEFAULT_BACKBONE]
+    converted = (model_cache_dir() / DEFAULT_BACKBONE / "config.json").exists()
+    try:
+        importlib.metadata.distribution(packaged.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        if not converted:
+            pytest.skip(f"{DEFAULT_BACKBONE} is not installed ({packaged.install_hint})")
+    return load_backbone(BackboneConfig())
+
+
+@pytest.mark.real_backbone
+def test_a_fresh_task_on_the_default_backbone_speaks_from_its_first_examples():
+    """Four examples per label and nothing trained: plain probes and near-paraphrases of the examples are
+    classified right, and P_kNN puts at least 0.8 on the label of the example a paraphrase restates."""
+    classifier = Classifier(
+        _default_backbone(),
+        Template("Review: {text}\nSentiment: {mask}"),
+        Verbalizer.parse("0=negative,1=positive"),
+    )
+    assert classifier.knn == KnnConfig()
+    classifier.label_bias = classifier.calibration_bias("content-free")
+    ids = classifier.add_examples(
+        [text for text, _ in FIRST_USE_EXAMPLES], [label for _, label in FIRST_USE_EXAMPLES]
+    )
+
+    paraphrased = classifier.predict(FIRST_USE_PARAPHRASES)
+    for (example, label), example_id, prediction in zip(FIRST_USE_EXAMPLES, ids, paraphrased, strict=True):
+        assert prediction.label == label, example
+        assert prediction.neighbours[0].id == example_id, (
+            example
+        )  # its nearest example is the one it restates
+        assert prediction.p_knn is not None and prediction.p_knn[label] >= 0.8, (example, prediction.p_knn)
+    probes = classifier.predict([text for text, _ in FIRST_USE_PROBES])
+    assert [p.label for p in probes] == [label for _, label in FIRST_USE_PROBES]

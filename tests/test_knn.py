@@ -97,14 +97,15 @@ def _old_knn_distribution(similarities, labels, num_labels, temperature):
 
 
 def test_the_cosine_scoring_gives_exactly_the_numbers_it_gave_before(filled_store):
+    """The default before centring, k = 16, T = 0.1, cosine, unstandardised: the old path bit for bit."""
     store, _ = filled_store(200, seed=3)
     queries = np.random.default_rng(4).normal(size=(9, store.dim))
     before = store.search(queries, 16, exclude_ids=np.arange(9))
-    after = knn_search(store, queries, 16, KnnConfig().similarity, exclude_ids=np.arange(9))
+    after = knn_search(store, queries, 16, "cosine", exclude_ids=np.arange(9))
     for field in ("ids", "labels", "similarities"):
         np.testing.assert_array_equal(getattr(after, field), getattr(before, field))
     p_lm = np.full((9, 4), 0.25, np.float32)
-    p_knn, _ = knn_mixture(p_lm, after.similarities, after.labels, KnnConfig())
+    p_knn, _ = knn_mixture(p_lm, after.similarities, after.labels, KnnConfig(similarity="cosine"))
     old = _old_knn_distribution(
         torch.from_numpy(before.similarities), torch.from_numpy(before.labels), 4, 0.1
     )

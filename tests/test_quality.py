@@ -171,7 +171,9 @@ def test_a_mislabelled_example_is_the_top_suspect(causal_backbone):
         causal_backbone,
         Template("{text} It was {mask}"),
         Verbalizer.parse("a=good,b=bad"),
-        knn=KnnConfig(k=3, temperature=0.01, lam=1.0),  # the store alone judges
+        # The store alone judges, by plain cosine: centred, this random model puts the unlabelled copy
+        # "the movie was great and fun" first among one A sentence's neighbours, which then counts as wrong.
+        knn=KnnConfig(k=3, temperature=0.01, lam=1.0, similarity="cosine"),
     )
     texts = [*A, *B, "the movie was great and fun"]
     labels = ["a"] * len(A) + ["b"] * len(B) + ["b"]  # the last one is mislabelled

@@ -123,7 +123,7 @@ def evidence_for(store_spread: float, queries_spread: float, right: float) -> tu
     store = KnowledgeStore(24)
     store.add(ids, train_vectors, train_labels)
     train = leave_one_out_evidence(
-        store, ids, train_vectors, prompt_guesses(train_labels, 3, right, 1), train_labels, 32
+        store, ids, train_vectors, prompt_guesses(train_labels, 3, right, 1), train_labels, 32, "cosine"
     )
     dev = Evidence(prompt_guesses(dev_labels, 3, right, 2), Split(dev_labels, store.search(dev_vectors, 32)))
     return pooled([train, dev]), len(store)
@@ -151,7 +151,9 @@ def test_leave_one_out_never_retrieves_the_example_itself():
     labels = rng.integers(0, 3, 40)
     store = KnowledgeStore(8)
     store.add(ids, vectors, labels)
-    hits = leave_one_out_evidence(store, ids, vectors, np.full((40, 3), 1 / 3), labels, 5).split.hits
+    hits = leave_one_out_evidence(
+        store, ids, vectors, np.full((40, 3), 1 / 3), labels, 5, "cosine"
+    ).split.hits
     assert hits is not None and not (hits.ids == ids[:, None]).any()
     assert hits.ids[0, 0] == ids[1] and hits.ids[1, 0] == ids[0]
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -37,7 +37,10 @@ def test_loss_falls_and_checkpoint_round_trips(
     for a, b in zip(after, before, strict=True):
         # the weights went to disk in float16 (tests/test_checkpoints.py); store and bias exactly
         assert a.probabilities == pytest.approx(b.probabilities, abs=HALF_PROBABILITY_ATOL)
-        assert [n.id for n in a.neighbours] == [n.id for n in b.neighbours]
+        # the same neighbours at the same similarities; exact ties (a trained store's centred cosines sit
+        # at +-1) may come back in another order
+        reloaded, trained = ({n.id: n.similarity for n in p.neighbours} for p in (a, b))
+        assert len(reloaded) == len(a.neighbours) and reloaded == pytest.approx(trained, abs=1e-3)
 
 
 def test_retroprompt_starts_from_untrained_keys_and_reembeds(causal_dir: Path, toy, fresh_classifier) -> None:

@@ -3,10 +3,11 @@
     P_kNN(y | x) = sum over the top-k neighbours n with label y of softmax_n(sim(x, n) / (T * s_x))
     P(y | x)     = lam * P_kNN(y | x) + (1 - lam) * P_LM(y | x)
 
-`sim` is the cosine of the unit slot vectors, or with `similarity="centred"` the cosine after
-subtracting the mean of the store's keys from the key and from the query. `s_x` is 1, or with
-`standardise` the standard deviation of x's k similarities: a temperature set per query by the
-spread of its neighbours (the same as softmax over the similarities standardised per query, over T).
+`sim` is, by default (`similarity="centred"`), the cosine after subtracting the mean of the store's
+keys from the key and from the query (0 with a single key stored), or the plain cosine of the unit
+slot vectors (`"cosine"`, the default until a dev grid chose centring: docs/knn-selection.md).
+`s_x` is 1, or with `standardise` the standard deviation of x's k similarities: a temperature set per
+query by the spread of its neighbours (softmax over the similarities standardised per query, over T).
 
 Both answer one measurement: a causal LM's slot vectors share one dominant direction. On
 SmolLM2-135M the mean of SST-2's 32 training keys has norm 0.96, every key lies at cosine 0.96 to it,
@@ -48,7 +49,7 @@ class KnnConfig:
     k: int = 16
     temperature: float = 0.1
     lam: float = 0.5  # weight of P_kNN in the interpolation
-    similarity: Similarity = "cosine"  # centred: cosine after subtracting the store's mean key
+    similarity: Similarity = "centred"  # cosine after subtracting the store's mean key, or plain "cosine"
     standardise: bool = False  # divide T by the spread (std) of each query's k similarities
 
     def __post_init__(self) -> None:
@@ -89,7 +90,7 @@ def knn_search(
     store: KnowledgeStore,
     queries: npt.ArrayLike,  # (B, H)
     k: int,
-    similarity: Similarity = "cosine",
+    similarity: Similarity,
     *,
     exclude_ids: npt.ArrayLike | None = None,
 ) -> SearchResult:

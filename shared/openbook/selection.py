@@ -142,7 +142,7 @@ def leave_one_out_evidence(
     p_lm: np.ndarray,
     labels: np.ndarray,
     k: int,
-    similarity: Similarity = "cosine",
+    similarity: Similarity,
 ) -> Evidence:
     """The store's own examples as evidence, each with its neighbours among the *other* stored examples.
 

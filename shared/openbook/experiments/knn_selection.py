@@ -28,6 +28,7 @@ from openbook.calibration import CalibrationMode, calibrated_p_lm
 from openbook.classifier import Classifier
 from openbook.data import Example
 from openbook.experiments.evaluation import example_labels
+from openbook.knn import KnnConfig, knn_search
 from openbook.methods import Method
 from openbook.selection import (
     JOINT_RULE,
@@ -45,6 +46,9 @@ from openbook.store import KnowledgeStore
 from openbook.training import TrainConfig, train
 
 EvidenceKind = Literal["dev", "train", "train+dev"]
+# How neighbours are scored here: by plain cosine, as in the check's published tables (docs/knn-selection.md),
+# whatever KnnConfig's default is now.
+SCORING = KnnConfig(similarity="cosine", standardise=False)
 
 
 @dataclass(frozen=True)
@@ -128,10 +132,16 @@ def seed_evidence(embeddings: SeedEmbeddings) -> SeedEvidence:
         part: calibrated_p_lm(getattr(embeddings, f"{part}_lm_log_probs"), embeddings.label_bias)
         for part in ("train", "dev")
     }
-    dev_hits = store.search(embeddings.dev_vectors, k)
+    dev_hits = knn_search(store, embeddings.dev_vectors, k, SCORING.similarity)
     return SeedEvidence(
         train=leave_one_out_evidence(
-            store, ids, embeddings.train_vectors, p_lm["train"], embeddings.train_labels, k
+            store,
+            ids,
+            embeddings.train_vectors,
+            p_lm["train"],
+            embeddings.train_labels,
+            k,
+            SCORING.similarity,
         ),
         dev=Evidence(p_lm["dev"], Split(embeddings.dev_labels, dev_hits)),
         store_size=len(store),
@@ -167,7 +177,8 @@ def nested_check(
         for seen, held_out in (halves, halves[::-1]):
             scored = evidence.dev.rows(held_out)
             for rule in rules:
-                config, _ = select(evidence.for_rule(rule.evidence, seen), rule.rule, evidence.store_size)
+                seen_evidence = evidence.for_rule(rule.evidence, seen)
+                config, _ = select(seen_evidence, rule.rule, evidence.store_size, SCORING)
                 p = split_mixture(scored.p_lm, scored.split, config)
                 scores[rule.name].append(accuracy(p.argmax(-1), scored.split.labels))
                 chosen[rule.name].append((config.k, config.temperature, config.lam))
