@@ -134,11 +134,13 @@ function verdict(prediction) {
     return [el("strong", { class: "label" }, prediction.label), " ", el("span", { class: "muted" }, state.task.labels[prediction.label] ?? "")];
   }
   const [best, p] = Object.entries(prediction.probabilities).reduce((top, entry) => (entry[1] > top[1] ? entry : top));
-  const below = state.task.min_confidence === null || state.task.min_confidence === undefined ? "" : ` ${state.task.min_confidence}`;
+  // The same four decimals for both, so that a guess just under the threshold never reads as equal to it.
+  const threshold = state.task.min_confidence;
+  const below = threshold === null || threshold === undefined ? "" : ` ${threshold.toFixed(4)}`;
   return [
     el("strong", { class: "label abstained" }, "abstained"),
     " ",
-    el("span", { class: "muted" }, `its best guess, ${best} at ${percent(p)}, is below the threshold${below}`),
+    el("span", { class: "muted" }, `its best guess, ${best} at ${p.toFixed(4)}, is below the threshold${below}`),
   ];
 }
 
