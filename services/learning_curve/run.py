@@ -34,7 +34,7 @@ from openbook.version import __version__
 from tqdm.auto import tqdm
 
 from services.api.settings import Settings
-from services.bench import Served
+from services.bench_stack import Served
 from services.bus.server import EmbeddedRedis, free_port
 from services.bus.task_spec import Task
 from services.learning_curve.baselines import BASELINES, Baselines, unavailable

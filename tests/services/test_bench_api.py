@@ -32,7 +32,7 @@ def test_bench_api_reports_every_measurement(causal_dir, capsys):
 def test_a_stand_in_has_the_backbones_tokenizer_and_layer_types_at_width_64(causal_dir, tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 
-    from services.bench import make_stand_in
+    from services.bench_stack import make_stand_in
 
     path = make_stand_in(str(causal_dir), tmp_path / "stand-in")
     source, small = AutoConfig.from_pretrained(causal_dir), AutoConfig.from_pretrained(path)

@@ -1,0 +1,90 @@
+"""What `openbook bench api` runs on: an api in-process, N api workers in a process of their own, and a
+small random-weight stand-in for a backbone (services/bench.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import uvicorn
+from openbook.models import resolve_backbone
+
+from services.api.app import create_app
+from services.api.settings import Settings
+from services.client import wait_ready
+
+
+class Served:
+    """An api under uvicorn in a background thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.app = create_app(settings)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, port=settings.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        self.base = f"http://127.0.0.1:{settings.port}"
+        while not self.server.started:
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+class ServedWorkers:
+    """`openbook serve` with `workers` api processes behind one port, in a process of its own."""
+
+    def __init__(self, settings: Settings, workers: int, log: Path) -> None:
+        environment = {
+            "OPENBOOK_REDIS_URL": settings.redis_url,
+            "OPENBOOK_DEFAULT_BACKBONE": settings.default_backbone,
+            "OPENBOOK_MAX_LENGTH": str(settings.max_length),
+            "OPENBOOK_PORT": str(settings.port),
+            "OPENBOOK_API_WORKERS": str(workers),
+        }
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "services.cli", "serve"],
+                env={**os.environ, **environment},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.base = f"http://127.0.0.1:{settings.port}"
+        if not wait_ready(self.base, timeout=900, alive=lambda: self.process.poll() is None):
+            self.stop()
+            raise RuntimeError(f"{workers} api workers did not get ready: {log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def make_stand_in(backbone: str, directory: Path) -> str:
+    """A random-weight model in `directory`: `backbone`'s tokenizer and layer types, 2 layers of width 64.
+
+    Its forward of a micro-batch takes milliseconds on a CPU, about what a GPU takes for the real model,
+    so the service's own per-request costs weigh as they do there (docs/benchmarks.md).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_backbone(backbone)
+    config = AutoConfig.from_pretrained(source)
+    small = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "head_dim": 16}
+    small |= {"num_attention_heads": 4, "num_key_value_heads": 2}
+    for name, value in small.items():
+        setattr(config, name, value)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(source).save_pretrained(directory)
+    return str(directory)
