@@ -6,7 +6,7 @@ from typing import Annotated, Any, Self
 
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
-from openbook.knn import KnnConfig
+from openbook.knn import DEFAULT_KNN, KnnConfig, Similarity
 from openbook.methods import build_method
 from openbook.prompting import Template, Verbalizer
 from openbook.training import DEFAULT_EVAL_EVERY, DEFAULT_MAX_STEPS, DEFAULT_STEPS, TrainConfig
@@ -51,6 +51,10 @@ class KnnSettings(BaseModel):
     # Not finite is not valid: JSON would store infinity as null, a spec that no longer reads back.
     temperature: float = Field(0.1, gt=0, allow_inf_nan=False)
     lam: float = Field(0.5, ge=0, le=1, allow_inf_nan=False)
+    similarity: Similarity = Field(
+        DEFAULT_KNN.similarity,
+        description="how neighbours are scored: the cosine after subtracting the store's mean key, or plain",
+    )
 
 
 class TrainOptions(BaseModel):
@@ -184,7 +188,7 @@ def build_classifier(task: Task, backbone: Backbone) -> Classifier:
         backbone,
         Template(task.template),
         verbalizer,
-        knn=KnnConfig(task.knn.k, task.knn.temperature, task.knn.lam),
+        knn=KnnConfig(task.knn.k, task.knn.temperature, task.knn.lam, task.knn.similarity),
     )
     classifier.label_bias = classifier.calibration_bias("content-free")  # no data yet: calibrate on "N/A"
     return classifier

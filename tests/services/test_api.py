@@ -262,3 +262,24 @@ def test_concurrent_first_requests_build_one_runtime(server: EmbeddedRedis, caus
     with ThreadPoolExecutor(4) as pool:
         runtimes = list(pool.map(lambda _: registry.runtime("reviews"), range(4)))
     assert all(r is runtimes[0] for r in runtimes) and registry.runtimes["reviews"] is runtimes[0]
+
+
+def test_a_task_chooses_how_its_neighbours_are_scored(api: TestClient) -> None:
+    assert api.get("/v1/tasks/reviews").json()["knn"]["similarity"] == "centred"  # the default
+    plain = {**TASK, "name": "plain", "knn": {"similarity": "cosine"}}
+    assert api.post("/v1/tasks", json=plain).status_code == 201
+    examples = [{"text": "a good film", "label": "1"}, {"text": "a bad film", "label": "0"}]
+    api.post("/v1/tasks/plain/examples", json={"examples": examples})
+    api.post("/v1/tasks/reviews/examples", json={"examples": examples})
+    runtimes = api.app.state.registry.runtimes
+    assert runtimes["plain"].classifier.knn.similarity == "cosine"
+    assert runtimes["reviews"].classifier.knn.similarity == "centred"
+    body = {"texts": ["a good film"], "neighbours": True}
+    by_cosine = api.post("/v1/tasks/plain/classify", json=body).json()["predictions"][0]["neighbours"]
+    assert by_cosine[0]["similarity"] == pytest.approx(1.0, abs=1e-5)  # the text itself, by plain cosine
+    centred = api.post("/v1/tasks/reviews/classify", json=body).json()["predictions"][0]["neighbours"]
+    assert (
+        centred[0]["similarity"] == pytest.approx(1.0, abs=1e-5) and centred[1]["similarity"] < 0
+    )  # two keys
+    bad = api.post("/v1/tasks", json={**TASK, "name": "bad", "knn": {"similarity": "euclid"}})
+    assert bad.status_code == 422 and api.get("/v1/tasks/bad").status_code == 404
