@@ -10,6 +10,7 @@ import torch
 from openbook.backbone import BackboneConfig, default_dtype, float32_weights, load_backbone, resolve_dtype
 from openbook.checkpoints import load_classifier, save_classifier
 from openbook.classifier import Classifier
+from openbook.knn import KnnConfig, Similarity
 from openbook.methods import build_method, weights_sha256
 from openbook.training import TrainConfig, train
 
@@ -24,7 +25,12 @@ from openbook.training import TrainConfig, train
 # synthetic sentences, a 64-example store embedded in each dtype) bf16 moved P_LM by up to 0.020 and
 # the interpolated P by up to 0.037, flipped 1 of 64 predictions, kept slot cosines >= 0.9994 and 95%
 # of the top-16 neighbours.
+# Those figures are for neighbours scored by plain cosine. Centred scoring (the default) subtracts the
+# store's mean key first; with four keys the residuals are small, and bf16's error in them weighs more:
+# on the same sentences the interpolated P moved by up to 0.027 (causal) and 0.0043 (masked), every argmax
+# the same. Its bound leaves ~4x room.
 PROBABILITY_ATOL = 0.01
+CENTRED_PROBABILITY_ATOL = 0.1
 MIN_COSINE = 0.999
 MIN_ARGMAX_AGREEMENT = 0.9
 
@@ -63,12 +69,15 @@ def test_weights_load_in_the_dtype_and_leave_forward_as_float32(model_dir: Path,
     assert embedded.vectors.dtype == embedded.lm_log_probs.dtype == np.float32
 
 
-def _predictions(directory: Path, dtype: str, toy, corpus) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _predictions(
+    directory: Path, dtype: str, toy, corpus, similarity: Similarity
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(interpolated P, P_LM, slot vectors) for the distinct corpus sentences, with a small store."""
     classifier = Classifier(
         load_backbone(BackboneConfig(name=str(directory), max_length=48, dtype=dtype)),
         toy.template,
         toy.verbalizer,
+        knn=KnnConfig(similarity=similarity),
     )
     classifier.add_examples(toy.texts[:4], [str(label) for label in toy.labels[:4]])
     sample = sorted(set(corpus))
@@ -79,15 +88,20 @@ def _predictions(directory: Path, dtype: str, toy, corpus) -> tuple[np.ndarray, 
     return as_array("probabilities"), as_array("p_lm"), classifier.embed(sample).vectors
 
 
-def test_bfloat16_predictions_agree_with_float32(model_dir: Path, toy, corpus):
-    p32, lm32, vectors32 = _predictions(model_dir, "float32", toy, corpus)
-    p16, lm16, vectors16 = _predictions(model_dir, "bfloat16", toy, corpus)
-    np.testing.assert_allclose(p16, p32, atol=PROBABILITY_ATOL)
+@pytest.mark.parametrize(
+    ("similarity", "atol"), [("cosine", PROBABILITY_ATOL), ("centred", CENTRED_PROBABILITY_ATOL)]
+)
+def test_bfloat16_predictions_agree_with_float32(
+    model_dir: Path, toy, corpus, similarity: Similarity, atol: float
+):
+    p32, lm32, vectors32 = _predictions(model_dir, "float32", toy, corpus, similarity)
+    p16, lm16, vectors16 = _predictions(model_dir, "bfloat16", toy, corpus, similarity)
+    np.testing.assert_allclose(p16, p32, atol=atol)
     np.testing.assert_allclose(lm16, lm32, atol=PROBABILITY_ATOL)
     assert (vectors16 * vectors32).sum(1).min() >= MIN_COSINE
     same = p16.argmax(1) == p32.argmax(1)
     top_two = np.sort(p32, axis=1)[:, -2:]
-    clear = top_two[:, 1] - top_two[:, 0] > 2 * PROBABILITY_ATOL
+    clear = top_two[:, 1] - top_two[:, 0] > 2 * atol
     assert same[clear].all()
     assert same.mean() >= MIN_ARGMAX_AGREEMENT
 
