@@ -108,7 +108,7 @@ knn-selection: install
 # demonstrations" and "The training budget, chosen on dev"), on 4 tasks x 5 seeds, dev accuracy only
 # (no test example is read): demos-dev runs every demonstration mode, and prompt-ft; budget-dev runs
 # prompt-ft and retroprompt with the epoch budget that competes with 32 steps (20 epochs, a dev check
-# each, patience 4 epochs, at most 120 steps). DEV_BACKBONE=gemma3-270m compares the other backbone.
+# each, patience 4 epochs, at most 120 steps), its kNN scored by plain cosine like the 32-step records. DEV_BACKBONE=gemma3-270m compares the other backbone.
 # Resumable; on a CPU, run a task at a time (DEV_TASKS=trec). PARALLEL=N runs the (task, seed) units as N
 # processes into the same directory (on a GPU, all 20 at once: PARALLEL=20 OPENBOOK_DEVICE=cuda).
 PARALLEL ?= 1
@@ -122,7 +122,7 @@ demos-dev: install
 budget-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods prompt-ft,retroprompt --seeds 13,21,42,87,100 --epochs 20 --patience 4 --max-steps 120 \
-		--parallel $(PARALLEL) --out docs/results/budget-dev-$(DEV_BACKBONE)
+		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/budget-dev-$(DEV_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).

@@ -48,6 +48,7 @@ def create_app(settings: Settings | None = None, *, pool: WorkerPool | None = No
             default_backbone=settings.default_backbone,
             model_dirs=settings.model_dirs,
             batch_size=settings.batch_max_texts,
+            mixed_batches=settings.mixed_batches,
         )
         pools = Pools(reads=settings.read_threads, writes=settings.write_threads)
         batchers = Batchers(

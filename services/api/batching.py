@@ -38,6 +38,12 @@ is, whatever spreads it. A lone
 client, whose forwards are never shared, pays no wait at all: its request
 goes straight to the backbone, and requests that arrive during that forward
 form the next batch.
+
+Tasks whose LoRA adapters sit on one shared backbone share a queue too (a
+lane per backbone, `Batchers.batcher_for`): a forward then holds the requests
+of several tasks, and runs their rows as one mixed-adapter forward
+(`openbook.mixed`, `runtime.predict_together`). Every other task has a queue
+of its own.
 """
 
 from __future__ import annotations
@@ -48,12 +54,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from openbook.classifier import Prediction
+from openbook.mixed import MixedForward
 from openbook.prompting import TextInput
 
-from services.api.runtime import TaskRuntime
+from services.api.runtime import Result, TaskRuntime, predict_together
 
-Result = tuple[list[Prediction], str, str]  # predictions, model version, store version
 Offload = Callable[..., Awaitable[Any]]  # runs a blocking call in a worker thread: offload(fn, *args)
 
 
@@ -64,6 +69,7 @@ def longest_prompt(runtime: TaskRuntime, texts: Sequence[TextInput]) -> int:
 
 @dataclass
 class _Request:
+    runtime: TaskRuntime
     texts: Sequence[TextInput]
     future: asyncio.Future[Result]
     longest: asyncio.Future[int] | None = None  # tokens in its longest prompt, being counted; None: not
@@ -79,10 +85,13 @@ class _Batch:
 
 
 class MicroBatcher:
+    """The queue of one task (`runtime`), or of the LoRA tasks on one backbone (`mixer`, no runtime)."""
+
     def __init__(
         self,
-        runtime: TaskRuntime,
+        runtime: TaskRuntime | None,
         *,
+        mixer: MixedForward | None = None,
         max_texts: int,  # texts per forward
         max_tokens: int | None,  # texts x longest prompt per forward (the padded tokens); None: not counted
         max_wait: float,  # the longest gap between two arrivals that still joins them in one forward
@@ -91,6 +100,7 @@ class MicroBatcher:
         offload: Offload = asyncio.to_thread,
     ) -> None:
         self.runtime = runtime
+        self.mixer = mixer
         self.offload = offload
         self.max_texts = max_texts
         self.max_tokens = max_tokens
@@ -101,12 +111,16 @@ class MicroBatcher:
         self.last_requests = 0  # requests the previous forward served
         self.consumer = asyncio.create_task(self._consume())
 
-    async def predict(self, texts: Sequence[TextInput]) -> Result:
+    async def predict(self, texts: Sequence[TextInput], runtime: TaskRuntime | None = None) -> Result:
+        """`texts`' predictions by `runtime`'s task (a task's own queue: its runtime by default)."""
+        runtime = runtime or self.runtime
+        if runtime is None:
+            raise ValueError("a shared queue needs the runtime of each request's task")
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         longest = None
         if self.max_tokens is not None:  # counted while the request waits in the queue
-            longest = asyncio.ensure_future(self.offload(longest_prompt, self.runtime, texts))
-        await self.queue.put(_Request(texts, future, longest))
+            longest = asyncio.ensure_future(self.offload(longest_prompt, runtime, texts))
+        await self.queue.put(_Request(runtime, texts, future, longest))
         return await future
 
     def retire(self) -> None:
@@ -185,22 +199,22 @@ class MicroBatcher:
 
     async def _forward(self, batch: list[_Request]) -> None:
         self.last_requests = len(batch)
-        texts = [text for request in batch for text in request.texts]
         if self.on_forward is not None:
-            self.on_forward(len(texts))
-        try:
-            predictions, model_version, store_version = await self.offload(self.runtime.predict, texts)
-        except Exception as error:  # every waiting request gets the error, the consumer lives on
-            for request in batch:
-                if not request.future.done():
-                    request.future.set_exception(error)
-            return
-        start = 0
+            self.on_forward(sum(len(request.texts) for request in batch))
+        by_task: dict[int, list[_Request]] = {}  # the requests of each task, tasks in order of arrival
         for request in batch:
-            end = start + len(request.texts)
-            if not request.future.done():
-                request.future.set_result((predictions[start:end], model_version, store_version))
-            start = end
+            by_task.setdefault(id(request.runtime), []).append(request)
+        groups = list(by_task.values())
+        parts = [(group[0].runtime, [text for r in group for text in r.texts]) for group in groups]
+        try:
+            if len(parts) == 1 or self.mixer is None:
+                results: list[Result | Exception] = [await self.offload(parts[0][0].predict, parts[0][1])]
+            else:
+                results = await self.offload(predict_together, self.mixer, parts)
+        except Exception as error:  # every waiting request gets the error, the consumer lives on
+            results = [error] * len(groups)
+        for group, result in zip(groups, results, strict=True):
+            _answer(group, result)
 
     async def close(self) -> None:
         self.consumer.cancel()
@@ -208,8 +222,26 @@ class MicroBatcher:
             await self.consumer
 
 
+def _answer(requests: list[_Request], result: Result | Exception) -> None:
+    """Hand each of one task's requests its slice of the task's predictions (or the error)."""
+    start = 0
+    for request in requests:
+        end = start + len(request.texts)
+        if not request.future.done():
+            if isinstance(result, Exception):
+                request.future.set_exception(result)
+            else:
+                predictions, model_version, store_version = result
+                request.future.set_result((predictions[start:end], model_version, store_version))
+        start = end
+
+
+MIXED_LANE = "/mixed/"  # prefix of a shared queue's key; no task name has a slash (task_spec)
+
+
 class Batchers:
-    """One MicroBatcher per task, replaced when the task's runtime is (a task deleted and re-created)."""
+    """One MicroBatcher per task, replaced when the task's runtime is (a task deleted and re-created);
+    one per shared backbone for the tasks whose LoRA adapters mix on it."""
 
     def __init__(self, **options: Any) -> None:
         self.options = options  # MicroBatcher's keyword arguments
@@ -217,6 +249,12 @@ class Batchers:
         self.retiring: set[asyncio.Task] = set()  # asyncio keeps only weak references to tasks
 
     def batcher_for(self, runtime: TaskRuntime) -> MicroBatcher:
+        if runtime.mixer is not None and runtime.mixes():
+            lane = f"{MIXED_LANE}{id(runtime.mixer)}"
+            shared = self.batchers.get(lane)
+            if shared is None:
+                shared = self.batchers[lane] = MicroBatcher(None, mixer=runtime.mixer, **self.options)
+            return shared
         batcher = self.batchers.get(runtime.task.name)
         if batcher is None or batcher.runtime is not runtime:
             if batcher is not None:  # the old one answers what it holds, then stops

@@ -6,6 +6,10 @@ example acknowledged so far. The classifier and its store are not
 thread-safe: one lock per task serialises inference and replay, which run in
 worker threads, off the event loop. A published checkpoint is swapped in
 under the same lock (`TaskRuntime.adopt`).
+
+LoRA tasks on one shared backbone can answer in one forward (`openbook.mixed`): `predict_together`
+takes the lock of every task in the batch, in one order, checks and catches each up as `predict`
+does, and runs the rows of those that mix as one forward, the others on their own.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import redis
@@ -24,6 +30,7 @@ from openbook.checkpoints import load_classifier, loads_onto
 from openbook.classifier import Classifier, Prediction
 from openbook.demonstrations import DemoConfig, Demonstrations, retrieve_demonstrations
 from openbook.labels import fit_to_labels
+from openbook.mixed import MixedForward
 from openbook.prompting import TextInput
 from openbook.quality import Scored, leave_one_out
 
@@ -74,6 +81,8 @@ class TaskRuntime:
     # the last leave-one-out pass (the report of an untrained task): the classifier and (model_version,
     # offset) it scored, and its scores
     loo_cache: tuple[Classifier, tuple[str, str], Scored] | None = None
+    # one forward for the LoRA tasks on `backbone` (openbook.mixed); None: this task always runs alone
+    mixer: MixedForward | None = None
 
     def catch_up(self) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread)."""
@@ -105,11 +114,18 @@ class TaskRuntime:
         applied so far.
         """
         with self.lock:
-            with contextlib.suppress(redis.ConnectionError):
-                if not self._is_current():
-                    raise StaleRuntime(self.task.name)
-                self._apply_log()
+            self._ready_to_serve()
             return self.classifier.predict(texts), self.model_version, self.offset
+
+    def _ready_to_serve(self) -> None:  # the caller holds the lock
+        with contextlib.suppress(redis.ConnectionError):
+            if not self._is_current():
+                raise StaleRuntime(self.task.name)
+            self._apply_log()
+
+    def mixes(self) -> bool:
+        """Whether this task's requests may share a forward with other LoRA tasks on its backbone."""
+        return self.mixer is not None and self.mixer.mixes(self.classifier)
 
     def _is_current(self) -> bool:
         """Whether Redis holds the very spec and generation this runtime serves (one round trip)."""
@@ -185,6 +201,50 @@ class TaskRuntime:
             self._remember([e for e in tail if _order(e.offset) > _order(self.offset)])
             self.classifier, self.model_version, self.swap_error = classifier, published.version, None
             self.published = published
+
+
+Result = tuple[list[Prediction], str, str]  # predictions, model version, store version
+
+
+def predict_together(
+    mixer: MixedForward, parts: Sequence[tuple[TaskRuntime, Sequence[TextInput]]]
+) -> list[Result | Exception]:
+    """Each part's `runtime.predict(texts)`, the LoRA tasks' rows in one forward (blocking).
+
+    One task's failure (a StaleRuntime, texts it refuses) is that part's result, not the others'. The
+    parts' runtimes must differ. Their locks are taken in one order (by task name), so two such
+    calls never wait on each other in a cycle.
+    """
+    results: list[Result | Exception | None] = [None] * len(parts)
+    with ExitStack() as held:
+        for runtime in sorted({id(r): r for r, _ in parts}.values(), key=lambda r: r.task.name):
+            held.enter_context(runtime.lock)
+        together = []
+        for i, (runtime, texts) in enumerate(parts):
+            try:
+                runtime._ready_to_serve()
+                if not mixer.mixes(runtime.classifier):  # swapped to another kind of model meanwhile
+                    results[i] = runtime.classifier.predict(texts), runtime.model_version, runtime.offset
+                else:
+                    together.append(i)
+            except Exception as error:  # the caller hands it to that request alone
+                results[i] = error
+        if together:
+            try:
+                mixed: list[list[Prediction]] | None = mixer.predict(
+                    [(parts[i][0].classifier, parts[i][1]) for i in together]
+                )
+            except Exception:  # e.g. texts one task's encoder refuses: each part alone
+                mixed = None
+            for k, i in enumerate(together):
+                runtime, texts = parts[i]
+                try:
+                    predictions = mixed[k] if mixed is not None else runtime.classifier.predict(texts)
+                    results[i] = predictions, runtime.model_version, runtime.offset
+                except Exception as error:
+                    results[i] = error
+    assert all(r is not None for r in results)  # each part was answered above, or failed
+    return cast("list[Result | Exception]", results)
 
 
 def backbone_to_load_onto(checkpoint: Path, shared: Backbone | None) -> Backbone | None:

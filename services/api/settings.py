@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     batch_max_tokens: int | None = Field(None, ge=1)  # None: not counted
     batch_max_wait_ms: float = 2.0  # under load, a forward waits this long for one more request to join
     batch_max_delay_ms: float = 50.0  # ... and at most this long after its first request arrived
+    # Requests for LoRA tasks on one backbone share a forward, each row through its task's adapters
+    # (openbook/mixed.py); false: every task's requests run as forwards of their own.
+    mixed_batches: bool = True
     max_text_chars: int = 5000  # characters per text (each text of a pair)
     max_body_bytes: int = 1_000_000  # larger bodies get a 413, chunked ones as soon as they pass it
     api_key: str | None = None  # the write key: writes need it; it grants reads too

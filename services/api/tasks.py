@@ -19,6 +19,7 @@ from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.classifier import Classifier
 from openbook.labels import fit_to_labels
 from openbook.methods import build_method
+from openbook.mixed import MixedForward
 from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
 from openbook.prompting import PromptError, Template, Verbalizer
 from pydantic import ValidationError
@@ -83,8 +84,10 @@ class TaskRegistry:
         default_backbone: str = DEFAULT_BACKBONE,
         model_dirs: Sequence[Path] = (),
         batch_size: int | None = None,
+        mixed_batches: bool = True,  # LoRA tasks on one backbone may share a forward (openbook.mixed)
     ) -> None:
         self.client = client
+        self.mixed_batches = mixed_batches
         # Texts per forward in a task's classifier (None: the library's default). The micro-batcher
         # already bounds a forward (OPENBOOK_BATCH_MAX_TEXTS, 1024 on CUDA); a smaller chunk here would
         # cut each of its batches into several forwards again.
@@ -96,7 +99,8 @@ class TaskRegistry:
         self.runtimes: dict[str, TaskRuntime] = {}
         self.unbuildable: dict[str, str] = {}  # task -> why its classifier could not be built
         self._backbones: dict[str, Backbone] = {}
-        self._lock = threading.Lock()  # guards _backbones
+        self._mixers: dict[str, MixedForward] = {}  # one per backbone, for its LoRA tasks' mixed batches
+        self._lock = threading.Lock()  # guards _backbones and _mixers
         self._building = threading.Lock()  # guards building runtimes
         self.warmed = threading.Event()  # every task known at start-up is loaded and replayed
 
@@ -160,6 +164,16 @@ class TaskRegistry:
                 config = BackboneConfig(name=name, max_length=self.max_length, device=self.device)
                 self._backbones[name] = load_backbone(config)
             return self._backbones[name]
+
+    def mixer(self, name: str) -> MixedForward | None:
+        """The mixed-batch forward of backbone `name` (None when mixed batches are off)."""
+        if not self.mixed_batches:
+            return None
+        backbone = self.backbone(name)
+        with self._lock:
+            if name not in self._mixers:
+                self._mixers[name] = MixedForward(backbone)
+            return self._mixers[name]
 
     def build(self, task: Task) -> Classifier:
         """The task's untrained classifier, after every check a spec must pass; raises InvalidSpec.
@@ -344,7 +358,9 @@ class TaskRegistry:
         self.unbuildable.pop(task.name, None)
         backbone = self.backbone(task.backbone)
         log = ExampleLog(self.client, task.name)
-        return TaskRuntime(task, classifier, log, backbone=backbone, generation=generation)
+        return TaskRuntime(
+            task, classifier, log, backbone=backbone, generation=generation, mixer=self.mixer(task.backbone)
+        )
 
 
 def _differs_only_in(old: Task, new: Task, *fields: str) -> bool:

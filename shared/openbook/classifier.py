@@ -215,9 +215,12 @@ class Classifier:
         return Scores(p_lm, p_knn, with_temperature(p, self.confidence_temperature), hits)
 
     def predict(self, texts: Sequence[TextInput], *, progress: bool = False) -> list[Prediction]:
-        embeddings = self.embed(texts, progress=progress)
+        return self.explain(self.embed(texts, progress=progress))
+
+    def explain(self, embeddings: Embeddings) -> list[Prediction]:
+        """The predictions, with their neighbours, that these embeddings score to."""
         scores = self.score(embeddings)
-        return [self._explain(i, embeddings, scores) for i in range(len(texts))]
+        return [self._explain(i, embeddings, scores) for i in range(len(embeddings.vectors))]
 
     def _explain(self, i: int, embeddings: Embeddings, scores: Scores) -> Prediction:
         names = self.labels

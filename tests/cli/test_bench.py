@@ -1,4 +1,4 @@
-"""`openbook bench store | train | tasks` on a tiny backbone: they run and print their figures."""
+"""`openbook bench store | train | tasks | mixed` on a tiny backbone: they run and print their figures."""
 
 from openbook.cli import main
 
@@ -32,3 +32,12 @@ def test_bench_tasks_prints_the_cost_of_each_task_on_a_shared_backbone(causal_di
     for count in (1, 3):
         assert f"{count:>4} tasks: resident +" in out and "first request" in out
     assert main([*args[:-4], "--method", "prompt-ft"]) != 0  # it would load a backbone per task
+
+
+def test_bench_mixed_prints_mixed_and_separate_throughput_beside_one_task(causal_dir, capsys):
+    args = ["bench", "mixed", "--backbone", str(causal_dir), "--tasks", "1,4", "--batch-size", "8"]
+    assert main([*args, "--repeats", "1", "--max-length", "48"]) == 0
+    out = capsys.readouterr().out
+    assert "   1 task: " in out and "texts/s" in out
+    assert "   4 tasks: separate" in out and "x one task" in out and "x separate" in out
+    assert main([*args, "--method", "dart"]) != 0  # a prompt, not adapters: nothing to mix

@@ -34,7 +34,7 @@ async def classify(body: schemas.ClassifyIn, served: Serving) -> schemas.Classif
             check_text(text, ("body", "texts", i), runtime, settings)
         try:
             # The batch checks the task is unchanged, then catches up with the log (TaskRuntime.predict).
-            result = await served.batchers.batcher_for(runtime).predict(body.texts)
+            result = await served.batchers.batcher_for(runtime).predict(body.texts, runtime)
             break
         except StaleRuntime:
             if retry == STALE_RETRIES:

@@ -1,4 +1,4 @@
-"""`openbook bench store | train | tasks`: the library's performance benchmarks, measured ratios."""
+"""`openbook bench store | train | tasks | mixed`: the library's performance benchmarks, measured ratios."""
 
 from __future__ import annotations
 
@@ -10,15 +10,19 @@ from openbook.cli.common import add_prompt_arguments
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser("bench", help="performance benchmarks (ratios, not pass/fail)")
-    bench.add_argument("what", choices=["store", "train", "tasks"])
+    bench.add_argument("what", choices=["store", "train", "tasks", "mixed"])
     bench.add_argument("--sizes", default="10000,100000", help="store sizes (bench store)")
     bench.add_argument(
         "--train-batch-size", type=int, default=8, help="batch of a training step (bench train)"
     )
-    bench.add_argument("--repeats", type=int, default=5, help="timed repeats, median reported (bench train)")
-    bench.add_argument("--tasks", default="1,10,100", help="task counts on one shared backbone (bench tasks)")
     bench.add_argument(
-        "--method", default="lora", help="a method that keeps the backbone frozen (bench tasks)"
+        "--repeats", type=int, default=5, help="timed repeats, median reported (bench train, mixed)"
+    )
+    bench.add_argument(
+        "--tasks", default="1,10,100", help="task counts on one shared backbone (bench tasks, mixed)"
+    )
+    bench.add_argument(
+        "--method", default="lora", help="a method that keeps the backbone frozen (bench tasks, mixed)"
     )
     bench.add_argument(
         "--steps", type=int, default=2, help="training steps of the task's method (bench tasks)"
@@ -28,6 +32,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.experiments.bench import run_store_bench, run_train_bench
+    from openbook.experiments.bench_mixed import run_mixed_bench
     from openbook.experiments.bench_tasks import run_tasks_bench
 
-    {"store": run_store_bench, "train": run_train_bench, "tasks": run_tasks_bench}[args.what](args)
+    benches = {
+        "store": run_store_bench,
+        "train": run_train_bench,
+        "tasks": run_tasks_bench,
+        "mixed": run_mixed_bench,
+    }
+    benches[args.what](args)
