@@ -22,6 +22,8 @@ def test_bench_train_prints_throughput_ratios(causal_dir, capsys):
     for spec in ("prompt-ft", "retroprompt"):
         assert f"{spec:<12} training step" in out
     assert out.count("x raw forward+backward") == 2
+    assert "a dev check or store re-embedding of 32 prompts" in out
+    assert "bfloat16 autocast: training step" in out and "largest change of a label log-probability" in out
 
 
 def test_bench_tasks_prints_the_cost_of_each_task_on_a_shared_backbone(causal_dir, capsys):

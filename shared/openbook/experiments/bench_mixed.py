@@ -10,30 +10,15 @@ Side by side, in one run, on one device and dtype, the median of `--repeats` tim
 - **mixed**: one `MixedForward` runs every task's rows as one forward (`openbook/mixed.py`).
 
 It prints texts/s of each and the ratios to one task; the service's target is mixed >= 0.7x one task
-at 10 tasks. Every timing ends with the predictions in host memory, so the device has finished.
+at 10 tasks. Each timing follows a warm-up call and waits for the device's queued kernels.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
-from openbook.experiments.bench import synchronize, synthetic_sentences
-
-
-def _median_seconds(run: Callable[[], object], repeats: int) -> float:
-    run()  # warm-up: allocator, kernels, first-call caches
-    times = []
-    for _ in range(repeats):
-        synchronize()
-        started = time.perf_counter()
-        run()
-        synchronize()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+from openbook.experiments.bench import median_seconds, synthetic_sentences
 
 
 def run_mixed_bench(args: argparse.Namespace) -> None:
@@ -67,7 +52,7 @@ def run_mixed_bench(args: argparse.Namespace) -> None:
         raise ValueError(
             f"{args.method} gives no LoRA adapters to mix: use lora or retroprompt/backbone=lora"
         )
-    single = _median_seconds(lambda: tasks[0].predict(texts), args.repeats)
+    single = median_seconds(lambda: tasks[0].predict(texts), args.repeats)
     print(
         f"backbone {args.backbone} on {backbone.device} ({backbone.dtype}), {method.spec}, "
         f"{args.batch_size} texts per round, median of {args.repeats}"
@@ -78,8 +63,8 @@ def run_mixed_bench(args: argparse.Namespace) -> None:
             tasks.append(task())
         share = [texts[i::count] for i in range(count)]  # batch/N texts each, every length mixed in
         parts = list(zip(tasks[:count], share, strict=True))
-        separate = _median_seconds(lambda: [c.predict(t) for c, t in parts], args.repeats)  # noqa: B023
-        mixed = _median_seconds(lambda: mixer.predict(parts), args.repeats)  # noqa: B023
+        separate = median_seconds(lambda: [c.predict(t) for c, t in parts], args.repeats)  # noqa: B023
+        mixed = median_seconds(lambda: mixer.predict(parts), args.repeats)  # noqa: B023
         rate = args.batch_size
         print(
             f"{count:>4} tasks: separate {rate / separate:8.1f} texts/s ({single / separate:.2f}x one task), "
