@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 knn-selection demos-dev budget-dev ipt-table bench clean
+.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 knn-selection demos-dev budget-dev backbone-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -123,6 +123,14 @@ budget-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods prompt-ft,retroprompt --seeds 13,21,42,87,100 --epochs 20 --patience 4 --max-steps 120 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/budget-dev-$(DEV_BACKBONE)
+
+# The backbone under 32 steps (docs/results.md, "The training budget, chosen on dev", step 2): prompt-ft and
+# retroprompt on DEV_BACKBONE, run as the 32-step records of docs/results/training were (32 steps, a dev
+# check every 8, patience 2, plain cosine kNN), dev only. Resumable; PARALLEL=N as above.
+backbone-dev: install
+	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+		--methods prompt-ft,retroprompt --seeds 13,21,42,87,100 --steps 32 --eval-every 8 --patience 2 \
+		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/backbone-dev-$(DEV_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).
