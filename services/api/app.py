@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None, *, pool: WorkerPool | None = No
             model_dirs=settings.model_dirs,
             batch_size=settings.batch_max_texts,
             mixed_batches=settings.mixed_batches,
+            compile=settings.compile,
         )
         pools = Pools(reads=settings.read_threads, writes=settings.write_threads)
         batchers = Batchers(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +83,9 @@ class TaskRuntime:
     loo_cache: tuple[Classifier, tuple[str, str], Scored] | None = None
     # one forward for the LoRA tasks on `backbone` (openbook.mixed); None: this task always runs alone
     mixer: MixedForward | None = None
+    # what the replica does to a backbone it loads (compiles it, openbook.compiled); applied in `adopt` to
+    # a checkpoint that brings a backbone of its own
+    prepare_backbone: Callable[[Backbone], Backbone] | None = None
 
     def catch_up(self) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread)."""
@@ -186,6 +189,8 @@ class TaskRuntime:
             raise CheckpointError(f"{published.path}: manifest missing or not the one published")
         onto = backbone_to_load_onto(Path(published.path), self.backbone)
         classifier, _ = load_classifier(published.path, device=device, backbone=onto)  # verifies every file
+        if onto is None and self.prepare_backbone is not None:  # fine-tuned: its own backbone
+            self.prepare_backbone(classifier.backbone)
         classifier.batch_size = self.classifier.batch_size  # the replica's, as the registry set it
         # Labels added since the checkpoint was trained are scored by their words until the next
         # training (openbook.labels); a checkpoint with a label the task no longer has is refused.

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     # Requests for LoRA tasks on one backbone share a forward, each row through its task's adapters
     # (openbook/mixed.py); false: every task's requests run as forwards of their own.
     mixed_batches: bool = True
+    # Compile each backbone's forward over padded shape buckets when it is loaded (openbook/compiled.py):
+    # CUDA graphs on a GPU. Off by default until the GPU bench has shown what it buys.
+    compile: bool = False
     max_text_chars: int = 5000  # characters per text (each text of a pair)
     max_body_bytes: int = 1_000_000  # larger bodies get a 413, chunked ones as soon as they pass it
     api_key: str | None = None  # the write key: writes need it; it grants reads too

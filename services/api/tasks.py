@@ -85,9 +85,11 @@ class TaskRegistry:
         model_dirs: Sequence[Path] = (),
         batch_size: int | None = None,
         mixed_batches: bool = True,  # LoRA tasks on one backbone may share a forward (openbook.mixed)
+        compile: bool = False,  # compile each backbone loaded (openbook.compiled), off the request path
     ) -> None:
         self.client = client
         self.mixed_batches = mixed_batches
+        self.compile = compile
         # Texts per forward in a task's classifier (None: the library's default). The micro-batcher
         # already bounds a forward (OPENBOOK_BATCH_MAX_TEXTS, 1024 on CUDA); a smaller chunk here would
         # cut each of its batches into several forwards again.
@@ -162,8 +164,14 @@ class TaskRegistry:
         with self._lock:
             if name not in self._backbones:
                 config = BackboneConfig(name=name, max_length=self.max_length, device=self.device)
-                self._backbones[name] = load_backbone(config)
+                self._backbones[name] = self.prepare(load_backbone(config))
             return self._backbones[name]
+
+    def prepare(self, backbone: Backbone) -> Backbone:
+        """A newly loaded backbone, compiled for the replica's batches if the settings say so."""
+        if self.compile:
+            backbone.compile(max_rows=self.batch_size or Classifier.batch_size)
+        return backbone
 
     def mixer(self, name: str) -> MixedForward | None:
         """The mixed-batch forward of backbone `name` (None when mixed batches are off)."""
@@ -359,7 +367,13 @@ class TaskRegistry:
         backbone = self.backbone(task.backbone)
         log = ExampleLog(self.client, task.name)
         return TaskRuntime(
-            task, classifier, log, backbone=backbone, generation=generation, mixer=self.mixer(task.backbone)
+            task,
+            classifier,
+            log,
+            backbone=backbone,
+            generation=generation,
+            mixer=self.mixer(task.backbone),
+            prepare_backbone=self.prepare,
         )
 
 

@@ -21,7 +21,7 @@ import inspect
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, get_args
 
@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from openbook.compiled import LENGTH_STEP, ROWS_BASE, CompiledForward, buckets, pad_batch
 from openbook.models import DEFAULT_BACKBONE, resolve_backbone
 from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
 from openbook.prompting.encoder import BackboneKind, DemoLayout
@@ -129,6 +130,7 @@ class Backbone:
         self.device = torch.device(resolve_device(config.device))
         params = inspect.signature(model.forward).parameters
         self._keeps_last_logits = kind == "causal" and "logits_to_keep" in params
+        self.compiled: CompiledForward | None = None  # set by `compile`
 
     @property
     def dtype(self) -> torch.dtype:
@@ -169,6 +171,25 @@ class Backbone:
         """
         return self.input_embeddings.weight
 
+    def compile(self, *, max_rows: int, mode: str | None = None) -> CompiledForward:
+        """Compile the forward for every padded bucket up to `max_rows` prompts, then serve through it.
+
+        `mode` defaults to "reduce-overhead" (CUDA graphs) on CUDA and "default" elsewhere. One
+        compilation with symbolic rows and length serves every bucket; each bucket is then run once
+        here (under "reduce-overhead" that records its CUDA graph). Blocking and slow: call it when
+        the backbone is loaded, never on a request (see `compiled.py`).
+        """
+        mode = mode or ("reduce-overhead" if self.device.type == "cuda" else "default")
+        self.compiled = CompiledForward(
+            torch.compile(self.model, mode=mode, dynamic=True),
+            buckets(max_rows, base=ROWS_BASE),
+            buckets(self.config.max_length, step=LENGTH_STEP),
+        )
+        with torch.inference_mode():
+            for batch in self.compiled.warm_up_batches(causal=self.kind == "causal"):
+                self.forward(batch, [[0]])
+        return self.compiled
+
     def encoder(
         self, template: Template, verbalizer: Verbalizer, *, demonstrations: DemoLayout = "none"
     ) -> PromptEncoder:
@@ -189,6 +210,17 @@ class Backbone:
         prompt: InputPrompt | None = None,  # trainable prompt vectors (see `soft_prompts.py`)
     ) -> SlotOutput:
         batch = batch.to(self.device)
+        real = batch.input_ids.shape[0]  # rows to answer; a compiled forward pads to its bucket
+        own_label_head = prompt is not None and prompt.scores_labels
+        multi_token = any(len(ids) > 1 for ids in label_token_ids) and not own_label_head
+        model: Any = self.model
+        bucket = None
+        if self.compiled is not None and demo_vectors is None and prompt is None and not multi_token:
+            bucket = self.compiled.shape(batch)
+        if bucket is not None:
+            assert self.compiled is not None
+            batch = pad_batch(batch, *bucket, left=self.kind == "causal")
+            model = self.compiled.model
         embeds = self.input_embeddings(batch.input_ids)  # (B, T, H)
         if demo_vectors is not None:
             if batch.demo_index is None:
@@ -199,8 +231,6 @@ class Backbone:
         if prompt is not None:
             prompted = prompt(embeds, batch, self)
             embeds, batch, extra = prompted.embeds, prompted.batch, prompted.model_kwargs
-        own_label_head = prompt is not None and prompt.scores_labels
-        multi_token = any(len(ids) > 1 for ids in label_token_ids) and not own_label_head
         kwargs: dict[str, Any] = {
             "inputs_embeds": embeds,
             "attention_mask": batch.attention_mask,
@@ -224,22 +254,23 @@ class Backbone:
 
         head = self.output_head
         hook = head.register_forward_pre_hook(read_head_input) if own_label_head else None
-        try:
-            out = self.model(**kwargs)
-        finally:
-            if hook is not None:
-                hook.remove()
-        rows = torch.arange(embeds.shape[0], device=self.device)
-        hidden = out.hidden_states[self.config.layer][rows, batch.slot_index]  # (B, H)
-        if own_label_head:
-            assert prompt is not None
-            head_input = features[-1]  # (B, T or 1, H)
-            slot_features = head_input[:, -1] if self.kind == "causal" else head_input[rows, batch.slot_index]
-            return SlotOutput(
-                hidden=hidden.float(), label_log_probs=prompt.label_logits(slot_features.float())
-            )
-        slot_logits = out.logits[:, -1] if self.kind == "causal" else out.logits[rows, batch.slot_index]
-        log_probs = F.log_softmax(slot_logits.float(), dim=-1)  # (B, V)
+        rows, slots = torch.arange(real, device=self.device), batch.slot_index[:real]
+        # A compiled forward's outputs live in memory its next call overwrites (CUDA graphs): one
+        # thread at a time calls it and copies out what it reads.
+        with self.compiled.lock if bucket is not None and self.compiled is not None else nullcontext():
+            try:
+                out = model(**kwargs)
+            finally:
+                if hook is not None:
+                    hook.remove()
+            hidden = out.hidden_states[self.config.layer][rows, slots].float()  # (B, H)
+            if own_label_head:
+                assert prompt is not None
+                head_input = features[-1]  # (B, T or 1, H)
+                slot_features = head_input[:, -1] if self.kind == "causal" else head_input[rows, slots]
+                return SlotOutput(hidden=hidden, label_log_probs=prompt.label_logits(slot_features.float()))
+            slot_logits = out.logits[:real, -1] if self.kind == "causal" else out.logits[rows, slots]
+            log_probs = F.log_softmax(slot_logits.float(), dim=-1)  # (B, V)
         if self.kind == "causal" and multi_token:
             scores = self._causal_word_scores(batch, log_probs, label_token_ids, out.past_key_values)
         else:
@@ -247,7 +278,7 @@ class Backbone:
                 [log_probs[:, torch.tensor(ids, device=self.device)].mean(-1) for ids in label_token_ids],
                 dim=-1,
             )
-        return SlotOutput(hidden=hidden.float(), label_log_probs=scores)
+        return SlotOutput(hidden=hidden, label_log_probs=scores)
 
     def _causal_word_scores(
         self, batch: EncodedBatch, log_probs: torch.Tensor, label_token_ids: list[list[int]], cache: Any
