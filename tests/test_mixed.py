@@ -3,6 +3,8 @@ its own task's answer."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -108,3 +110,13 @@ def test_stack_pads_each_batch_to_the_widest(backbone: Backbone, tasks: list[Cla
     slot = int(batch.slot_index[0])
     assert int(batch.input_ids[0, slot]) == int(short.input_ids[0, int(short.slot_index[0])])
     assert slot == int(short.slot_index[0]) + (extra if left else 0)
+
+
+def test_a_mixer_forgets_the_adapters_of_a_dropped_task(backbone: Backbone) -> None:
+    # A replica's classifiers come and go with hot swaps; the mixer must not keep the old ones alive.
+    mixer = MixedForward(backbone)
+    task = lora_task(backbone, "{text} It was {mask}", "neg=bad,pos=good", seed=4)
+    assert mixer.mixes(task) and len(mixer._seen) == 1
+    del task
+    gc.collect()
+    assert len(mixer._seen) == 0

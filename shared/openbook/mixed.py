@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,7 +40,6 @@ from openbook.prompting import EncodedBatch, TextInput
 
 # One task's update to one projection: (A (r, in), B (out, r), scaling).
 Update = tuple[torch.Tensor, torch.Tensor, float]
-SEEN_LIMIT = 1024  # backbones whose adapters `MixedForward` keeps at hand
 
 
 def lora_updates(backbone: Backbone) -> dict[str, Update]:
@@ -123,7 +123,8 @@ class MixedForward:
         self._hooked: set[str] = set()
         self._blocks: list[_Block] = []
         self._lock = threading.Lock()
-        self._seen: dict[int, tuple[Backbone, dict[str, Update]]] = {}  # id(backbone) -> its adapters
+        # each backbone's adapters, forgotten with the backbone (classifiers come and go with hot swaps)
+        self._seen: weakref.WeakKeyDictionary[Backbone, dict[str, Update]] = weakref.WeakKeyDictionary()
 
     def mixes(self, classifier: Classifier) -> bool:
         """Whether `classifier` can share a forward here: LoRA adapters over this base, nothing else."""
@@ -135,9 +136,9 @@ class MixedForward:
         """The classifier's adapters if its backbone mixes here, else {}; kept per backbone (a serving
         replica asks for every forward, and walking the module tree costs milliseconds)."""
         backbone = classifier.backbone
-        known = self._seen.get(id(backbone))
-        if known is not None and known[0] is backbone:
-            return known[1]
+        known = self._seen.get(backbone)
+        if known is not None:
+            return known
         updates = lora_updates(backbone)
         fits = (
             bool(updates)
@@ -146,10 +147,8 @@ class MixedForward:
             and backbone.config.layer == self.base.config.layer
             and shares_weights(backbone, self.base)
         )
-        if len(self._seen) >= SEEN_LIMIT:  # classifiers come and go with hot swaps
-            self._seen.clear()
-        self._seen[id(backbone)] = (backbone, updates if fits else {})
-        return self._seen[id(backbone)][1]
+        self._seen[backbone] = updates if fits else {}
+        return self._seen[backbone]
 
     def embed(self, parts: Sequence[tuple[Classifier, Sequence[TextInput]]]) -> list[Embeddings]:
         """Each part's `Classifier.embed(texts, vectors_only=True)`, from one forward of every part's rows.
