@@ -124,12 +124,12 @@ budget-dev: install
 		--methods prompt-ft,retroprompt --seeds 13,21,42,87,100 --epochs 20 --patience 4 --max-steps 120 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/budget-dev-$(DEV_BACKBONE)
 
-# The backbone under 32 steps (docs/results.md, "The training budget, chosen on dev", step 2): prompt-ft and
-# retroprompt on DEV_BACKBONE, run as the 32-step records of docs/results/training were (32 steps, a dev
-# check every 8, patience 2, plain cosine kNN), dev only. Resumable; PARALLEL=N as above.
+# The backbone under 32 steps (docs/results.md, "The training budget, chosen on dev", step 2): retroprompt,
+# the method the rule reads, on DEV_BACKBONE, run as the 32-step records of docs/results/training were (32
+# steps, a dev check every 8, patience 2, plain cosine kNN), dev only. Resumable; PARALLEL=N as above.
 backbone-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
-		--methods prompt-ft,retroprompt --seeds 13,21,42,87,100 --steps 32 --eval-every 8 --patience 2 \
+		--methods retroprompt --seeds 13,21,42,87,100 --steps 32 --eval-every 8 --patience 2 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/backbone-dev-$(DEV_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
