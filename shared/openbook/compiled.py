@@ -12,7 +12,8 @@ Padding does not change a real row's answer: extra rows repeat the batch's last 
 nothing but masked positions would make attention's softmax divide by zero) and are dropped after
 the forward; extra columns are masked positions, on the left of a causal prompt (its slot stays the
 last position) and on the right of a masked one. `tests/test_compiled.py` checks compiled against
-eager on the tiny models, on the CPU (where "reduce-overhead" compiles without graphs) and on CUDA.
+eager on the tiny models, on the CPU (compiled in the "default" mode: there are no graphs there, and
+the CPU gains nothing, docs/benchmarks.md) and on CUDA.
 
 Only the plain prompt's forward is compiled: a batch with demonstration vectors, a trainable prompt,
 multi-token label words of a causal model (their extra pass reuses the KV cache) or a shape over
