@@ -11,9 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-import torch
 import uvicorn
-from openbook.models import resolve_backbone
+from openbook.models import save_random_model
 
 from services.api.app import create_app
 from services.api.settings import Settings
@@ -76,15 +75,6 @@ def make_stand_in(backbone: str, directory: Path) -> str:
     Its forward of a micro-batch takes milliseconds on a CPU, about what a GPU takes for the real model,
     so the service's own per-request costs weigh as they do there (docs/benchmarks.md).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    source = resolve_backbone(backbone)
-    config = AutoConfig.from_pretrained(source)
     small = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "head_dim": 16}
     small |= {"num_attention_heads": 4, "num_key_value_heads": 2}
-    for name, value in small.items():
-        setattr(config, name, value)
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(directory)
-    AutoTokenizer.from_pretrained(source).save_pretrained(directory)
-    return str(directory)
+    return str(save_random_model(backbone, directory, shape=small))

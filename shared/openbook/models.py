@@ -190,3 +190,32 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     with staged_directory(target) as staging:  # readers see the whole checkpoint or none of it
         plain.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
+
+
+def save_random_model(
+    backbone: str, directory: Path, *, shape: dict[str, int] | None = None, weights: bool = True
+) -> Path:
+    """`backbone`'s config and tokenizer in `directory`, with freshly initialised weights (seed 0).
+
+    A forward's time does not depend on the weights' values, so such a model times as the real one
+    does where the real weights are not at hand (a benchmark machine reached without them).
+    `backbone` is a registered name, or a directory holding a config and a tokenizer (weights not
+    needed); `shape` overrides config fields (a smaller stand-in); `weights=False` writes only the
+    config and tokenizer, a few MB, for `save_random_model` to complete elsewhere.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_backbone(backbone)
+    config = AutoConfig.from_pretrained(source)
+    for name, value in (shape or {}).items():
+        setattr(config, name, value)
+    directory.mkdir(parents=True, exist_ok=True)
+    AutoTokenizer.from_pretrained(source).save_pretrained(directory)
+    if not weights:
+        config.save_pretrained(directory)
+        return directory
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(config).save_pretrained(directory)
+    return directory

@@ -1,19 +1,40 @@
-"""`openbook prepare`: convert a packaged backbone into the model cache once, offline."""
+"""`openbook prepare`: convert a packaged backbone into the model cache once, offline; or write a
+random-weight model of its shapes, for timing where its weights are not at hand."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 from openbook.models import DEFAULT_BACKBONE
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     prepare = commands.add_parser("prepare", help="convert and cache a packaged backbone (offline)")
-    prepare.add_argument("--backbone", default=DEFAULT_BACKBONE)
+    prepare.add_argument(
+        "--backbone", default=DEFAULT_BACKBONE, help="a registered name, or a model directory"
+    )
+    prepare.add_argument(
+        "--random-weights",
+        metavar="DIR",
+        help="write the backbone's config and tokenizer to DIR with freshly initialised weights: it times as "
+        "the real model does (benchmarks on a machine without the weights)",
+    )
+    prepare.add_argument(
+        "--skeleton",
+        action="store_true",
+        help="with --random-weights: only the config and tokenizer (a few MB); run --random-weights again "
+        "with DIR as --backbone where the model is wanted",
+    )
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    from openbook.models import resolve_backbone
+    from openbook.models import resolve_backbone, save_random_model
 
-    print(resolve_backbone(args.backbone))
+    if args.skeleton and not args.random_weights:
+        raise ValueError("--skeleton goes with --random-weights DIR")
+    if args.random_weights:
+        print(save_random_model(args.backbone, Path(args.random_weights), weights=not args.skeleton))
+    else:
+        print(resolve_backbone(args.backbone))
