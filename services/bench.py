@@ -194,17 +194,20 @@ def run_api_bench(
         classifier = first.app.state.registry.runtimes["bench"].classifier
         text = synthetic_sentences(1, seed=7)[0]
         bench = _Bench(bus.url, Path(tmp), settings, first, api, classifier, text)
+        measured: dict[int, tuple[float, float]] = {}  # workers -> (latency ratio, most clients' texts/s)
         for group, count in enumerate(workers):
             if list(workers) != [1]:
                 print(f"api workers: {count}" + (" (in-process)" if count == 1 else " (openbook serve)"))
             pool = ServedWorkers(settings(), count, Path(tmp) / "serve.log") if count > 1 else None
             base = pool.base if pool else first.base
-            measure_latency(bench, requests, base)
-            for clients_count in client_counts:
-                measure_throughput(bench, clients_count, base)
+            latency = measure_latency(bench, requests, base)
+            rates = [measure_throughput(bench, clients_count, base) for clients_count in client_counts]
+            measured[count] = (latency, rates[-1])
             measure_freshness(bench, base, group)
             if pool:
                 pool.stop()
+        if len(measured) > 1:
+            print(choose_workers(measured, client_counts[-1]))
         if 1 in workers:
             second = Served(settings())
             measure_hot_swap(bench, second, max_length)
@@ -214,7 +217,29 @@ def run_api_bench(
         first.stop()
 
 
-def measure_latency(bench: _Bench, requests: int, base: str) -> None:
+# The latency target a worker count must keep to be chosen (docs/benchmarks.md, the GPU targets).
+LATENCY_TARGET = 1.15
+
+
+def choose_workers(measured: dict[int, tuple[float, float]], clients: int) -> str:
+    """The rule for `OPENBOOK_API_WORKERS`' default on a device, applied to one run's figures: the most
+    texts/s at the largest client count among the counts whose one-request latency keeps within
+    LATENCY_TARGET x a bare forward; the fewest workers if none does (each costs a model copy)."""
+    within = {count: rate for count, (latency, rate) in measured.items() if latency <= LATENCY_TARGET}
+    if not within:
+        return (
+            f"workers: none of {sorted(measured)} keeps latency within {LATENCY_TARGET}x; the rule "
+            f"keeps {min(measured)}"
+        )
+    best = max(within, key=lambda count: (within[count], -count))
+    return (
+        f"workers: {best} by the rule (most texts/s at {clients} clients, latency within "
+        f"{LATENCY_TARGET}x): "
+        + ", ".join(f"{count} -> {rate:.1f}" for count, rate in sorted(within.items()))
+    )
+
+
+def measure_latency(bench: _Bench, requests: int, base: str) -> float:
     """One classify request of one text to the api at `base` vs a bare backbone forward of the same prompt."""
     bare_one = bench.bare_forward(bench.classifier.encoder.encode([bench.text]))
     # Bare forwards and requests alternate, so a drift in the machine's speed hits both alike.
@@ -228,9 +253,10 @@ def measure_latency(bench: _Bench, requests: int, base: str) -> None:
         f"latency: one classify {request_s * 1e3:.1f} ms vs bare forward {forward_s * 1e3:.1f} ms"
         f" -> {request_s / forward_s:.2f}x"
     )
+    return request_s / forward_s
 
 
-def measure_throughput(bench: _Bench, clients: int, base: str) -> None:
+def measure_throughput(bench: _Bench, clients: int, base: str) -> float:
     """`clients` concurrent clients of the api at `base` vs the bare batched forward of the same texts, in
     batches of the size the micro-batcher can form: `clients`, or its bound on texts per forward if that
     is smaller (a bare batch of 256 prompts pads to the longest of 256, and on a CPU runs slower per text
@@ -267,6 +293,7 @@ def measure_throughput(bench: _Bench, clients: int, base: str) -> None:
         f" {bare_rate:.1f} texts/s in batches of {size} -> {served_rate / bare_rate:.2f}x"
         f" ({forwards:.0f} forwards of {forwarded / max(1, forwards):.1f} texts each)"
     )
+    return served_rate
 
 
 def measure_freshness(bench: _Bench, base: str, group: int = 0) -> None:

@@ -24,6 +24,7 @@ def test_bench_api_reports_every_measurement(causal_dir, capsys):
     assert one.startswith("api workers: 1 (in-process)\n")
     for prefix in ("latency: one classify", "throughput: 4 clients", "freshness:"):
         assert prefix in one and prefix in two
+    assert "by the rule" in two or "the rule keeps 1" in two  # the worker count it picks
     # then, on the in-process replicas
     assert "hot swap under load: 0 failed" in two
     assert "same ids, versions, labels and neighbours: True" in two
@@ -41,3 +42,15 @@ def test_a_stand_in_has_the_backbones_tokenizer_and_layer_types_at_width_64(caus
     text = "a quietly moving film"
     ids = [AutoTokenizer.from_pretrained(where)(text).input_ids for where in (path, causal_dir)]
     assert ids[0] == ids[1]
+
+
+def test_the_worker_rule_takes_the_most_throughput_within_the_latency_target():
+    from services.bench import choose_workers
+
+    assert choose_workers({1: (1.05, 400.0), 2: (1.10, 900.0), 4: (1.30, 1500.0)}, 256).startswith(
+        "workers: 2 by the rule"
+    )  # 4 is fastest but misses the latency target
+    assert choose_workers({1: (1.05, 400.0), 2: (1.10, 400.0)}, 256).startswith(
+        "workers: 1 by the rule"
+    )  # a tie: fewer
+    assert choose_workers({1: (1.2, 400.0), 2: (1.3, 900.0)}, 256).endswith("the rule keeps 1")
