@@ -51,8 +51,8 @@ def fit(size: int, sizes: list[int]) -> int | None:
     return next((s for s in sizes if s >= size), None)
 
 
-def pad_batch(batch: EncodedBatch, rows: int, width: int, left: bool) -> EncodedBatch:
-    """`batch` padded to (rows, width): new rows repeat the last row, new columns are masked (token 0)."""
+def pad_batch(batch: EncodedBatch, rows: int, width: int, left: bool, *, pad_id: int = 0) -> EncodedBatch:
+    """`batch` padded to (rows, width): new rows repeat the last row, new columns are masked `pad_id`s."""
     real, length = batch.input_ids.shape
     more, extra = rows - real, width - length
     sides = (extra, 0) if left else (0, extra)
@@ -66,7 +66,7 @@ def pad_batch(batch: EncodedBatch, rows: int, width: int, left: bool) -> Encoded
     position_ids = None if batch.position_ids is None else lengthen(widen(batch.position_ids, 0))
     template = None if batch.template_mask is None else lengthen(widen(batch.template_mask, False))
     return EncodedBatch(
-        input_ids=lengthen(widen(batch.input_ids, 0)),
+        input_ids=lengthen(widen(batch.input_ids, pad_id)),
         attention_mask=lengthen(widen(batch.attention_mask, 0)),
         position_ids=position_ids,
         slot_index=lengthen(batch.slot_index + (extra if left else 0)),

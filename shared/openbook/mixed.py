@@ -36,6 +36,7 @@ from torch import nn
 
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier, Embeddings, Prediction
+from openbook.compiled import pad_batch
 from openbook.prompting import EncodedBatch, TextInput
 
 # One task's update to one projection: (A (r, in), B (out, r), scaling).
@@ -81,28 +82,20 @@ class _Block:
 def stack(batches: Sequence[EncodedBatch], pad_id: int, left: bool) -> EncodedBatch:
     """One batch of the rows of `batches`, in order, padded to the widest (on the left for a causal LM)."""
     width = max(b.input_ids.shape[1] for b in batches)
-    parts: dict[str, list[torch.Tensor]] = {"ids": [], "mask": [], "slot": [], "template": []}
-    for b in batches:
-        extra = width - b.input_ids.shape[1]
-        pad = (extra, 0) if left else (0, extra)
-        parts["ids"].append(nn.functional.pad(b.input_ids, pad, value=pad_id))
-        parts["mask"].append(nn.functional.pad(b.attention_mask, pad, value=0))
-        parts["slot"].append(b.slot_index + (extra if left else 0))
-        template = (
-            b.template_mask
-            if b.template_mask is not None
-            else torch.zeros_like(b.input_ids, dtype=torch.bool)
-        )
-        parts["template"].append(nn.functional.pad(template, pad, value=False))
-    mask = torch.cat(parts["mask"])
+    padded = [pad_batch(b, len(b.input_ids), width, left, pad_id=pad_id) for b in batches]
+
+    def joined(name: str) -> torch.Tensor | None:
+        parts = [getattr(b, name) for b in padded]
+        return None if any(p is None for p in parts) else torch.cat(parts)
+
     return EncodedBatch(
-        input_ids=torch.cat(parts["ids"]),
-        attention_mask=mask,
-        position_ids=(mask.cumsum(1) - 1).clamp(min=0) if left else None,  # as the encoder counts them
-        slot_index=torch.cat(parts["slot"]),
+        input_ids=torch.cat([b.input_ids for b in padded]),
+        attention_mask=torch.cat([b.attention_mask for b in padded]),
+        position_ids=joined("position_ids"),
+        slot_index=torch.cat([b.slot_index for b in padded]),
         demo_index=None,
-        truncated=torch.cat([b.truncated for b in batches]),
-        template_mask=torch.cat(parts["template"]),
+        truncated=torch.cat([b.truncated for b in padded]),
+        template_mask=joined("template_mask"),
     )
 
 
