@@ -1,4 +1,5 @@
-"""The `openbook` command: eval, train, methods, classify, bench, continual, knn-selection, prepare.
+"""The `openbook` command: eval, train, methods, classify, bench, continual, knn-selection, first-use,
+prepare.
 
 One module per subcommand, each with `add_parser(commands)` and `run(args, argv)`;
 what they share is in `common.py`.
@@ -16,6 +17,7 @@ from openbook.cli import (
     common,
     continual,
     evaluate,
+    first_use,
     knn_selection,
     methods,
     prepare,
@@ -31,6 +33,7 @@ COMMANDS = {
     "bench": bench,
     "continual": continual,
     "knn-selection": knn_selection,
+    "first-use": first_use,
     "prepare": prepare,
 }
 
