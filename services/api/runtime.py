@@ -33,6 +33,7 @@ from openbook.labels import fit_to_labels
 from openbook.mixed import MixedForward
 from openbook.prompting import TextInput
 from openbook.quality import Scored, leave_one_out
+from openbook.selection import lambda_on_store
 
 from services.bus.examples_log import ExampleLog, LogEntry
 from services.bus.jobs import Published
@@ -86,6 +87,11 @@ class TaskRuntime:
     # what the replica does to a backbone it loads (compiles it, openbook.compiled); applied in `adopt` to
     # a checkpoint that brings a backbone of its own
     prepare_backbone: Callable[[Backbone], Backbone] | None = None
+    # While untrained with `knn.lam` null, λ is chosen on the stored examples (selection.lambda_on_store)
+    # each time the store changes; these are their label scores under `scored_by`, kept from the forward
+    # that embedded them.
+    lm_scores: dict[int, np.ndarray] = field(default_factory=dict)
+    scored_by: Classifier | None = None
 
     def catch_up(self) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread)."""
@@ -94,8 +100,31 @@ class TaskRuntime:
 
     def _apply_log(self) -> None:  # the caller holds the lock
         entries = self.log.read(after=self.offset)
-        replay(self.classifier, entries)
+        if not self._chooses_lambda():
+            replay(self.classifier, entries)
+            self._remember(entries)
+            return
+        rescored = self.scored_by is not self.classifier  # new, or grown by labels: its scores differ
+        if rescored:
+            self.lm_scores.clear()
+            self.scored_by = self.classifier
+        replay(self.classifier, entries, self.lm_scores)
         self._remember(entries)
+        if entries or rescored:
+            self._choose_lambda()
+
+    def _chooses_lambda(self) -> bool:
+        return self.published is None and self.task.knn.lam is None
+
+    def _choose_lambda(self) -> None:  # the caller holds the lock
+        """λ from the stored examples, each scored leave-one-out: the evidence an untrained task has."""
+        ids = self.classifier.store.ids()
+        missing = [i for i in ids.tolist() if i not in self.lm_scores]
+        if missing:  # stored before this classifier scored them (labels were added since)
+            scored = self.classifier.embed([self.texts[i] for i in missing], vectors_only=True)
+            self.lm_scores.update(zip(missing, scored.lm_log_probs, strict=True))
+        rows = np.stack([self.lm_scores[i] for i in ids.tolist()]) if len(ids) else np.zeros((0, 0))
+        self.classifier.knn = lambda_on_store(self.classifier, ids, rows)
 
     def _remember(self, entries: Sequence[LogEntry]) -> None:
         for entry in entries:
@@ -206,6 +235,8 @@ class TaskRuntime:
             self._remember([e for e in tail if _order(e.offset) > _order(self.offset)])
             self.classifier, self.model_version, self.swap_error = classifier, published.version, None
             self.published = published
+            self.lm_scores.clear()  # a trained classifier's λ was chosen on dev
+            self.scored_by = None
 
 
 Result = tuple[list[Prediction], str, str]  # predictions, model version, store version

@@ -50,7 +50,14 @@ class KnnSettings(BaseModel):
     k: int = Field(16, ge=1, le=1024)
     # Not finite is not valid: JSON would store infinity as null, a spec that no longer reads back.
     temperature: float = Field(0.1, gt=0, allow_inf_nan=False)
-    lam: float = Field(0.5, ge=0, le=1, allow_inf_nan=False)
+    lam: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="the weight of P_kNN while the task is untrained; null: chosen on the task's own "
+        "examples, each scored leave-one-out (a training job chooses it on dev)",
+    )
     similarity: Similarity = Field(
         DEFAULT_KNN.similarity,
         description="how neighbours are scored: the cosine after subtracting the store's mean key, or plain",
@@ -188,7 +195,12 @@ def build_classifier(task: Task, backbone: Backbone) -> Classifier:
         backbone,
         Template(task.template),
         verbalizer,
-        knn=KnnConfig(task.knn.k, task.knn.temperature, task.knn.lam, task.knn.similarity),
+        knn=KnnConfig(
+            task.knn.k,
+            task.knn.temperature,
+            DEFAULT_KNN.lam if task.knn.lam is None else task.knn.lam,  # None: TaskRuntime chooses it
+            task.knn.similarity,
+        ),
     )
     classifier.label_bias = classifier.calibration_bias("content-free")  # no data yet: calibrate on "N/A"
     return classifier

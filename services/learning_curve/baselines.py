@@ -1,8 +1,9 @@
 """The baselines of a round, on the examples the labeller has labelled, computed in-process with the library.
 
 - knn-interp: the untrained prompted classifier a new task starts from (`build_classifier`: the task's
-  template and label words, content-free calibration, the task's k, T and lambda; the library has no
-  other rule for that few examples) with a store of the labelled examples;
+  template and label words, content-free calibration, the task's k and T, and its lambda, or where the
+  task gives none, lambda chosen on the labelled examples each scored leave-one-out, as the service
+  chooses it) with a store of the labelled examples;
 - prompt-ft: LM-BFF fine-tuning from the pre-trained weights, with the service jobs' training settings,
   dev held out as the worker holds it out (`split_dev`, `checked_on`), inference chosen on dev
   (`fit_classifier`);
@@ -23,6 +24,7 @@ from openbook.backbone import Backbone
 from openbook.classifier import Embeddings
 from openbook.fitting import LabelledTexts, StoreExamples, fit_classifier
 from openbook.methods import build_method
+from openbook.selection import lambda_on_store
 from openbook.training import TrainConfig
 
 from services.bus.task_spec import Task, build_classifier
@@ -72,9 +74,12 @@ class Baselines:
         classifier = build_classifier(self.task, self.backbone)
         if self._untrained_test is None:
             self._untrained_test = classifier.embed(self.test_texts)
-        classifier.add_examples(
-            [self.data.train[i].text for i in ids], [self.data.train[i].label for i in ids], ids
-        )
+        texts = [self.data.train[i].text for i in ids]
+        embedded = classifier.embed(texts, vectors_only=True)
+        labels = [self.data.train[i].label for i in ids]
+        stored = classifier.add_embeddings(embedded, labels, ids, texts=texts)
+        if self.task.knn.lam is None:  # as an untrained task chooses it (services/api/runtime.py)
+            classifier.knn = lambda_on_store(classifier, stored, embedded.lm_log_probs)
         return classifier.score(self._untrained_test).probabilities.argmax(-1)
 
     def _prompt_ft(self, ids: Sequence[int], seed: int) -> np.ndarray:

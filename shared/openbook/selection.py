@@ -12,6 +12,9 @@ A rule (`SelectionRule`) is a grid of (k, T, lambda) and a criterion that ranks 
   trained to cluster them by label, so pooling them would pull lambda towards whichever side looks
   best on them; for a trained classifier (`fitting.py`: `openbook train`, the service's worker) dev
   alone is the evidence.
+- An untrained task in the service has no dev split: its stored examples, each scored leave-one-out,
+  are all the evidence there is (`lambda_on_store`; chosen over a fixed 0.5 by `openbook first-use`,
+  docs/results.md).
 
 The rule (`DEFAULT_RULE`: lambda alone, k = 16, T = 0.1, by accuracy with ties broken by the gold
 log-likelihood) and the evidence each caller gives were fixed by a nested check on dev alone
@@ -230,3 +233,34 @@ def choose_knn_on_dev(
     hits = knn_search(classifier.store, dev.vectors, k, base.similarity)
     p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)
     return select(Evidence(p_lm_dev, Split(dev_labels, hits)), rule, len(classifier.store), base)
+
+
+# Most stored examples `lambda_on_store` scores: an even spread of ids beyond it (a store that large
+# has usually been trained on, and then lambda is chosen on dev).
+STORE_EVIDENCE_LIMIT = 4096
+
+
+def lambda_on_store(classifier: Classifier, ids: np.ndarray, lm_log_probs: np.ndarray) -> KnnConfig:
+    """`classifier.knn` with lambda chosen on stored examples, each scored leave-one-out: an untrained
+    classifier's only evidence. `ids` are stored examples and `lm_log_probs` their (N, C) label scores
+    under the classifier's prompt.
+
+    A store of n examples gives each one n - 1 neighbours, as many as a query sees when k >= n, so the
+    rule runs at k = min(k, n - 1); the config returned keeps the classifier's k. With fewer than two
+    examples nothing can be scored, and lambda is 0: a single example's P_kNN is its label, whatever
+    the query.
+    """
+    base = classifier.knn
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(ids) < 2:
+        return dataclasses.replace(base, lam=0.0)
+    if len(ids) > STORE_EVIDENCE_LIMIT:
+        spread = np.linspace(0, len(ids) - 1, STORE_EVIDENCE_LIMIT).round().astype(np.int64)
+        ids, lm_log_probs = ids[spread], lm_log_probs[spread]
+    k = min(base.k, len(classifier.store) - 1)
+    p_lm = calibrated_p_lm(lm_log_probs, classifier.label_bias)
+    vectors = classifier.store.vectors_of(ids)
+    labels = classifier.store.labels_of(ids)
+    evidence = leave_one_out_evidence(classifier.store, ids, vectors, p_lm, labels, k, base.similarity)
+    chosen, _ = select(evidence, lambda_rule(dataclasses.replace(base, k=k)), len(classifier.store), base)
+    return dataclasses.replace(base, lam=chosen.lam)

@@ -188,7 +188,7 @@ def fresh_with(backbone: Backbone, spec: str, toy) -> tuple[Classifier, object]:
 
 @pytest.mark.real_backbone
 def test_trainable_parameters_are_under_two_percent_of_smollm2() -> None:
-    backbone = load_backbone(BackboneConfig(max_length=128))  # smollm2-135m, converted once into the cache
+    backbone = load_backbone(BackboneConfig(name="smollm2-135m", max_length=128))  # converted once, cached
     total = sum(p.numel() for p in backbone.model.parameters())
     classifier = Classifier(
         backbone, Template("Review: {text}\nSentiment: {mask}"), Verbalizer.parse("0=negative,1=positive")

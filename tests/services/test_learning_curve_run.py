@@ -99,7 +99,7 @@ def test_records_are_added_to_only_under_the_same_method_backbone_and_scoring(tm
     for changes, named in [
         ({"method_config": method_config("retroprompt/demos=neural")}, "method"),
         ({"test_size": 200}, "test_size"),
-        ({"backbone": "gemma3-270m"}, "backbone"),
+        ({"backbone": "smollm2-135m"}, "backbone"),
         ({"training": {**settings.training, "steps": 64}}, "training"),
     ]:
         with pytest.raises(ValueError, match=f"other settings \\({named}"):

@@ -8,7 +8,8 @@ the mean prediction over the texts of the examples in its store (their labels un
 For each seed, `per_class` examples of each class are drawn from the 16-shot training split (a seeded
 permutation per class, so the 2-per-class draw is part of the 4-per-class one) into an empty store, and
 the seed's dev split is scored under each calibration, with λ either the task's default or chosen by
-the frozen prompt's rule on the store's own examples, each scored leave-one-out (`selection.py`).
+the frozen prompt's rule on the store's own examples, each scored leave-one-out
+(`selection.lambda_on_store`).
 The test split is never read.
 """
 
@@ -19,12 +20,11 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
-from openbook.calibration import CalibrationMode, calibrated_p_lm, mean_prediction_bias
+from openbook.calibration import CalibrationMode, mean_prediction_bias
 from openbook.classifier import Classifier, Embeddings
 from openbook.data import Example
 from openbook.experiments.evaluation import example_labels
-from openbook.knn import KnnConfig
-from openbook.selection import lambda_rule, leave_one_out_evidence, select
+from openbook.selection import lambda_on_store
 
 FIRST_USE_CALIBRATIONS: tuple[CalibrationMode, ...] = ("content-free", "domain")
 LAMBDA_RULES = ("default", "leave-one-out")
@@ -56,22 +56,6 @@ def subset(embeddings: Embeddings, rows: np.ndarray) -> Embeddings:
     return Embeddings(embeddings.vectors[rows], embeddings.lm_log_probs[rows], embeddings.truncated[rows])
 
 
-def leave_one_out_lambda(classifier: Classifier, ids: np.ndarray, stored: Embeddings) -> KnnConfig:
-    """The task's kNN settings with λ chosen on its stored examples, each scored without itself.
-
-    A store of n examples gives each one n - 1 neighbours, as many as a query sees when k >= n.
-    """
-    base = classifier.knn
-    if len(ids) < 2:
-        return base
-    labels = classifier.store.labels_of(ids)
-    k = min(base.k, len(ids) - 1)
-    p_lm = calibrated_p_lm(stored.lm_log_probs, classifier.label_bias)
-    evidence = leave_one_out_evidence(classifier.store, ids, stored.vectors, p_lm, labels, k, base.similarity)
-    chosen, _ = select(evidence, lambda_rule(dataclasses.replace(base, k=k)), len(ids), base)
-    return dataclasses.replace(base, lam=chosen.lam)
-
-
 def check_seed(
     classifier: Classifier,
     task: str,
@@ -98,7 +82,7 @@ def check_seed(
             for lam_rule in LAMBDA_RULES:
                 knn = classifier.knn
                 if lam_rule == "leave-one-out":
-                    knn = leave_one_out_lambda(classifier, ids, drawn)
+                    knn = lambda_on_store(classifier, ids, drawn.lm_log_probs)
                 scores = classifier.score(dev_embedded, knn=knn)
                 accuracy = lambda p: float(np.mean(p.argmax(1) == dev_labels))  # noqa: E731
                 records.append(

@@ -85,7 +85,7 @@ function renderList() {
             el("dt", {}, "Labels"), el("dd", {}, Object.entries(task.labels).map(([l, w]) => `${l} → ${w}`).join(", ")),
             el("dt", {}, "Backbone"), el("dd", {}, task.backbone),
             el("dt", {}, "Method"), el("dd", {}, task.method),
-            el("dt", {}, "kNN"), el("dd", {}, `k=${task.knn.k}, T=${task.knn.temperature}, λ=${task.knn.lam}`),
+            el("dt", {}, "kNN"), el("dd", {}, `k=${task.knn.k}, T=${task.knn.temperature}, λ=${task.knn.lam ?? "chosen on the examples"}`),
           ),
         ]
       : []),

@@ -1,0 +1,95 @@
+"""An untrained task with `knn.lam` null serves λ chosen on its stored examples, each scored leave-one-out
+(`selection.lambda_on_store`), chosen again whenever the store changes; a λ given in the spec is kept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from openbook.labels import fit_to_labels
+from openbook.selection import lambda_on_store
+
+from services.api.runtime import TaskRuntime
+from services.bus.examples_log import LogEntry
+from services.bus.task_spec import Task, build_classifier
+from tests.services.harness import CLUSTER_EXAMPLES, CLUSTERS_TASK
+
+EXAMPLES = [e for e in CLUSTER_EXAMPLES if e["label"] == "a" or e["id"] >= 10]  # the two clusters only
+EXAMPLES = [e for e in EXAMPLES if e["id"] != 42]
+
+
+@dataclass
+class Log:
+    """The example log as TaskRuntime reads it: entries after an offset."""
+
+    entries: list[LogEntry] = field(default_factory=list)
+
+    def add(self, *examples: dict) -> None:
+        for e in examples:
+            self.entries.append(LogEntry(f"{len(self.entries) + 1}-0", "add", e["id"], e["text"], e["label"]))
+
+    def delete(self, example_id: int) -> None:
+        self.entries.append(LogEntry(f"{len(self.entries) + 1}-0", "delete", example_id))
+
+    def read(self, after: str = "0-0", count: int | None = None) -> list[LogEntry]:
+        return [e for e in self.entries if int(e.offset.split("-")[0]) > int(after.split("-")[0])]
+
+
+def _runtime(causal_backbone, lam: float | None) -> tuple[TaskRuntime, Log]:
+    task = Task.model_validate(
+        {**CLUSTERS_TASK, "knn": {**CLUSTERS_TASK["knn"], "lam": lam}, "backbone": "tiny"}
+    )
+    log = Log()
+    return TaskRuntime(task, build_classifier(task, causal_backbone), log), log  # type: ignore[arg-type]
+
+
+def _expected(runtime: TaskRuntime) -> float:
+    """λ by the library's rule, from the stored examples' label scores computed afresh."""
+    classifier = runtime.classifier
+    ids = classifier.store.ids()
+    scores = classifier.embed([runtime.texts[int(i)] for i in ids], vectors_only=True).lm_log_probs
+    return lambda_on_store(classifier, ids, scores).lam
+
+
+def test_lambda_is_chosen_on_the_store_and_again_when_it_changes(causal_backbone):
+    runtime, log = _runtime(causal_backbone, None)
+    runtime.catch_up()
+    assert len(runtime.classifier.store) == 0 and runtime.classifier.knn.lam == 0.0  # the prompt alone
+    log.add(*EXAMPLES[:1])
+    runtime.catch_up()
+    assert runtime.classifier.knn.lam == 0.0  # one example's P_kNN is its label, whatever the query
+
+    log.add(*EXAMPLES[1:])
+    runtime.catch_up()
+    chosen = runtime.classifier.knn.lam
+    assert (
+        chosen == _expected(runtime) and chosen > 0.5
+    )  # the store tells the clusters apart; the prompt does not
+    assert sorted(runtime.lm_scores) == sorted(e["id"] for e in EXAMPLES)
+
+    for e in EXAMPLES[1:]:
+        if e["label"] == "b":
+            log.delete(e["id"])
+    runtime.catch_up()
+    assert sorted(runtime.lm_scores) == sorted(
+        e["id"] for e in EXAMPLES if e["label"] == "a" or e is EXAMPLES[0]
+    )
+    assert runtime.classifier.knn.lam == _expected(runtime)
+
+
+def test_labels_added_score_the_stored_examples_again(causal_backbone):
+    runtime, log = _runtime(causal_backbone, None)
+    log.add(*EXAMPLES)
+    runtime.catch_up()
+    runtime.classifier = fit_to_labels(runtime.classifier, {**runtime.task.labels, "c": "fun"})
+    runtime.catch_up()  # no new entry, but a classifier with another label
+    assert {row.shape for row in runtime.lm_scores.values()} == {(3,)}
+    assert runtime.classifier.knn.lam == _expected(runtime)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3])
+def test_a_lambda_given_in_the_spec_is_kept(causal_backbone, lam):
+    runtime, log = _runtime(causal_backbone, lam)
+    log.add(*EXAMPLES)
+    runtime.catch_up()
+    assert runtime.classifier.knn.lam == lam and not runtime.lm_scores
