@@ -257,9 +257,13 @@ def test_the_lambda_chosen_on_the_store_follows_which_side_is_right(causal_backb
     assert (chosen.k, chosen.temperature) == (classifier.knn.k, classifier.knn.temperature)
 
 
-def test_a_single_stored_example_gets_no_weight(causal_backbone):
-    vectors = np.ones((1, causal_backbone.hidden_size)) / np.sqrt(causal_backbone.hidden_size)
-    classifier, ids, stored = _classifier_with(causal_backbone, vectors, np.zeros((1, 2)), ["1"])
+@pytest.mark.parametrize("count", [1, 4])
+def test_a_store_of_one_label_gets_no_weight(causal_backbone, count):
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((count, causal_backbone.hidden_size))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    scores = np.tile([-1.0, 0.0], (count, 1))  # the prompt leans to label 1 too; the store would win
+    classifier, ids, stored = _classifier_with(causal_backbone, vectors, scores, ["1"] * count)
     chosen = lambda_on_store(classifier, ids, stored.lm_log_probs)
     assert chosen == dataclasses.replace(classifier.knn, lam=0.0)
 

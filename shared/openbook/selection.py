@@ -246,13 +246,13 @@ def lambda_on_store(classifier: Classifier, ids: np.ndarray, lm_log_probs: np.nd
     under the classifier's prompt.
 
     A store of n examples gives each one n - 1 neighbours, as many as a query sees when k >= n, so the
-    rule runs at k = min(k, n - 1); the config returned keeps the classifier's k. With fewer than two
-    examples nothing can be scored, and lambda is 0: a single example's P_kNN is its label, whatever
-    the query.
+    rule runs at k = min(k, n - 1); the config returned keeps the classifier's k. A store that holds
+    fewer than two labels gets lambda 0: its P_kNN names the same label whatever the query, and
+    leave-one-out would find it always right.
     """
     base = classifier.knn
     ids = np.asarray(ids, dtype=np.int64)
-    if len(ids) < 2:
+    if len(ids) < 2 or len(np.unique(classifier.store.labels_of(ids))) < 2:
         return dataclasses.replace(base, lam=0.0)
     if len(ids) > STORE_EVIDENCE_LIMIT:
         spread = np.linspace(0, len(ids) - 1, STORE_EVIDENCE_LIMIT).round().astype(np.int64)
