@@ -100,17 +100,14 @@ class TaskRuntime:
 
     def _apply_log(self) -> None:  # the caller holds the lock
         entries = self.log.read(after=self.offset)
-        if not self._chooses_lambda():
-            replay(self.classifier, entries)
-            self._remember(entries)
-            return
-        rescored = self.scored_by is not self.classifier  # new, or grown by labels: its scores differ
+        choosing = self._chooses_lambda()
+        rescored = choosing and self.scored_by is not self.classifier  # new, or grown by labels
         if rescored:
             self.lm_scores.clear()
             self.scored_by = self.classifier
-        replay(self.classifier, entries, self.lm_scores)
+        replay(self.classifier, entries, self.lm_scores if choosing else None)
         self._remember(entries)
-        if entries or rescored:
+        if choosing and (entries or rescored):
             self._choose_lambda()
 
     def _chooses_lambda(self) -> bool:

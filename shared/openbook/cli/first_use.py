@@ -15,10 +15,11 @@ from openbook.cli.common import add_data_argument, add_prompt_arguments, build_c
 def add_parser(commands: argparse._SubParsersAction) -> None:
     check = commands.add_parser(
         "first-use",
-        help="dev accuracy of an untrained task holding a few examples per class, per label calibration",
+        help="dev accuracy of an untrained task holding a few examples per class, per calibration and λ",
         description="Draws a few examples per class from each seed's 16-shot training split into the store "
-        "and scores the seed's dev split as an untrained service task would (the default kNN settings), "
-        "with the content-free and the domain calibration. Test files are never read.",
+        "and scores the seed's dev split as an untrained service task would (the default k and T), with "
+        "the content-free and the domain calibration, and λ = 0.5 or chosen on the stored examples, each "
+        "scored leave-one-out. Test files are never read.",
     )
     add_data_argument(check, "k-shot", "directory in the k-shot layout")
     check.add_argument("--task", default="SST-2,trec,mpqa,sst-5", help="tasks, separated by commas")
