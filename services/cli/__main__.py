@@ -1,4 +1,5 @@
-"""`python -m services.cli <command>`: how `openbook up` starts its children."""
+"""`python -m services.cli <command>`: how `openbook up` starts its children, and `bench learning-curve
+--parallel` its units."""
 
 import sys
 

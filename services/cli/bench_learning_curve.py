@@ -58,6 +58,13 @@ def run_bench_learning_curve(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a round's jobs may take")
     parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="run the (task, seed, order) units as this many processes at once (each with cores / N "
+        "threads, or sharing one GPU), each merged into --out as it ends",
+    )
+    parser.add_argument(
         "--merge",
         type=_list(Path),
         metavar="DIRS",
@@ -77,10 +84,12 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         return 0
     if not args.task:
         parser.error("--task is required (unless --merge)")
+    if args.parallel < 1:
+        parser.error(f"--parallel must be at least 1, got {args.parallel}")
 
     from openbook.data import data_root
 
-    from services.learning_curve.run import CurveSettings, run_learning_curve
+    from services.learning_curve.run import CurveSettings, run_in_processes, run_learning_curve
 
     try:
         settings = CurveSettings(
@@ -107,7 +116,10 @@ def run_bench_learning_curve(argv: list[str]) -> int:
             waiting=Waiting(timeout=args.timeout),
             command=shlex.join(["openbook", "bench", "learning-curve", *argv]),
         )
-        run_learning_curve(settings)
+        if args.parallel > 1:
+            run_in_processes(settings, argv, args.parallel)
+        else:
+            run_learning_curve(settings)
     except (DataError, FileNotFoundError, ValueError) as error:
         print(f"openbook bench learning-curve: {error}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -259,6 +260,52 @@ def run_learning_curve(
     else:
         runs.append(run)
         records = _run_units(s, todo, data, baselines, runs, records, progress)
+    for line in target_lines(check_target(records)):
+        say(line)
+    return records
+
+
+def run_in_processes(
+    s: CurveSettings, argv: Sequence[str], parallel: int, *, say: Callable[[str], None] = print
+) -> list[CurveRecord]:
+    """`run_learning_curve` with each (task, seed, order) not yet complete in `s.out` run as its own
+    `openbook bench learning-curve` process (`argv`, the grid's arguments, with the unit's own), `parallel`
+    at a time, into `s.out/units/<unit>/`; each unit that ends is merged into `s.out` at once (and its
+    directory removed), so a grid stopped midway keeps every finished unit and resumes with the others.
+    Returns all the records; UnitsFailed (a ValueError) naming the logs of units that failed."""
+    from openbook.cli.parallel import Unit, run_units, unit_argv
+
+    baselines = [name for name in s.baselines if name not in unavailable(s.baselines)]
+    runs, records = read_results(s.out)
+    check_same_setup(s, runs)
+    for task in s.tasks:  # all data checked before a process starts
+        load_curve_data(s.data, task, s.test_size)
+    todo: dict[str, tuple[tuple[str, int, str], Path]] = {}  # unit name: (task, seed, order), its --out
+    units = []
+    for key in [(task, seed, order) for task in s.tasks for seed in s.seeds for order in s.orders]:
+        if _unit_done(records, key, [SERVICE, *(baselines if key[2] == "fixed" else [])], s.rounds):
+            continue
+        task, seed, order = key
+        name = f"{task}-{seed}-{order}"
+        todo[name] = key, Path(s.out) / "units" / name
+        options = {"--task": task, "--seeds": str(seed), "--orders": order, "--out": str(todo[name][1])}
+        units.append(Unit(name, ["bench", "learning-curve", *unit_argv(argv, options)]))
+
+    def merge(unit: Unit) -> None:
+        key, directory = todo[unit.name]
+        out_runs, out_records = read_results(s.out)
+        kept = [r for r in out_records if (r.task, r.seed, r.order) != key]  # a partial unit run serially
+        if len(kept) < len(out_records):
+            write_results(s.out, out_runs, kept)
+        merge_results(Path(s.out), [directory])
+        shutil.rmtree(directory)
+        with contextlib.suppress(OSError):
+            directory.parent.rmdir()  # `units/`, once empty
+
+    if not todo:
+        say(f"every (task, seed, order) asked for is in {s.out}/results.json already")
+    run_units(units, Path(s.out) / "logs", parallel, module="services.cli", done=merge)
+    _, records = read_results(s.out)
     for line in target_lines(check_target(records)):
         say(line)
     return records

@@ -302,4 +302,6 @@ def test_a_units_command_is_the_grids_with_its_own_task_and_seed():
     from openbook.cli.parallel import unit_argv
 
     grid = ["eval", "--task", "a,b", "--seeds=1,2", "--parallel", "4", "--out", "o", "--epochs", "20"]
-    assert unit_argv(grid, "b", 2) == ["eval", "--out", "o", "--epochs", "20", "--task", "b", "--seeds", "2"]
+    assert unit_argv(grid, {"--task": "b", "--seeds": "2"}) == [
+        *["eval", "--out", "o", "--epochs", "20", "--task", "b", "--seeds", "2"]
+    ]

@@ -172,3 +172,45 @@ def test_units_run_apart_merge_into_one_curve_and_never_twice(tmp_path: Path) ->
     assert (tmp_path / "out" / "results.json").read_text() == before
     with pytest.raises(ValueError, match="nothing to merge"):
         merge_results(tmp_path / "fresh", [])
+
+
+def test_units_run_as_processes_each_merged_as_it_ends_and_the_grid_resumes(
+    causal_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from services.cli import main
+
+    out = tmp_path / "out"
+    training = {"steps": 2, "batch_size": 4, "lr": 1e-4, "eval_every": 1, "patience": 1}
+    args = [
+        *["bench", "learning-curve", "--task", "SST-2", "--seeds", "13", "--rounds", "2"],
+        *["--data", str(_full_sst2(tmp_path / "full")), "--out", str(out), "--backbone", str(causal_dir)],
+        *["--baselines", "knn-interp", "--test-size", "8", "--pool-size", "16", "--max-length", "48"],
+        *[token for key, value in training.items() for token in (f"--{key.replace('_', '-')}", str(value))],
+        *["--parallel", "2"],
+    ]
+    # what a serial run stopped midway leaves: the fixed order's service record, not yet its baseline's
+    settings = CurveSettings(
+        tmp_path / "full", out, ["SST-2"], [13], backbone=str(causal_dir), baselines=["knn-interp"],
+        test_size=8, pool_size=16, training=training, max_length=48,
+    )  # fmt: skip
+    partial = CurveRecord("SST-2", 13, "fixed", "service", 2, 4, accuracy=0.125, seconds=1.0)
+    write_results(out, [_recorded(settings) | {"command": "a serial run"}], [partial], plot=False)
+
+    assert main(args) == 0
+    runs, records = read_results(out)
+    assert sorted((r.order, r.method) for r in records) == [
+        ("fixed", "knn-interp"),
+        ("fixed", "service"),
+        ("uncertainty", "service"),
+    ]
+    assert partial not in records  # the unit ran again in full, and its records replaced the partial one
+    commands = [run["command"] for run in runs[1:]]  # each unit's own command
+    assert sorted(c.split("--orders ")[1].split()[0] for c in commands) == ["fixed", "uncertainty"]
+    assert all("--parallel" not in c and f"--out {out}/units/" in c for c in commands), commands
+    assert not (out / "units").exists()  # merged, then removed
+    logs = sorted(p.name for p in (out / "logs").iterdir())
+    assert logs == ["SST-2-13-fixed.log", "SST-2-13-uncertainty.log"]
+    capsys.readouterr()
+    assert main(args) == 0  # resumed: every unit is in results.json already, and nothing runs
+    assert "already" in capsys.readouterr().out
+    assert read_results(out)[1] == records

@@ -140,10 +140,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     }
     settings = checked_settings(args, sampled | scoring)
     if args.parallel > 1:  # everything above was checked once, here; each unit checks it again
-        from openbook.cli.parallel import run_units
+        from openbook.cli.parallel import Unit, run_units, unit_argv
         from openbook.experiments.reports import write_results
 
-        run_units(argv, [(task, seed) for task in tasks for seed in seeds], args.out, args.parallel)
+        units = [
+            Unit(f"{task}-{seed}", unit_argv(argv, {"--task": task, "--seeds": str(seed)}))
+            for task in tasks
+            for seed in seeds
+        ]
+        run_units(units, Path(args.out) / "logs", args.parallel)
         with locked(args.out) as out:  # the grid's own command in results.md, not its last unit's
             write_results(read_results(out), out, _eval_header(args, argv), method_order=methods)
         print((Path(args.out) / "results.md").read_text())

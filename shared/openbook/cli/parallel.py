@@ -1,11 +1,15 @@
-"""A grid's units as parallel processes: `openbook eval --parallel N`.
+"""A grid's units as parallel processes: `openbook eval --parallel N`, `openbook bench learning-curve
+--parallel N`.
 
-An evaluation grid splits into units, one (task, seed) each. Each unit runs as its own `openbook eval`
-process on the same `--out`: the results directory takes records from several processes at once
-(`experiments/reports.py`: a lock, and the file read again before each record is added), and a unit
-skips the runs already there, so a grid stopped midway resumes where it was. N processes share the
-machine's cores (each gets cores / N threads) or one GPU; the parent shows the units done, keeps each
-unit's output in `OUT/logs/`, and fails if any unit failed, naming its log.
+A grid splits into units (a (task, seed) of an evaluation, a (task, seed, order) of a learning curve).
+Each unit runs as its own `openbook` process, with the grid's command but the unit's own options, and
+skips what its output already holds, so a grid stopped midway resumes where it was. N processes share
+the machine's cores (each gets cores / N threads) or one GPU; the parent shows the units done, keeps each
+unit's output in a log, hands each unit that ends well to the caller (to merge its results, say) as it
+ends, and fails if any unit failed, naming its log.
+
+`openbook eval`'s units share one `--out`: the results directory takes records from several processes
+at once (`experiments/reports.py`: a lock, and the file read again before each record is added).
 """
 
 from __future__ import annotations
@@ -14,63 +18,79 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-# The options a unit's command sets itself; the rest of the grid's command is passed on as it is.
-_UNIT_OPTIONS = ("--task", "--seeds", "--parallel")
-
 
 class UnitsFailed(ValueError):
-    """Some units of a grid ended with an error (the command's user errors are ValueErrors)."""
+    """Some units of a grid ended with an error (the commands' user errors are ValueErrors)."""
 
 
-def unit_argv(argv: Sequence[str], task: str, seed: int) -> list[str]:
-    """The grid's `eval` arguments for one unit: its task and seed, and no --parallel."""
+@dataclass(frozen=True)
+class Unit:
+    name: str  # the log's name: `<name>.log`
+    argv: list[str]  # the `openbook` arguments that run it
+
+
+def unit_argv(argv: Sequence[str], options: Mapping[str, str]) -> list[str]:
+    """The grid's arguments for one unit: `options` (e.g. {"--task": "trec", "--seeds": "13"}) in place
+    of the grid's own values of them, and no --parallel."""
+    dropped = {*options, "--parallel"}
     kept: list[str] = []
     skip = False
     for token in argv:
         if skip:
             skip = False
             continue
-        name = token.split("=", 1)[0]
-        if name in _UNIT_OPTIONS:
+        if token.split("=", 1)[0] in dropped:
             skip = "=" not in token  # `--task X` takes the next token too; `--task=X` does not
             continue
         kept.append(token)
-    return [*kept, "--task", task, "--seeds", str(seed)]
+    return [*kept, *(token for option in options.items() for token in option)]
 
 
-def run_units(argv: Sequence[str], units: Sequence[tuple[str, int]], out: str | Path, parallel: int) -> None:
-    """Run `openbook eval` once per (task, seed) unit, at most `parallel` at a time; UnitsFailed naming
-    the logs of the units that failed, after every unit has run."""
-    logs = Path(out) / "logs"
+def run_units(
+    units: Sequence[Unit],
+    logs: str | Path,
+    parallel: int,
+    *,
+    module: str = "openbook.cli",
+    done: Callable[[Unit], None] | None = None,
+) -> None:
+    """Run each unit as `python -m <module> <unit.argv>`, at most `parallel` at a time, its output in
+    `logs/<unit.name>.log`; `done(unit)` as each one ends well. UnitsFailed naming the logs of the
+    units that failed, after every unit has run."""
+    logs = Path(logs)
     logs.mkdir(parents=True, exist_ok=True)
     threads = str(max(1, (os.cpu_count() or 1) // parallel))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     pending = list(units)
-    running: dict[subprocess.Popen, Path] = {}
+    running: dict[subprocess.Popen, tuple[Unit, Path]] = {}
     failed: list[Path] = []
-    with tqdm(total=len(units), desc=f"eval units ({parallel} at a time)", unit="unit") as bar:
+    with tqdm(total=len(units), desc=f"units ({parallel} at a time)", unit="unit") as bar:
         while pending or running:
             while pending and len(running) < parallel:
-                task, seed = pending.pop(0)
-                log = logs / f"{task}-{seed}.log"
-                command = [sys.executable, "-m", "openbook.cli", *unit_argv(argv, task, seed)]
+                unit = pending.pop(0)
+                log = logs / f"{unit.name}.log"
+                command = [sys.executable, "-m", module, *unit.argv]
                 with open(log, "w") as handle:
-                    running[subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env)] = log
+                    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
+                running[process] = (unit, log)
             finished = _wait_any(running)
-            log = running.pop(finished)
+            unit, log = running.pop(finished)
             if finished.returncode != 0:
                 failed.append(log)
+            elif done is not None:
+                done(unit)
             bar.update(1)
     if failed:
         raise UnitsFailed(f"{len(failed)} of {len(units)} units failed; see {', '.join(map(str, failed))}")
 
 
-def _wait_any(running: dict[subprocess.Popen, Path]) -> subprocess.Popen:
+def _wait_any(running: Mapping[subprocess.Popen, object]) -> subprocess.Popen:
     """The first of the running processes to end (polled every 0.2 s)."""
     while True:
         for process in running:
