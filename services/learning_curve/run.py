@@ -27,7 +27,7 @@ from pathlib import Path
 import redis
 import torch
 from openbook.backbone import BackboneConfig, default_dtype, load_backbone, resolve_dtype
-from openbook.methods import build_method, method_config
+from openbook.methods import build_method, method_config, recorded_config
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset
 from openbook.training import TrainConfig
@@ -164,7 +164,11 @@ def _setup(settings: dict) -> dict:
     """What the records of a run made with `settings` (as results.json holds them) measure: the SAME_SETUP
     keys and the method's every option. Runs that recorded only the spec are read with today's defaults."""
     return {key: _plain(settings.get(key)) for key in SAME_SETUP} | {
-        "method": _plain(settings.get("method_config") or method_config(settings["method"]))
+        "method": _plain(
+            recorded_config(settings["method_config"])
+            if settings.get("method_config")
+            else method_config(settings["method"])
+        )
     }
 
 

@@ -194,7 +194,7 @@ def train(
                 method.parameter_groups(classifier, config.lr),
                 lr=config.lr,
                 weight_decay=config.weight_decay,
-                fused=_fused_adam_supported(parameters),
+                fused=fused_adam_supported(parameters),
             )
             warmup = int(config.warmup_ratio * steps)
             schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -314,6 +314,6 @@ def _check_data(train_labels: np.ndarray, dev_labels: np.ndarray, num_labels: in
         raise PromptError("a training label is outside the verbalizer")
 
 
-def _fused_adam_supported(parameters: list[torch.nn.Parameter]) -> bool:
+def fused_adam_supported(parameters: list[torch.nn.Parameter]) -> bool:
     """The fused AdamW kernel (about 5x faster a step on CPU) takes float parameters on CPU or CUDA."""
     return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in parameters)

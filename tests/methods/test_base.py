@@ -67,3 +67,27 @@ def test_a_method_that_says_it_keeps_the_backbone_leaves_it_untouched(
     train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, QUICK, progress=False)
     assert weights_sha256(base) == sha
     assert module_tree(base) == tree  # not wrapped, re-flagged or left in training mode
+
+
+@pytest.mark.parametrize(
+    ("spec", "model_dir"),
+    [("prompt-ft/freeze-embeddings", "gemma_dir"), ("retroprompt/freeze-embeddings", "causal_dir")],
+)
+def test_freeze_embeddings_trains_every_weight_but_the_token_embedding_table(
+    spec: str, model_dir: str, toy, request: pytest.FixtureRequest
+) -> None:
+    backbone = load_backbone(BackboneConfig(name=str(request.getfixturevalue(model_dir)), max_length=48))
+    model = backbone.model
+    table = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings().weight is table  # the tiny Gemma's head is its table; Llama's not
+    assert tied == (model_dir == "gemma_dir")
+    before = [(p, p.detach().clone()) for p in model.parameters()]
+    method = build_method(spec)
+    classifier = method.prepare(Classifier(backbone, toy.template, toy.verbalizer))
+    trainable = method.trainable_parameters(classifier)
+    everything = build_method(spec.split("/")[0]).trainable_parameters(classifier)
+    assert {id(p) for p in everything} - {id(p) for p in trainable} == {id(table)}
+    train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, QUICK, progress=False)
+    unchanged = [p for p, old in before if torch.equal(p, old)]
+    assert [id(p) for p in unchanged] == [id(table)]  # every other weight moved, an untied head too
+    assert table.requires_grad  # the flag restored after training

@@ -216,13 +216,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
 def check_method_options(records: Sequence[EvalRecord], specs: Sequence[str], out: str) -> None:
     """ValueError if a recorded run of one of `specs` was trained with other options than the spec
     means now (a default changed since): resuming would report two configurations under one name.
-    Records from before `method_config` was recorded cannot be checked."""
-    from openbook.methods import method_config
+    Records from before `method_config` was recorded cannot be checked; an option added since a record
+    was made reads as its default (`recorded_config`)."""
+    from openbook.methods import method_config, recorded_config
 
     for record in records:
-        recorded = record.params.get("method_config")
-        if record.method not in specs or recorded is None:
+        if record.method not in specs or record.params.get("method_config") is None:
             continue
+        recorded = recorded_config(record.params["method_config"])
         now = method_config(record.method)
         if recorded != now:
             changed = ", ".join(

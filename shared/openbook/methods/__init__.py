@@ -9,6 +9,7 @@ from openbook.methods.base import (
     TrainBatch,
     build_method,
     method_config,
+    recorded_config,
     register_method,
     weights_sha256,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "method_config",
     "peft_prompts",
     "prompt_ft",
+    "recorded_config",
     "register_method",
     "retroprompt",
     "weights_sha256",

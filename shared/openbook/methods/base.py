@@ -139,8 +139,23 @@ def prompt_cross_entropy(logits: torch.Tensor, gold: torch.Tensor) -> torch.Tens
     return F.cross_entropy(logits, gold.to(logits.device), reduction="none")
 
 
+@dataclass(frozen=True)
+class EmbeddingOptions:
+    """Whether full fine-tuning trains the token-embedding table.
+
+    The table (and the LM head, where it is tied to the table) is most of a small multilingual
+    backbone: 168M of `gemma3-270m`'s 268M weights, against 28M of `smollm2-135m`'s 135M. Scoring a
+    label as log-softmax over the whole vocabulary gives every row of a tied head a gradient at every
+    step, so training it costs a dense vocabulary-by-hidden gradient, its clipping and its AdamW
+    moments, whatever the batch.
+    """
+
+    freeze_embeddings: bool = False  # True: every other weight trains; the table stays as loaded
+
+
 class FullFineTuning(Method):
-    """Every backbone weight trains; tied weights (input embedding = LM head) are stored once.
+    """Every backbone weight trains (but the token-embedding table under `freeze_embeddings`); tied
+    weights (input embedding = LM head) are stored once.
 
     Its checkpoints hold a whole backbone, so they are written in half precision (`half_precision`):
     half the disk, and `load_trained` copies them back into the model's own dtype.
@@ -149,7 +164,10 @@ class FullFineTuning(Method):
     updates_backbone = True
 
     def trainable_parameters(self, classifier: Classifier) -> list[nn.Parameter]:
-        return [p for p in classifier.backbone.model.parameters() if p.requires_grad]
+        model = classifier.backbone.model
+        frozen = isinstance(self.config, EmbeddingOptions) and self.config.freeze_embeddings
+        table = model.get_input_embeddings().weight if frozen else None
+        return [p for p in model.parameters() if p.requires_grad and p is not table]
 
     def trained_tensors(self, classifier: Classifier) -> dict[str, torch.Tensor]:
         tensors, seen = {}, set()
@@ -253,6 +271,12 @@ def method_config(spec: str) -> dict[str, Any]:
     record keeps so that it still says what ran after a default changes."""
     method = build_method(spec)
     return json.loads(json.dumps({"name": method.name, **dataclasses.asdict(method.config)}))
+
+
+def recorded_config(recorded: dict[str, Any]) -> dict[str, Any]:
+    """A record's `method_config` with the options added since it was made, at their defaults: an
+    option is added with the default that does what ran before it existed."""
+    return method_config(recorded["name"]) | recorded
 
 
 def _convert(raw: str, default: Any, where: str) -> Any:

@@ -14,6 +14,7 @@ import torch
 
 from openbook.classifier import Classifier
 from openbook.methods.base import (
+    EmbeddingOptions,
     FullFineTuning,
     Inference,
     MethodConfig,
@@ -25,7 +26,7 @@ from openbook.methods.base import (
 
 
 @dataclass(frozen=True)
-class PromptFTConfig(MethodConfig):
+class PromptFTConfig(MethodConfig, EmbeddingOptions):
     pass
 
 

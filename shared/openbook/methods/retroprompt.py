@@ -48,6 +48,7 @@ from openbook.classifier import Classifier
 from openbook.demonstrations import DemoConfig
 from openbook.knn import knn_distribution
 from openbook.methods.base import (
+    EmbeddingOptions,
     FullFineTuning,
     Inference,
     MethodConfig,
@@ -62,7 +63,7 @@ from openbook.store import KnowledgeStore
 
 
 @dataclass(frozen=True)
-class RetroPromptConfig(MethodConfig, LoraOptions):
+class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
     INFERENCE_ONLY = ("knn_infer",)
     # the spelling from when demonstrations were on or off
     OPTION_ALIASES: ClassVar[dict[str, str]] = {"no-demos": "demos=none"}
@@ -94,6 +95,8 @@ class RetroPromptConfig(MethodConfig, LoraOptions):
             raise ValueError(f"backbone must be one of {', '.join(self.BACKBONES)}, got {self.backbone!r}")
         if self.backbone == "lora":
             self.check_lora()
+            if self.freeze_embeddings:
+                raise ValueError("freeze_embeddings applies to backbone=full: LoRA trains adapters only")
         else:
             lora_fields = [f.name for f in dataclasses.fields(LoraOptions)]
             changed = [n for n in lora_fields if getattr(self, n) != getattr(LoraOptions(), n)]
