@@ -137,6 +137,20 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_
     assert (
         "retroprompt runs trained with other options (demos: 'neural' -> 'none')" in capsys.readouterr().err
     )
+
+    # a run recorded before an option existed reads it at its default (what ran): resumed, not refused
+    def without(config: dict) -> dict:
+        return {key: value for key, value in config.items() if key != "freeze_embeddings"}
+
+    older = [
+        {**r, "params": {**r["params"], "method_config": without(r["params"]["method_config"])}}
+        if r["method"] == "retroprompt"
+        else r
+        for r in second
+    ]
+    (out / "results.json").write_text(json.dumps(older))
+    assert main(args) == 0
+    assert "already in" in capsys.readouterr().err
     (out / "results.json").write_text(json.dumps(second))
     args[args.index("--lr") + 1] = "1e-2"
     assert main(args) == 2
