@@ -27,7 +27,7 @@ from openbook.classifier import Classifier
 from openbook.data import Example
 from openbook.demonstrations import DemoConfig
 from openbook.knn import KnnConfig
-from openbook.methods import METHODS, Method, MethodError, weights_sha256
+from openbook.methods import METHODS, Method, MethodError, weights_sha256, with_added_options
 from openbook.prompting import Template, Verbalizer
 from openbook.training import TrainConfig
 from openbook.version import __version__
@@ -91,7 +91,8 @@ def save_classifier(
 def method_of(manifest: dict[str, Any]) -> Method:
     """The configured method a manifest names (KeyError, TypeError or MethodError if it cannot say)."""
     method_class = METHODS[manifest["method"]]
-    return method_class(method_class.config_class(**manifest["method_config"]))
+    config = with_added_options(method_class.config_class, manifest["method_config"])
+    return method_class(method_class.config_class(**config))
 
 
 def loads_onto(path: str | Path, backbone: Backbone) -> bool:

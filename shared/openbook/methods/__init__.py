@@ -12,6 +12,7 @@ from openbook.methods.base import (
     recorded_config,
     register_method,
     weights_sha256,
+    with_added_options,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "register_method",
     "retroprompt",
     "weights_sha256",
+    "with_added_options",
 ]

@@ -273,10 +273,22 @@ def method_config(spec: str) -> dict[str, Any]:
     return json.loads(json.dumps({"name": method.name, **dataclasses.asdict(method.config)}))
 
 
+# Options added after records and checkpoints of their methods existed, each with the value every run
+# made before it had (what ran then), whatever its default is now. A new option goes here.
+ADDED_OPTIONS: dict[str, Any] = {"freeze_embeddings": False}
+
+
+def with_added_options(config_class: type[MethodConfig], recorded: dict[str, Any]) -> dict[str, Any]:
+    """`recorded` (a method config as a record or manifest keeps it) with each option in ADDED_OPTIONS
+    that `config_class` has and `recorded` predates, at the value that ran."""
+    fields = {field.name for field in dataclasses.fields(config_class)}
+    return {name: value for name, value in ADDED_OPTIONS.items() if name in fields} | recorded
+
+
 def recorded_config(recorded: dict[str, Any]) -> dict[str, Any]:
-    """A record's `method_config` with the options added since it was made, at their defaults: an
-    option is added with the default that does what ran before it existed."""
-    return method_config(recorded["name"]) | recorded
+    """A record's `method_config` (with its method's "name") as `method_config` writes one now: the
+    options added since the record was made at the values that ran (`with_added_options`)."""
+    return with_added_options(METHODS[recorded["name"]].config_class, recorded)
 
 
 def _convert(raw: str, default: Any, where: str) -> Any:
