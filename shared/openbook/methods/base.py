@@ -157,20 +157,29 @@ class FullFineTuning(Method):
     """Every backbone weight trains (but the token-embedding table under `freeze_embeddings`); tied
     weights (input embedding = LM head) are stored once.
 
-    Its checkpoints hold a whole backbone, so they are written in half precision (`half_precision`):
-    half the disk, and `load_trained` copies them back into the model's own dtype.
+    Its checkpoints hold the whole backbone, or all of it but a frozen table, which loading finds in
+    the base weights (`checkpoints.load_classifier` checks their hash first). They are written in half
+    precision (`half_precision`): half the disk, and `load_trained` copies them back into the model's
+    own dtype.
     """
 
     updates_backbone = True
 
+    def _frozen_table(self, classifier: Classifier) -> torch.Tensor | None:
+        if not (isinstance(self.config, EmbeddingOptions) and self.config.freeze_embeddings):
+            return None
+        table = classifier.backbone.model.get_input_embeddings().weight
+        assert isinstance(table, torch.Tensor)
+        return table
+
     def trainable_parameters(self, classifier: Classifier) -> list[nn.Parameter]:
-        model = classifier.backbone.model
-        frozen = isinstance(self.config, EmbeddingOptions) and self.config.freeze_embeddings
-        table = model.get_input_embeddings().weight if frozen else None
-        return [p for p in model.parameters() if p.requires_grad and p is not table]
+        table = self._frozen_table(classifier)
+        return [p for p in classifier.backbone.model.parameters() if p.requires_grad and p is not table]
 
     def trained_tensors(self, classifier: Classifier) -> dict[str, torch.Tensor]:
-        tensors, seen = {}, set()
+        table = self._frozen_table(classifier)
+        seen = set() if table is None else {table.data_ptr()}  # a frozen table is the base's: not stored
+        tensors = {}
         for name, tensor in classifier.backbone.model.state_dict().items():
             if tensor.data_ptr() not in seen:  # a tied weight appears under two names
                 seen.add(tensor.data_ptr())
@@ -183,8 +192,11 @@ class FullFineTuning(Method):
     def load_trained(self, classifier: Classifier, tensors: dict[str, torch.Tensor]) -> None:
         model = classifier.backbone.model
         missing, unexpected = model.load_state_dict(tensors, strict=False)  # copied into the model's dtype
-        aliases = _tied_aliases(model)
-        if unexpected or any(name not in aliases for name in missing):
+        kept = _tied_aliases(model)  # names whose tensor another name stores
+        table = self._frozen_table(classifier)
+        if table is not None:  # the frozen table, under each of its names, stays as loaded
+            kept |= {name for name, t in model.state_dict().items() if t.data_ptr() == table.data_ptr()}
+        if unexpected or any(name not in kept for name in missing):
             raise MethodError(
                 "checkpoint weights do not fit the backbone: "
                 f"missing {missing[:5]}, unexpected {unexpected[:5]}"
