@@ -19,9 +19,10 @@ def test_bench_train_prints_throughput_ratios(causal_dir, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "raw forward+backward" in out
-    for spec in ("prompt-ft", "retroprompt"):
-        assert f"{spec:<12} training step" in out
-    assert out.count("x raw forward+backward") == 2
+    for method in ("prompt-ft", "retroprompt"):  # the default, and with the embedding table trained too
+        for spec in (method, f"{method}/no-freeze-embeddings"):
+            assert f"{spec:<29} training step" in out
+    assert out.count("x raw forward+backward") == 4
     assert "a dev check or store re-embedding of 32 prompts" in out
     assert "bfloat16 autocast: training step" in out and "largest change of a label log-probability" in out
 

@@ -71,7 +71,7 @@ def test_a_method_that_says_it_keeps_the_backbone_leaves_it_untouched(
 
 @pytest.mark.parametrize(
     ("spec", "model_dir"),
-    [("prompt-ft/freeze-embeddings", "gemma_dir"), ("retroprompt/freeze-embeddings", "causal_dir")],
+    [("prompt-ft", "gemma_dir"), ("retroprompt", "causal_dir")],  # frozen by default
 )
 def test_freeze_embeddings_trains_every_weight_but_the_token_embedding_table(
     spec: str, model_dir: str, toy, request: pytest.FixtureRequest
@@ -85,7 +85,7 @@ def test_freeze_embeddings_trains_every_weight_but_the_token_embedding_table(
     method = build_method(spec)
     classifier = method.prepare(Classifier(backbone, toy.template, toy.verbalizer))
     trainable = method.trainable_parameters(classifier)
-    everything = build_method(spec.split("/")[0]).trainable_parameters(classifier)
+    everything = build_method(f"{spec}/no-freeze-embeddings").trainable_parameters(classifier)
     assert {id(p) for p in everything} - {id(p) for p in trainable} == {id(table)}
     train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, QUICK, progress=False)
     unchanged = [p for p, old in before if torch.equal(p, old)]

@@ -241,7 +241,12 @@ def run_train_bench(args: argparse.Namespace) -> None:
     corpus = synthetic_sentences(32, seed=1)
     # The methods' steps as `training.train` takes them: gradients for the trained weights alone, the
     # fused AdamW where it runs, clipping; the last one (retroprompt) is timed again below.
-    for spec in ("prompt-ft/freeze-embeddings", "prompt-ft", "retroprompt/freeze-embeddings", "retroprompt"):
+    for spec in (
+        "prompt-ft/no-freeze-embeddings",
+        "prompt-ft",
+        "retroprompt/no-freeze-embeddings",
+        "retroprompt",
+    ):
         method = build_method(spec)
         classifier = method.prepare(dataclasses.replace(base, store=base.empty_store()))
         classifier.add_examples(corpus, [str(i % 2) for i in range(len(corpus))], ids=np.arange(len(corpus)))

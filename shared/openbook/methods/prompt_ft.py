@@ -1,8 +1,9 @@
 """Prompt-based fine-tuning (LM-BFF; Gao et al., 2021): the baseline.
 
-Every backbone weight trains on the cross-entropy of the label words at the
-slot, i.e. the classification head is the LM head restricted to the
-verbalizer. Prediction is the prompt alone.
+Every backbone weight but the token-embedding table (`freeze_embeddings`,
+chosen on dev; `no-freeze-embeddings` trains it too) trains on the
+cross-entropy of the label words at the slot, i.e. the classification head
+is the LM head restricted to the verbalizer. Prediction is the prompt alone.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class PromptFTConfig(MethodConfig, EmbeddingOptions):
 @register_method
 class PromptFT(FullFineTuning):
     name = "prompt-ft"
-    summary = "LM-BFF prompt-based fine-tuning: all weights, cross-entropy over the label words"
+    summary = "LM-BFF prompt-based fine-tuning: all weights but the token embeddings, label-word loss"
     # As wide as Method's: `lora` subclasses this method with a config class of its own.
     config_class: ClassVar[type[MethodConfig]] = PromptFTConfig
 

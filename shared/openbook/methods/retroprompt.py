@@ -95,8 +95,8 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
             raise ValueError(f"backbone must be one of {', '.join(self.BACKBONES)}, got {self.backbone!r}")
         if self.backbone == "lora":
             self.check_lora()
-            if self.freeze_embeddings:
-                raise ValueError("freeze_embeddings applies to backbone=full: LoRA trains adapters only")
+            if not self.freeze_embeddings:
+                raise ValueError("backbone=lora trains adapters only: every backbone weight stays frozen")
         else:
             lora_fields = [f.name for f in dataclasses.fields(LoraOptions)]
             changed = [n for n in lora_fields if getattr(self, n) != getattr(LoraOptions(), n)]
