@@ -1,9 +1,9 @@
-"""`openbook up | serve | worker | report | bench api | bench learning-curve`, the service commands; every
-other command is the library's.
+"""`openbook up | serve | worker | report | bench api | bench job | bench learning-curve`, the service
+commands; every other command is the library's.
 
 One module per command: `up` (the whole stack, supervised), `serve` (the
-api), `worker` (the trainer), `report` (a task's quality), `bench_api` and
-`bench_learning_curve`. Each imports what it needs only when it runs, so
+api), `worker` (the trainer), `report` (a task's quality), `bench_api`,
+`bench_job` and `bench_learning_curve`. Each imports what it needs only when it runs, so
 `openbook --help` stays quick.
 """
 
@@ -28,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from services.cli.report import run_report
 
         return run_report(argv[1:])
+    if argv[:2] == ["bench", "job"]:
+        from services.cli.bench_job import run_bench_job
+
+        return run_bench_job(argv[2:])
     if argv[:2] == ["bench", "learning-curve"]:
         from services.cli.bench_learning_curve import run_bench_learning_curve
 
@@ -38,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] in ("-h", "--help"):
             print(
                 "service commands: openbook up [--demo] [--api-workers N] | serve [--api-workers N] | worker"
-                " | report | bench api | bench learning-curve\n"
+                " | report | bench api | bench job | bench learning-curve\n"
             )
         return library_main(argv)
     parser = argparse.ArgumentParser(prog=f"openbook {argv[0]}")

@@ -128,20 +128,22 @@ def source(out: Path | None = None, root: Path | None = None) -> dict:
 
 
 @contextlib.contextmanager
-def service_stack(s: CurveSettings, directory: Path) -> Iterator[CurveClient]:
+def service_stack(
+    directory: Path, *, backbone: str, max_length: int = 128, device: str = "cpu"
+) -> Iterator[CurveClient]:
     """The embedded Redis, the api on a local port and a worker thread; a client of the api."""
     with EmbeddedRedis(directory / "redis") as bus:
         settings = Settings(
             redis_url=bus.url,
             data_dir=directory,
-            default_backbone=s.backbone,
-            max_length=s.max_length,
-            device=s.device,
+            default_backbone=backbone,
+            max_length=max_length,
+            device=device,
             port=free_port(),
         )
         served = Served(settings)
         worker = Worker(
-            redis.Redis.from_url(bus.url), settings.artifacts, device=s.device, max_length=s.max_length
+            redis.Redis.from_url(bus.url), settings.artifacts, device=device, max_length=max_length
         )
         stop = threading.Event()
         training = threading.Thread(target=worker.run_forever, args=(stop,), daemon=True)
@@ -328,7 +330,10 @@ def _run_units(
     backbone = load_backbone(BackboneConfig(name=s.backbone, max_length=s.max_length, device=s.device))
     config = TrainConfig(**s.training)
     computed: dict[str, Baselines] = {}
-    with tempfile.TemporaryDirectory(prefix="openbook-curve-") as tmp, service_stack(s, Path(tmp)) as client:
+    with (
+        tempfile.TemporaryDirectory(prefix="openbook-curve-") as tmp,
+        service_stack(Path(tmp), backbone=s.backbone, max_length=s.max_length, device=s.device) as client,
+    ):
         for task, seed, order in tqdm(todo, desc="learning curve", disable=not progress):
             records = [
                 r for r in records if (r.task, r.seed, r.order) != (task, seed, order)

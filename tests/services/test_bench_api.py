@@ -1,5 +1,7 @@
-"""`openbook bench api` end to end on a tiny backbone: its correctness lines are asserted, not its times.
-It runs the api in-process and as two workers behind one port (`--workers 1,2`)."""
+"""`openbook bench api` and `bench job` end to end on a tiny backbone: their correctness lines are asserted,
+not their times. `bench api` runs the api in-process and as two workers behind one port (`--workers 1,2`)."""
+
+import re
 
 from services.cli import main
 
@@ -54,3 +56,17 @@ def test_the_worker_rule_takes_the_most_throughput_within_the_latency_target():
         "workers: 1 by the rule"
     )  # a tie: fewer
     assert choose_workers({1: (1.2, 400.0), 2: (1.3, 900.0)}, 256).endswith("the rule keeps 1")
+
+
+def test_bench_job_times_an_automatic_job_through_the_service(causal_dir, tmp_path, toy_dataset, capsys):
+    data = toy_dataset(tmp_path / "k-shot", seeds=(1,), task="SST-2")
+    args = ["bench", "job", "--task", "SST-2", "--seed", "1"]
+    args += ["--data", str(data), "--backbone", str(causal_dir)]
+    assert main([*args, "--per-request", "3", "--max-length", "48"]) == 0
+    out = capsys.readouterr().out
+    assert "SST-2 seed 1: 8 examples, 2 labels, method retroprompt" in out
+    done, served = (float(s) for s in re.search(r"job done (\d+) s .* served after (\d+) s", out).groups())
+    assert 0 <= done <= served
+    assert "gate: first" in out  # the first version a task has is served without a comparison
+    assert main([*args[:-4], "--data", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere" in capsys.readouterr().err

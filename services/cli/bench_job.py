@@ -1,0 +1,99 @@
+"""`openbook bench job`: what an automatic training job costs, through the service end to end.
+
+The stack runs in this process as `bench learning-curve` runs it: the embedded Redis, the api on a local
+port (real HTTP) and the trainer worker in a thread. A task gets the preset prompt of `--task` and
+automatic training every N examples, N being the size of one seed's 16-shot training split; the split is
+POSTed in requests of `--per-request`, so the job queues itself on the last. Reported: the seconds from
+the first POST to the job's end and to the first classify answered by the version it published, what it
+trained on, and the gate's dev scores (the service's own held-out examples, shown to say the job trained).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run_bench_job(argv: list[str]) -> int:
+    from openbook.data import DataError, data_root, load_kshot
+    from openbook.models import DEFAULT_BACKBONE
+    from openbook.prompting import get_preset
+
+    from services.learning_curve.run import service_stack
+    from services.learning_curve.service import TERMINAL, job_summary
+
+    parser = argparse.ArgumentParser(prog="openbook bench job", description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="trec", help="a preset task of the k-shot data (default: trec)")
+    parser.add_argument("--seed", type=int, default=13, help="whose 16-shot training split is labelled")
+    parser.add_argument("--data", help="the k-shot/ directory (default: $OPENBOOK_DATA/k-shot)")
+    parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
+    parser.add_argument("--method", default="retroprompt", help="the task's method (default: the service's)")
+    parser.add_argument("--per-request", type=int, default=32, help="examples per POST")
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the job may take")
+    args = parser.parse_args(argv)
+    try:
+        train = load_kshot(args.data or data_root() / "k-shot", args.task, args.seed, test=False).train
+    except (DataError, FileNotFoundError) as error:
+        print(f"openbook bench job: {error}", file=sys.stderr)
+        return 2
+    with (
+        tempfile.TemporaryDirectory(prefix="openbook-job-") as tmp,
+        service_stack(
+            Path(tmp), backbone=args.backbone, max_length=args.max_length, device=args.device
+        ) as client,
+    ):
+        client.max_batch = args.per_request
+        template, verbalizer = get_preset(args.task).prompt(_kind(args.backbone))
+        name = "job-cost"
+        client.create_task(
+            {
+                "name": name,
+                "template": template.source,
+                "labels": dict(zip(verbalizer.labels, verbalizer.words, strict=True)),
+                "method": args.method,
+                "training": {"auto": True, "every": len(train)},
+            }
+        )
+        first_post = time.perf_counter()
+        client.add_examples(name, [(i, example.text, example.label) for i, example in enumerate(train)])
+        job, done, served = None, None, None
+        while served is None:
+            if time.perf_counter() - first_post > args.timeout:
+                print(f"openbook bench job: no job ended within {args.timeout:.0f} s", file=sys.stderr)
+                return 1
+            jobs = client.jobs(name)
+            if done is None and jobs and jobs[0]["state"] in TERMINAL:
+                job, done = jobs[0], time.perf_counter() - first_post
+                if job["state"] != "succeeded":
+                    print(
+                        f"openbook bench job: the job ended {job['state']}: {job.get('error')}",
+                        file=sys.stderr,
+                    )
+                    return 1
+            if done is not None and client.classify(name, [train[0].text]).model_versions[0] != "base":
+                served = time.perf_counter() - first_post
+            time.sleep(0.5)
+    assert job is not None and done is not None
+    summary = job_summary(job)
+    print(
+        f"{args.task} seed {args.seed}: {len(train)} examples, {len(verbalizer.labels)} labels, "
+        f"method {args.method}, backbone {args.backbone}, device {args.device}"
+    )
+    print(f"job done {done:.0f} s after the first POST; its version served after {served:.0f} s")
+    print(f"gate: {summary['verdict']}, dev scores {summary['gate']}")
+    return 0
+
+
+def _kind(backbone: str) -> str:
+    """masked or causal, from the model's config and tokenizer alone (the service loads the weights)."""
+    from openbook.backbone import detect_kind
+    from openbook.models import resolve_backbone
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = resolve_backbone(backbone)
+    return detect_kind(AutoConfig.from_pretrained(path), AutoTokenizer.from_pretrained(path))
