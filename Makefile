@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev ipt-table bench clean
+.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev fresh-splits ipt-table bench clean
 
 install: $(STAMP)
 
@@ -167,6 +167,14 @@ embeddings-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods $(EMBEDDINGS_METHODS) --seeds 13,21,42,87,100 --steps 32 --eval-every 8 --patience 2 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/embeddings-dev-$(DEV_BACKBONE)
+
+# Fresh 16-shot train and dev splits, seeds 1001-1005, drawn from the full training sets with no text that
+# the standard splits score (their dev and test): evidence for a candidate that the standard dev sets
+# suggested (openbook/splits.py). Written outside the repository, for `openbook eval --data $(FRESH_DATA)`.
+FRESH_DATA ?= openbook-data/fresh-k-shot
+fresh-splits: install
+	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds 1001,1002,1003,1004,1005 \
+		--out $(FRESH_DATA)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).

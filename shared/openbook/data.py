@@ -270,8 +270,9 @@ FULL_LAYOUT: dict[str, tuple[str, str, str]] = {  # task -> (train, dev, test) f
 }
 
 
-def read_full_split(path: str | Path) -> list[Example]:
-    """Read a `label<space>text` file of `full/` (stray Latin-1 bytes are replaced)."""
+def read_full_split(path: str | Path, *, skip_blank_texts: bool = False) -> list[Example]:
+    """Read a `label<space>text` file of `full/` (stray Latin-1 bytes are replaced). A line with a label
+    and no text is an error, or skipped with `skip_blank_texts` (mpqa.all has one)."""
     path = Path(path)
     examples = []
     with path.open(encoding="utf-8", errors="replace") as handle:
@@ -279,6 +280,8 @@ def read_full_split(path: str | Path) -> list[Example]:
             if not line.strip():
                 continue
             label, _, text = line.rstrip("\n").partition(" ")
+            if skip_blank_texts and label.strip() and not text.strip():
+                continue
             if not label.strip() or not text.strip():
                 raise _error(path, number, "expected 'label text'")
             examples.append(_make_example(path, number, [text.strip()], label.strip()))

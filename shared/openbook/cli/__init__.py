@@ -1,5 +1,5 @@
 """The `openbook` command: eval, train, methods, classify, bench, continual, knn-selection, first-use,
-prepare.
+prepare, splits.
 
 One module per subcommand, each with `add_parser(commands)` and `run(args, argv)`;
 what they share is in `common.py`.
@@ -21,6 +21,7 @@ from openbook.cli import (
     knn_selection,
     methods,
     prepare,
+    splits,
     train,
 )
 from openbook.runtime import configure
@@ -35,6 +36,7 @@ COMMANDS = {
     "knn-selection": knn_selection,
     "first-use": first_use,
     "prepare": prepare,
+    "splits": splits,
 }
 
 

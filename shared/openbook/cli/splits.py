@@ -1,0 +1,39 @@
+"""`openbook splits`: fresh 16-shot train and dev splits drawn from the full training sets (`splits.py`)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from openbook.cli.common import add_data_argument
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    splits = commands.add_parser(
+        "splits",
+        help="fresh few-shot train/dev splits from the full training sets, none of them a text the standard "
+        "k-shot splits score (their dev and test)",
+    )
+    add_data_argument(splits, None, "the evaluation data: its full/ and k-shot/ directories")
+    splits.add_argument("--task", default="SST-2,trec,mpqa,sst-5", help="comma-separated")
+    splits.add_argument("--seeds", required=True, help="comma-separated; none of the standard ones")
+    splits.add_argument("--shots", type=int, default=16, help="examples per label, in train and in dev")
+    splits.add_argument("--out", required=True, help="a directory in the k-shot layout, for eval --data")
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    from pathlib import Path
+
+    from openbook.splits import fresh_pool, short_labels, write_fresh_splits
+
+    seeds = [int(seed) for seed in args.seeds.split(",") if seed]
+    if args.shots < 1 or not seeds:
+        raise ValueError("--shots must be at least 1, and --seeds must name at least one seed")
+    for task in [task for task in args.task.split(",") if task]:
+        written = write_fresh_splits(
+            Path(args.data) / "full", Path(args.data) / "k-shot", args.out, task, seeds, args.shots
+        )
+        print(f"{task}: {len(written)} of {len(seeds)} seeds written under {Path(args.out) / task}")
+        pool = fresh_pool(Path(args.data) / "full", Path(args.data) / "k-shot", task)
+        for label, n in short_labels(pool, args.shots).items():
+            print(f"  label {label!r}: {n} examples left, so {n // 2} in train and {n // 2} in dev")
