@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev fresh-splits ipt-table bench clean
+.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev fresh-splits budget-fresh ipt-table bench clean
 
 install: $(STAMP)
 
@@ -175,6 +175,17 @@ FRESH_DATA ?= openbook-data/fresh-k-shot
 fresh-splits: install
 	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds 1001,1002,1003,1004,1005 \
 		--out $(FRESH_DATA)
+
+# The budget with a floor of epochs, on the fresh splits (docs/results.md, "A floor of epochs, on fresh
+# splits"): retroprompt on DEV_BACKBONE under 32 steps, then under at least 8 epochs and 32 steps (a dev check
+# every 8 steps, patience 2 checks, at most 120 steps), dev only, 4 tasks x seeds 1001-1005. Resumable.
+FRESH_SEEDS = 1001,1002,1003,1004,1005
+budget-fresh: fresh-splits
+	$(BIN)/openbook eval --no-test --data $(FRESH_DATA) --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+		--methods retroprompt --seeds $(FRESH_SEEDS) --parallel $(PARALLEL) --out docs/results/budget-fresh-32-$(DEV_BACKBONE)
+	$(BIN)/openbook eval --no-test --data $(FRESH_DATA) --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+		--methods retroprompt --seeds $(FRESH_SEEDS) --epochs 8 --min-steps 32 --max-steps 120 --eval-every 8 \
+		--patience 2 --parallel $(PARALLEL) --out docs/results/budget-fresh-floor-$(DEV_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).

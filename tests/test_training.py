@@ -131,6 +131,17 @@ def test_an_epoch_budget_is_ceil_of_epochs_times_steps_per_epoch_under_the_cap(
     assert TrainConfig(epochs=epochs, batch_size=batch_size).total_steps(num_train) == expected
 
 
+def test_min_steps_is_a_floor_under_an_epoch_budget_and_below_the_cap() -> None:
+    floor = TrainConfig(epochs=8, min_steps=32)
+    assert [floor.total_steps(n) for n in (32, 24, 96, 80)] == [32, 32, 96, 80]  # 8 epochs, at least 32
+    assert TrainConfig(epochs=8, min_steps=200).total_steps(24) == DEFAULT_MAX_STEPS  # the cap wins
+    assert floor.budget() == {"epochs": 8, "max_steps": DEFAULT_MAX_STEPS, "min_steps": 32}
+    assert "min_steps" not in TrainConfig(epochs=8).budget()  # settings recorded before it read the same
+    for bad in ({"min_steps": 32}, {"epochs": 8, "min_steps": 0}):  # a floor of a step budget; not positive
+        with pytest.raises(ValueError, match="min_steps"):
+            TrainConfig(**bad)
+
+
 def test_a_step_budget_ignores_the_training_set_size() -> None:
     assert TrainConfig().total_steps(96) == TrainConfig().total_steps(8) == 32  # the default
     assert TrainConfig(steps=5).total_steps(96) == 5

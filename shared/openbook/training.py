@@ -16,9 +16,10 @@ The run's budget is one of two kinds; the warmup and decay span it.
   ceil(epochs * ceil(N / batch_size)) steps, which grows with the task: 16
   shots per class are 32 examples on SST-2 but 96 on trec. Dev is checked at
   the end of every epoch unless `eval_every` says otherwise, so `patience`
-  counts epochs without a better dev score. The steps are capped at
-  `max_steps` (DEFAULT_MAX_STEPS when not given), so a large task cannot run
-  for hours.
+  counts epochs without a better dev score. `min_steps`, when given, is a
+  floor (a small training set still gets that many steps), and the steps are
+  capped at `max_steps` (DEFAULT_MAX_STEPS when not given), so a large task
+  cannot run for hours.
 
 `max_steps`, when given, caps a step budget too (a step budget has no other
 cap).
@@ -69,6 +70,7 @@ class TrainConfig:
     steps: int | None = None  # optimiser steps; None: DEFAULT_STEPS, unless `epochs` is given
     epochs: float | None = None  # passes over the training set instead: ceil(epochs * steps_per_epoch)
     max_steps: int | None = None  # the most steps; None: DEFAULT_MAX_STEPS for an epoch budget, else no cap
+    min_steps: int | None = None  # an epoch budget's floor in steps (under the cap); None: none
     batch_size: int = 8
     lr: float = 1e-5
     weight_decay: float = 0.01
@@ -91,6 +93,8 @@ class TrainConfig:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.min_steps is not None and (self.epochs is None or self.min_steps < 1):
+            raise ValueError(f"min_steps is a positive floor of an epoch budget, got {self.min_steps}")
         if min(self.batch_size, self.patience, 1 if self.eval_every is None else self.eval_every) < 1:
             raise ValueError("batch_size, eval_every and patience must be at least 1")
         if self.lr <= 0 or not 0 <= self.warmup_ratio < 1:
@@ -110,7 +114,7 @@ class TrainConfig:
             steps = self.steps or DEFAULT_STEPS
             return steps if self.max_steps is None else min(steps, self.max_steps)
         # rounded first, so that float noise (0.1 * 30 = 3.0000000000000004) does not add a step
-        planned = math.ceil(round(self.epochs * self.steps_per_epoch(num_train), 9))
+        planned = max(math.ceil(round(self.epochs * self.steps_per_epoch(num_train), 9)), self.min_steps or 1)
         return max(1, min(planned, self.max_steps or DEFAULT_MAX_STEPS))
 
     def check_every(self, num_train: int) -> int:
@@ -130,6 +134,8 @@ class TrainConfig:
             }
             return spelled if self.max_steps is None else spelled | {"max_steps": self.max_steps}
         spelled = {"epochs": self.epochs, "max_steps": self.max_steps or DEFAULT_MAX_STEPS}
+        if self.min_steps is not None:
+            spelled["min_steps"] = self.min_steps
         return spelled if self.eval_every is None else spelled | {"eval_every": self.eval_every}
 
 

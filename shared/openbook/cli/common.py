@@ -67,6 +67,11 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"most optimiser steps per run, any budget (default: {DEFAULT_MAX_STEPS} with --epochs, else "
         "no cap)",
     )
+    group.add_argument(
+        "--min-steps",
+        type=int,
+        help="with --epochs: at least this many optimiser steps, however small the training set",
+    )
     group.add_argument("--train-batch-size", type=int, default=default.batch_size)
     group.add_argument("--lr", type=float, default=default.lr)
     group.add_argument(
@@ -124,6 +129,7 @@ def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
         steps=args.steps,
         epochs=args.epochs,
         max_steps=args.max_steps,
+        min_steps=args.min_steps,
         batch_size=args.train_batch_size,
         lr=args.lr,
         eval_every=args.eval_every,
