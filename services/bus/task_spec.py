@@ -19,6 +19,7 @@ GENERATIONS_KEY = "openbook:task-generations"
 TASK_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # also what makes a name safe as a directory name
 
 BUDGET_KEYS = {"steps", "epochs"}  # a training run's length, given one way or the other
+BOUNDS = {"max_steps", "min_steps"}  # the budget's cap and (under epochs) its floor
 
 TaskName = Annotated[str, StringConstraints(pattern=TASK_NAME_PATTERN)]
 # Text with something in it besides whitespace. The class spells out what str.strip() removes, so that
@@ -98,6 +99,12 @@ class TrainOptions(BaseModel):
         description=f"the most optimiser steps, whatever the budget; null: {DEFAULT_MAX_STEPS} with epochs, "
         "no cap with steps",
     )
+    min_steps: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="with epochs: at least this many optimiser steps, however few the examples",
+    )
     batch_size: int = Field(8, ge=1, le=1024)
     lr: float = Field(1e-5, gt=0, lt=1, allow_inf_nan=False)
     eval_every: int | None = Field(
@@ -112,7 +119,8 @@ class TrainOptions(BaseModel):
 
     @model_validator(mode="after")
     def _one_budget(self) -> Self:
-        TrainConfig(steps=self.steps, epochs=self.epochs)  # both at once: its ValueError, a 422
+        # both budgets at once, or a floor without epochs: its ValueError, a 422
+        TrainConfig(steps=self.steps, epochs=self.epochs, min_steps=self.min_steps)
         return self
 
     def train_config(self) -> dict[str, Any]:
@@ -122,18 +130,22 @@ class TrainOptions(BaseModel):
         the default one, spelled out, the other budget left out.
         """
         budget = TrainConfig(
-            steps=self.steps, epochs=self.epochs, max_steps=self.max_steps, eval_every=self.eval_every
+            steps=self.steps,
+            epochs=self.epochs,
+            max_steps=self.max_steps,
+            min_steps=self.min_steps,
+            eval_every=self.eval_every,
         ).budget()
         knobs = self.model_dump(
-            include=set(TrainOptions.model_fields) - {"method", *BUDGET_KEYS, "max_steps", "eval_every"},
+            include=set(TrainOptions.model_fields) - {"method", *BUDGET_KEYS, *BOUNDS, "eval_every"},
             exclude_none=True,
         )
         return knobs | budget
 
     def merged(self, changes: dict[str, Any]) -> Self:
-        """These settings with `changes` over them; `steps`, `epochs` and the cap `max_steps` are one
-        setting, the budget, so a change that gives `steps` or `epochs` replaces all three."""
-        budget = BUDGET_KEYS | {"max_steps"}
+        """These settings with `changes` over them; `steps`, `epochs`, the cap `max_steps` and the floor
+        `min_steps` are one setting, the budget, so a change that gives `steps` or `epochs` replaces all."""
+        budget = BUDGET_KEYS | BOUNDS
         kept = self.model_dump(exclude=budget if BUDGET_KEYS & changes.keys() else set())
         return self.model_validate({**kept, **changes})
 

@@ -114,6 +114,8 @@ BAD_PATCHES = [
     ({"training": {"epochs": 1001}}, ["body", "training", "epochs"]),
     ({"training": {"epochs": "NaN"}}, ["body", "training", "epochs"]),
     ({"training": {"max_steps": 0}}, ["body", "training", "max_steps"]),
+    ({"training": {"epochs": 8, "min_steps": 0}}, ["body", "training", "min_steps"]),
+    ({"training": {"steps": 4, "min_steps": 8}}, ["body", "training"]),  # a floor is an epoch budget's
     ({"training": {"eval_every": 0}}, ["body", "training", "eval_every"]),
     ({"training": {"steps": 4, "epochs": 2}}, ["body", "training"]),  # two budgets at once
     ({"training": {"lr": 1.5}}, ["body", "training", "lr"]),
@@ -140,7 +142,8 @@ def test_a_bad_patch_is_refused_and_changes_nothing(api: TestClient, server, bod
 def test_a_patch_merges_the_keys_given_over_the_stored_ones(api: TestClient) -> None:
     response = api.patch("/v1/tasks/reviews", json={"training": {"every": 9, "method": "prompt-ft"}})
     assert response.status_code == 200, response.text
-    expected = {**AUTO_TASK["training"], "epochs": None, "max_steps": None, "every": 9, "method": "prompt-ft"}
+    unset = {"epochs": None, "max_steps": None, "min_steps": None}
+    expected = {**AUTO_TASK["training"], **unset, "every": 9, "method": "prompt-ft"}
     assert response.json()["training"] == expected and response.json()["template"] == TASK["template"]
     assert api.get("/v1/tasks/reviews").json()["training"] == expected
     assert api.patch("/v1/tasks/nope", json={"training": {"every": 2}}).status_code == 404
@@ -192,9 +195,17 @@ def test_a_patch_that_gives_a_budget_replaces_the_stored_one(api: TestClient) ->
     assert patched.status_code == 200, patched.text
     patched = api.patch("/v1/tasks/reviews", json={"training": {"max_steps": 60}})  # the cap alone
     assert (patched.json()["training"]["epochs"], patched.json()["training"]["max_steps"]) == (20, 60)
-    patched = api.patch("/v1/tasks/reviews", json={"training": {"steps": 6}})  # the cap goes with its budget
+    # a floor is given with the epochs it is the floor of: it is part of the budget
+    assert api.patch("/v1/tasks/reviews", json={"training": {"min_steps": 32}}).status_code == 422
+    patched = api.patch("/v1/tasks/reviews", json={"training": {"epochs": 8, "min_steps": 32}})
+    assert patched.status_code == 200, patched.text
+    assert [patched.json()["training"][key] for key in ("epochs", "max_steps", "min_steps")] == [8, None, 32]
+    patched = api.patch("/v1/tasks/reviews", json={"training": {"steps": 6}})  # cap and floor go with it
     training = patched.json()["training"]
-    assert (training["steps"], training["epochs"], training["max_steps"]) == (6, None, None)
+    assert (training["steps"], training["epochs"], training["max_steps"], training["min_steps"]) == (
+        6,
+        *[None] * 3,
+    )
 
 
 def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> None:
@@ -211,13 +222,15 @@ def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> No
     # the cap spelled out, no eval_every: a dev check every epoch
     assert (epochs["epochs"], epochs["max_steps"], "eval_every" in epochs) == (20, DEFAULT_MAX_STEPS, False)
     assert TrainConfig(**epochs).check_every(12) == 2
+    floored = api.post("/v1/tasks/reviews/train", json={"epochs": 2, "min_steps": 12}).json()["train_config"]
+    assert floored["min_steps"] == 12 and TrainConfig(**floored).total_steps(10) == 12  # 2 x 3 steps, floored
 
     client = redis.Redis.from_url(server.url)
     queued = client.xlen(JOBS_STREAM)
-    for bad in ({"steps": 4, "epochs": 2}, {"epochs": 0}, {"epochs": -1}, {"epochs": 1e9}):
+    for bad in ({"steps": 4, "epochs": 2}, {"epochs": 0}, {"epochs": -1}, {"epochs": 1e9}, {"min_steps": 8}):
         response = api.post("/v1/tasks/reviews/train", json=bad)
         assert response.status_code == 422, (bad, response.text)
-    assert client.xlen(JOBS_STREAM) == queued and len(jobs(api)) == 3  # nothing was queued
+    assert client.xlen(JOBS_STREAM) == queued and len(jobs(api)) == 4  # nothing was queued
     refused = api.post("/v1/tasks/reviews/train", json={"steps": 4, "epochs": 2}).json()["detail"]
     assert "steps or as epochs, not both" in refused[0]["msg"]
 
