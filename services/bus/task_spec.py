@@ -68,13 +68,16 @@ class KnnSettings(BaseModel):
 class TrainOptions(BaseModel):
     """What a training job is asked for: the method, and the knobs of its loop (training.TrainConfig)."""
 
-    # One budget at most, said in the schema too, so that a client (or a fuzzer) can know it.
+    # One budget at most, and a floor only under epochs, said in the schema too, so that a client (or a
+    # fuzzer) can know it.
     model_config = ConfigDict(
         json_schema_extra={
             "not": {
                 "required": ["steps", "epochs"],
                 "properties": {"steps": {"type": "integer"}, "epochs": {"type": "number"}},
-            }
+            },
+            "if": {"required": ["min_steps"], "properties": {"min_steps": {"type": "integer"}}},
+            "then": {"required": ["epochs"], "properties": {"epochs": {"type": "number"}}},
         }
     )
 
