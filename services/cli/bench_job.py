@@ -11,6 +11,7 @@ trained on, and the gate's dev scores (the service's own held-out examples, show
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -32,6 +33,12 @@ def run_bench_job(argv: list[str]) -> int:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
     parser.add_argument("--method", default="retroprompt", help="the task's method (default: the service's)")
     parser.add_argument("--per-request", type=int, default=32, help="examples per POST")
+    parser.add_argument(
+        "--training",
+        type=json.loads,
+        default={},
+        help='more training settings for the task, as JSON, e.g. \'{"epochs": 8, "min_steps": 32}\'',
+    )
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the job may take")
@@ -56,7 +63,7 @@ def run_bench_job(argv: list[str]) -> int:
                 "template": template.source,
                 "labels": dict(zip(verbalizer.labels, verbalizer.words, strict=True)),
                 "method": args.method,
-                "training": {"auto": True, "every": len(train)},
+                "training": {**args.training, "auto": True, "every": len(train)},
             }
         )
         first_post = time.perf_counter()
@@ -82,7 +89,7 @@ def run_bench_job(argv: list[str]) -> int:
     summary = job_summary(job)
     print(
         f"{args.task} seed {args.seed}: {len(train)} examples, {len(verbalizer.labels)} labels, "
-        f"method {args.method}, backbone {args.backbone}, device {args.device}"
+        f"method {args.method}, backbone {args.backbone}, device {args.device}, training {args.training}"
     )
     print(f"job done {done:.0f} s after the first POST; its version served after {served:.0f} s")
     print(f"gate: {summary['verdict']}, dev scores {summary['gate']}")
