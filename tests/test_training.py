@@ -11,7 +11,14 @@ import pytest
 import torch
 from openbook.methods import weights_sha256
 from openbook.prompting import PromptError
-from openbook.training import DEFAULT_EVAL_EVERY, DEFAULT_MAX_STEPS, DEFAULT_STEPS, TrainConfig, train
+from openbook.training import (
+    DEFAULT_EPOCHS,
+    DEFAULT_EVAL_EVERY,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_MIN_STEPS,
+    TrainConfig,
+    train,
+)
 
 from tests.test_checkpoints import HALF_PROBABILITY_ATOL
 
@@ -142,8 +149,26 @@ def test_min_steps_is_a_floor_under_an_epoch_budget_and_below_the_cap() -> None:
             TrainConfig(**bad)
 
 
+def test_the_default_budget_is_8_epochs_of_at_least_32_steps_checked_every_8() -> None:
+    default = TrainConfig()
+    # SST-2 and trec at 16 per class (32 and 96 examples), 4 per class on SST-2, 64 per class on trec
+    assert [default.total_steps(n) for n in (32, 96, 8, 384)] == [32, 96, 32, DEFAULT_MAX_STEPS]
+    assert default.check_every(96) == default.check_every(8) == DEFAULT_EVAL_EVERY  # not every epoch
+    assert default.budget() == {
+        "epochs": DEFAULT_EPOCHS,
+        "max_steps": DEFAULT_MAX_STEPS,
+        "min_steps": DEFAULT_MIN_STEPS,
+        "eval_every": DEFAULT_EVAL_EVERY,
+    }
+    # spelled out, it runs the same
+    assert TrainConfig(**default.budget()).budget() == default.budget()
+    assert TrainConfig(**default.budget()).total_steps(8) == default.total_steps(8)
+    assert TrainConfig(max_steps=40).total_steps(96) == 40  # a cap given caps the default too
+    assert TrainConfig(eval_every=3).budget()["eval_every"] == 3
+
+
 def test_a_step_budget_ignores_the_training_set_size() -> None:
-    assert TrainConfig().total_steps(96) == TrainConfig().total_steps(8) == 32  # the default
+    assert TrainConfig(steps=32).total_steps(96) == TrainConfig(steps=32).total_steps(8) == 32
     assert TrainConfig(steps=5).total_steps(96) == 5
     assert TrainConfig(steps=500).total_steps(96) == 500  # the default cap is an epoch budget's only
     assert TrainConfig(steps=500, max_steps=50).total_steps(96) == 50  # a cap given caps any budget
@@ -154,11 +179,11 @@ def test_dev_checks_default_to_every_epoch_under_epochs_and_to_8_steps_under_ste
     assert TrainConfig(epochs=20).check_every(96) == 12  # ceil(96 / 8)
     assert TrainConfig(epochs=20, batch_size=4).check_every(10) == 3  # the short last batch is a step
     assert TrainConfig(epochs=20, eval_every=5).check_every(96) == 5  # given: steps, as ever
-    assert TrainConfig().check_every(96) == TrainConfig(steps=64).check_every(8) == DEFAULT_EVAL_EVERY == 8
+    assert TrainConfig(steps=32).check_every(96) == TrainConfig(steps=64).check_every(8) == DEFAULT_EVAL_EVERY
 
 
 def test_the_budget_is_spelled_out_with_its_defaults() -> None:
-    assert TrainConfig().budget() == {"steps": DEFAULT_STEPS, "eval_every": DEFAULT_EVAL_EVERY}
+    assert TrainConfig(steps=32).budget() == {"steps": 32, "eval_every": DEFAULT_EVAL_EVERY}
     assert TrainConfig(epochs=20).budget() == {"epochs": 20, "max_steps": DEFAULT_MAX_STEPS}  # checks: epochs
     assert TrainConfig(epochs=2.5, max_steps=9, eval_every=3).budget() == {
         "epochs": 2.5,

@@ -9,7 +9,13 @@ from openbook.classifier import Classifier
 from openbook.knn import DEFAULT_KNN, KnnConfig, Similarity
 from openbook.methods import build_method
 from openbook.prompting import Template, Verbalizer
-from openbook.training import DEFAULT_EVAL_EVERY, DEFAULT_MAX_STEPS, DEFAULT_STEPS, TrainConfig
+from openbook.training import (
+    DEFAULT_EPOCHS,
+    DEFAULT_EVAL_EVERY,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_MIN_STEPS,
+    TrainConfig,
+)
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
 
 TASKS_KEY = "openbook:tasks"  # hash: task name -> spec JSON
@@ -83,9 +89,13 @@ class TrainOptions(BaseModel):
 
     method: str | None = Field(None, description="default: the task's method", examples=["retroprompt"])
     # The budget: `steps`, or `epochs` (passes over the task's training examples at the time of the job),
-    # or neither for training.DEFAULT_STEPS; `max_steps` caps either.
+    # or neither for the default budget (training.TrainConfig); `max_steps` caps either.
     steps: int | None = Field(
-        None, ge=1, le=100_000, description=f"optimiser steps; null: {DEFAULT_STEPS} unless epochs is given"
+        None,
+        ge=1,
+        le=100_000,
+        description=f"optimiser steps; null with null epochs: the default budget, {DEFAULT_EPOCHS:g} epochs "
+        f"of at least {DEFAULT_MIN_STEPS} steps in all",
     )
     epochs: float | None = Field(
         None,
@@ -113,8 +123,7 @@ class TrainOptions(BaseModel):
     eval_every: int | None = Field(
         None,
         ge=1,
-        description=f"steps between dev checks; null: every epoch with epochs, {DEFAULT_EVAL_EVERY} with "
-        "steps",
+        description=f"steps between dev checks; null: every epoch with epochs, else {DEFAULT_EVAL_EVERY}",
     )
     patience: int = Field(
         2, ge=1, description="dev checks without a better score before stopping (epochs, with epochs' checks)"

@@ -49,10 +49,14 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         "--test-size", type=_size, default=500, help="test examples scored ('all': every one)"
     )
     parser.add_argument("--pool-size", type=_size, default=500, help="the uncertainty order's pool ('all')")
-    parser.add_argument("--steps", type=int, default=32)
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--steps", type=int, help="the jobs' budget in steps (default: the default budget)")
+    budget.add_argument("--epochs", type=float, help="the jobs' budget in epochs instead")
+    parser.add_argument("--max-steps", type=int, help="the budget's cap")
+    parser.add_argument("--min-steps", type=int, help="with --epochs: the budget's floor")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-5)
-    parser.add_argument("--eval-every", type=int, default=8)
+    parser.add_argument("--eval-every", type=int, help="steps between dev checks")
     parser.add_argument("--patience", type=int, default=2)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
@@ -88,6 +92,7 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         parser.error(f"--parallel must be at least 1, got {args.parallel}")
 
     from openbook.data import data_root
+    from openbook.training import TrainConfig
 
     from services.learning_curve.run import CurveSettings, run_in_processes, run_learning_curve
 
@@ -105,11 +110,16 @@ def run_bench_learning_curve(argv: list[str]) -> int:
             test_size=args.test_size,
             pool_size=args.pool_size,
             training={
-                "steps": args.steps,
                 "batch_size": args.batch_size,
                 "lr": args.lr,
-                "eval_every": args.eval_every,
                 "patience": args.patience,
+                **TrainConfig(
+                    steps=args.steps,
+                    epochs=args.epochs,
+                    max_steps=args.max_steps,
+                    min_steps=args.min_steps,
+                    eval_every=args.eval_every,
+                ).budget(),
             },
             max_length=args.max_length,
             device=args.device,

@@ -66,8 +66,9 @@ class CurveSettings:
     method: str = "retroprompt"  # the service task's method, which its automatic jobs train
     test_size: int | None = 500
     pool_size: int | None = 500  # the uncertainty order's pool (the service scores up to 2000)
+    # the service task's training settings, its budget spelled out (by default, the default budget)
     training: dict = field(
-        default_factory=lambda: {"steps": 32, "batch_size": 8, "lr": 1e-5, "eval_every": 8, "patience": 2}
+        default_factory=lambda: {"batch_size": 8, "lr": 1e-5, "patience": 2, **TrainConfig().budget()}
     )
     max_length: int = 128
     device: str = "cpu"

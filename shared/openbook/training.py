@@ -7,10 +7,6 @@ improvement.
 
 The run's budget is one of two kinds; the warmup and decay span it.
 
-- A step budget (`steps`, the default: DEFAULT_STEPS): that many optimiser
-  steps whatever the task, a dev check every `eval_every` steps
-  (DEFAULT_EVAL_EVERY when not given), so `patience` counts checks and a run
-  stops after `patience * eval_every` steps without a better dev score.
 - An epoch budget (`epochs`): passes over the training set, an epoch being
   ceil(N / batch_size) steps (the last batch of a pass may be short), so
   ceil(epochs * ceil(N / batch_size)) steps, which grows with the task: 16
@@ -20,9 +16,16 @@ The run's budget is one of two kinds; the warmup and decay span it.
   floor (a small training set still gets that many steps), and the steps are
   capped at `max_steps` (DEFAULT_MAX_STEPS when not given), so a large task
   cannot run for hours.
+- A step budget (`steps`): that many optimiser steps whatever the task, a dev
+  check every `eval_every` steps (DEFAULT_EVAL_EVERY when not given), so
+  `patience` counts checks and a run stops after `patience * eval_every`
+  steps without a better dev score. `max_steps`, when given, caps it too.
 
-`max_steps`, when given, caps a step budget too (a step budget has no other
-cap).
+Given neither, a run gets the default budget, an epoch budget chosen on dev
+(docs/results.md, "A floor of epochs, on fresh splits"): DEFAULT_EPOCHS
+epochs, at least DEFAULT_MIN_STEPS and at most DEFAULT_MAX_STEPS steps, a dev
+check every DEFAULT_EVAL_EVERY steps. 16 shots per class are 32 steps on
+SST-2 and 96 on trec.
 
 Whatever the budget, the last step is always checked.
 
@@ -58,8 +61,11 @@ class TrainingDiverged(ValueError):
     """A step's gradients were not finite: training stops before they reach the weights."""
 
 
-DEFAULT_STEPS = 32  # the budget when neither `steps` nor `epochs` is given
-DEFAULT_EVAL_EVERY = 8  # steps between dev checks under a step budget, when `eval_every` is not given
+# The default budget, when neither `steps` nor `epochs` is given (docs/results.md, "A floor of epochs, on
+# fresh splits"): 8 epochs, at least 32 steps, a dev check every DEFAULT_EVAL_EVERY steps.
+DEFAULT_EPOCHS = 8.0
+DEFAULT_MIN_STEPS = 32
+DEFAULT_EVAL_EVERY = 8  # steps between dev checks, unless `eval_every` is given or `epochs` is (every epoch)
 # The cap of an epoch budget, when `max_steps` is not given: an automatic job at 16 examples per class
 # ends within 10 minutes on a 2-core CPU (docs/results.md, "The training budget, chosen on dev").
 DEFAULT_MAX_STEPS = 120
@@ -67,16 +73,16 @@ DEFAULT_MAX_STEPS = 120
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int | None = None  # optimiser steps; None: DEFAULT_STEPS, unless `epochs` is given
-    epochs: float | None = None  # passes over the training set instead: ceil(epochs * steps_per_epoch)
+    steps: int | None = None  # a step budget: this many optimiser steps
+    epochs: float | None = None  # or an epoch budget: ceil(epochs * steps_per_epoch); neither: the default
     max_steps: int | None = None  # the most steps; None: DEFAULT_MAX_STEPS for an epoch budget, else no cap
-    min_steps: int | None = None  # an epoch budget's floor in steps (under the cap); None: none
+    min_steps: int | None = None  # a given epoch budget's floor in steps (under the cap); None: none
     batch_size: int = 8
     lr: float = 1e-5
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
-    eval_every: int | None = None  # steps between dev checks; None: every epoch, or DEFAULT_EVAL_EVERY steps
+    eval_every: int | None = None  # steps between dev checks; None: every given epoch, or DEFAULT_EVAL_EVERY
     patience: int = 2  # dev checks without a better dev score before stopping (epochs, by default)
     reembed_every: int | None = None  # steps between store re-embeddings; None: once per epoch
     calibration: CalibrationMode = "domain"
@@ -110,33 +116,40 @@ class TrainConfig:
 
     def total_steps(self, num_train: int) -> int:
         """The run's budget in optimiser steps, for a training set of `num_train` examples."""
-        if self.epochs is None:
-            steps = self.steps or DEFAULT_STEPS
-            return steps if self.max_steps is None else min(steps, self.max_steps)
+        if self.steps is not None:
+            return self.steps if self.max_steps is None else min(self.steps, self.max_steps)
+        epochs, floor = self._epochs()
         # rounded first, so that float noise (0.1 * 30 = 3.0000000000000004) does not add a step
-        planned = max(math.ceil(round(self.epochs * self.steps_per_epoch(num_train), 9)), self.min_steps or 1)
+        planned = max(math.ceil(round(epochs * self.steps_per_epoch(num_train), 9)), floor or 1)
         return max(1, min(planned, self.max_steps or DEFAULT_MAX_STEPS))
 
     def check_every(self, num_train: int) -> int:
         """Steps between two dev checks, for a training set of `num_train` examples."""
         if self.eval_every is not None:
             return self.eval_every
-        return DEFAULT_EVAL_EVERY if self.epochs is None else self.steps_per_epoch(num_train)
+        return self.steps_per_epoch(num_train) if self.epochs is not None else DEFAULT_EVAL_EVERY
 
     def budget(self) -> dict[str, int | float]:
         """The budget's settings as they run, with the defaults that do not depend on the data spelled
-        out: `steps` and `eval_every`, or `epochs` and `max_steps` (and `eval_every` only when given:
-        else a dev check every epoch); a step budget's `max_steps` only when given."""
-        if self.epochs is None:
-            spelled: dict[str, int | float] = {
-                "steps": self.steps or DEFAULT_STEPS,
-                "eval_every": self.eval_every or DEFAULT_EVAL_EVERY,
-            }
+        out: `steps` and `eval_every` (and `max_steps` only when given), or `epochs`, `max_steps` and
+        `min_steps` when there is one (and `eval_every` when given or by default; else a dev check every
+        epoch). The default budget reads as the epoch budget it is."""
+        if self.steps is not None:
+            every = self.eval_every or DEFAULT_EVAL_EVERY
+            spelled: dict[str, int | float] = {"steps": self.steps, "eval_every": every}
             return spelled if self.max_steps is None else spelled | {"max_steps": self.max_steps}
-        spelled = {"epochs": self.epochs, "max_steps": self.max_steps or DEFAULT_MAX_STEPS}
-        if self.min_steps is not None:
-            spelled["min_steps"] = self.min_steps
-        return spelled if self.eval_every is None else spelled | {"eval_every": self.eval_every}
+        epochs, floor = self._epochs()
+        spelled = {"epochs": epochs, "max_steps": self.max_steps or DEFAULT_MAX_STEPS}
+        if floor is not None:
+            spelled["min_steps"] = floor
+        eval_every = self.eval_every or (None if self.epochs is not None else DEFAULT_EVAL_EVERY)
+        return spelled if eval_every is None else spelled | {"eval_every": eval_every}
+
+    def _epochs(self) -> tuple[float, int | None]:
+        """An epoch budget's epochs and floor: those given, or the default budget's."""
+        if self.epochs is not None:
+            return self.epochs, self.min_steps
+        return DEFAULT_EPOCHS, DEFAULT_MIN_STEPS
 
 
 @dataclass(frozen=True)

@@ -51,13 +51,13 @@ def parse_training(*argv: str) -> argparse.Namespace:
 
 
 def test_the_budget_flags_reach_train_config(capsys) -> None:
-    from openbook.training import DEFAULT_STEPS, TrainConfig
+    from openbook.training import TrainConfig
 
     by_epochs = train_config(parse_training("--epochs", "2.5", "--train-batch-size", "4"), seed=7)
     assert by_epochs == TrainConfig(epochs=2.5, batch_size=4, seed=7)
     assert by_epochs.total_steps(96) == 60
     assert train_config(parse_training("--steps", "5"), seed=7).total_steps(96) == 5
-    assert train_config(parse_training(), seed=7).total_steps(96) == DEFAULT_STEPS
+    assert train_config(parse_training(), seed=7) == TrainConfig(seed=7)  # neither: the default budget
     with pytest.raises(SystemExit) as exited:
         parse_training("--steps", "5", "--epochs", "2")
     assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
@@ -71,7 +71,8 @@ def test_an_epoch_budget_from_the_flags_checks_dev_each_epoch_under_its_cap() ->
     assert (config.max_steps, config.eval_every, config.patience) == (200, None, 4)
     assert (config.total_steps(96), config.check_every(96)) == (200, 12)  # 240 planned; an epoch: 12 steps
     assert train_config(parse_training("--epochs", "2", "--eval-every", "5"), seed=7).check_every(96) == 5
-    assert train_config(parse_training(), seed=7).check_every(96) == 8  # a step budget, as before
+    assert train_config(parse_training("--steps", "32"), seed=7).check_every(96) == 8  # a step budget
+    assert train_config(parse_training(), seed=7).check_every(96) == 8  # the default budget too
     with pytest.raises(ValueError, match="max_steps must be at least 1"):
         train_config(parse_training("--epochs", "2", "--max-steps", "0"), seed=7)
 
@@ -85,12 +86,20 @@ def test_the_settings_record_the_budget_as_it_was_given(tmp_path: Path) -> None:
     parser.add_argument("--out", default=str(tmp_path))
     for name in ("data", "shots", "calibration"):
         parser.add_argument(f"--{name}")
-    by_steps = checked_settings(parser.parse_args([]))
+    by_steps = checked_settings(parser.parse_args(["--steps", "32"]))
     assert (by_steps["steps"], by_steps["eval_every"], "max_steps" in by_steps) == (
         32,
         8,
         False,
     )  # as results made before --epochs
+    # the default budget, spelled out: results made under 32 steps by default do not resume under it
+    by_default = checked_settings(parser.parse_args([]))
+    assert (by_default["steps"], by_default["epochs"], by_default["min_steps"], by_default["eval_every"]) == (
+        None,
+        8.0,
+        32,
+        8,
+    )
     by_epochs = checked_settings(parser.parse_args(["--epochs", "8"]))
     assert (by_epochs["steps"], by_epochs["epochs"]) == (None, 8.0)
     # the cap spelled out; no eval_every: a check every epoch (so results checked every 8 steps do not resume)

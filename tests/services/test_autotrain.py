@@ -209,15 +209,14 @@ def test_a_patch_that_gives_a_budget_replaces_the_stored_one(api: TestClient) ->
 
 
 def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> None:
-    from openbook.training import DEFAULT_EVAL_EVERY, DEFAULT_MAX_STEPS, DEFAULT_STEPS, TrainConfig
+    from openbook.training import DEFAULT_MAX_STEPS, TrainConfig
 
     by_epochs = api.post("/v1/tasks/reviews/train", json={**KNOBS, "steps": None, "epochs": 3})
     assert by_epochs.status_code == 202, by_epochs.text
     config = by_epochs.json()["train_config"]
     assert "steps" not in config and TrainConfig(**config).total_steps(10) == 9  # 3 epochs of ceil(10 / 4)
     default = api.post("/v1/tasks/reviews/train", json={}).json()["train_config"]
-    assert default["steps"] == DEFAULT_STEPS and "epochs" not in default  # the default, spelled out
-    assert default["eval_every"] == DEFAULT_EVAL_EVERY and "max_steps" not in default
+    assert "steps" not in default and default == default | TrainConfig().budget()  # the default, spelled out
     epochs = api.post("/v1/tasks/reviews/train", json={"epochs": 20}).json()["train_config"]
     # the cap spelled out, no eval_every: a dev check every epoch
     assert (epochs["epochs"], epochs["max_steps"], "eval_every" in epochs) == (20, DEFAULT_MAX_STEPS, False)

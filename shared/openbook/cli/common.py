@@ -50,12 +50,23 @@ def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    from openbook.training import DEFAULT_EVAL_EVERY, DEFAULT_MAX_STEPS, DEFAULT_STEPS, TrainConfig
+    from openbook.training import (
+        DEFAULT_EPOCHS,
+        DEFAULT_EVAL_EVERY,
+        DEFAULT_MAX_STEPS,
+        DEFAULT_MIN_STEPS,
+        TrainConfig,
+    )
 
     default = TrainConfig()
-    group = parser.add_argument_group("training (trainable methods)")
+    group = parser.add_argument_group(
+        "training (trainable methods)",
+        f"The budget: --steps or --epochs; given neither, {DEFAULT_EPOCHS:g} epochs, at least "
+        f"{DEFAULT_MIN_STEPS} and at most {DEFAULT_MAX_STEPS} steps, a dev check every {DEFAULT_EVAL_EVERY} "
+        "steps.",
+    )
     budget = group.add_mutually_exclusive_group()
-    budget.add_argument("--steps", type=int, help=f"most optimiser steps per run (default: {DEFAULT_STEPS})")
+    budget.add_argument("--steps", type=int, help="most optimiser steps per run, whatever the training set")
     budget.add_argument(
         "--epochs",
         type=float,
