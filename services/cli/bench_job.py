@@ -85,13 +85,19 @@ def run_bench_job(argv: list[str]) -> int:
             if done is not None and client.classify(name, [train[0].text]).model_versions[0] != "base":
                 served = time.perf_counter() - first_post
             time.sleep(0.5)
-    assert job is not None and done is not None
-    summary = job_summary(job)
+        assert job is not None and done is not None
+        summary = job_summary(job)
+        version = next(v for v in client.versions(name) if v["version"] == summary["version"])
     print(
         f"{args.task} seed {args.seed}: {len(train)} examples, {len(verbalizer.labels)} labels, "
         f"method {args.method}, backbone {args.backbone}, device {args.device}, training {args.training}"
     )
     print(f"job done {done:.0f} s after the first POST; its version served after {served:.0f} s")
+    examples, dev = version["examples"], version["dev_metrics"]
+    print(
+        f"trained on {examples['train']} examples, {examples['dev']} held out as dev: {dev['steps_run']} of "
+        f"{dev['step_budget']} steps run, the best dev score at step {dev['best_step']}"
+    )
     print(f"gate: {summary['verdict']}, dev scores {summary['gate']}")
     return 0
 

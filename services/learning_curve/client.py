@@ -66,6 +66,10 @@ class CurveClient:
     def serving_version(self, task: str) -> str | None:
         return self._call("GET", f"/v1/tasks/{task}/versions")["serving"]
 
+    def versions(self, task: str) -> list[dict]:
+        """The task's model versions, newest first: version, examples, dev_metrics, gate, ..."""
+        return self._call("GET", f"/v1/tasks/{task}/versions")["versions"]
+
     def classify(self, task: str, texts: Sequence[TextInput]) -> Scored:
         labels, versions = [], []
         for batch in self._batches(texts):

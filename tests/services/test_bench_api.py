@@ -68,5 +68,10 @@ def test_bench_job_times_an_automatic_job_through_the_service(causal_dir, tmp_pa
     done, served = (float(s) for s in re.search(r"job done (\d+) s .* served after (\d+) s", out).groups())
     assert 0 <= done <= served
     assert "gate: first" in out  # the first version a task has is served without a comparison
+    # the default budget: 8 epochs of one step, floored at 32 steps
+    trained = re.search(r"trained on (\d+) examples, (\d+) held out as dev: (\d+) of (\d+) steps run", out)
+    assert trained is not None, out
+    train, dev, run, budget = (int(n) for n in trained.groups())
+    assert (train + dev, budget) == (8, 32) and 1 <= run <= budget
     assert main([*args[:-4], "--data", str(tmp_path / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
