@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev fresh-splits budget-fresh ipt-table bench clean
+.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev fresh-splits budget-fresh ipt-table bench clean
 
 install: $(STAMP)
 
@@ -173,6 +173,14 @@ embeddings-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods $(EMBEDDINGS_METHODS) --seeds 13,21,42,87,100 --steps 32 --eval-every 8 --patience 2 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/embeddings-dev-$(DEV_BACKBONE)
+
+# RetroPrompt's kNN-guided loss under the default budget (docs/results.md, "RetroPrompt's parts under the
+# default budget"): retroprompt with and without it on DEV_BACKBONE, dev only, 4 tasks x 5 seeds. Resumable;
+# PARALLEL=N as above.
+parts-dev: install
+	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+		--methods retroprompt,retroprompt/no-knn-loss --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
+		--out docs/results/parts-dev-$(DEV_BACKBONE)
 
 # Fresh 16-shot train and dev splits, seeds 1001-1005, drawn from the full training sets with no text that
 # the standard splits score (their dev and test): evidence for a candidate that the standard dev sets
