@@ -1,8 +1,18 @@
 """Results on disk and as tables: the markdown tables, and records kept when processes share a directory."""
 
+from pathlib import Path
+
 import pytest
 from openbook.experiments.evaluation import EvalRecord
-from openbook.experiments.reports import add_record, locked, read_results, results_table, task_means_table
+from openbook.experiments.reports import (
+    add_record,
+    locked,
+    read_results,
+    results_table,
+    target_lines,
+    task_means_table,
+    write_results,
+)
 
 
 def test_results_table_rows_and_method_order():
@@ -80,3 +90,43 @@ def test_a_directory_takes_records_of_one_kind(tmp_path):
     with pytest.raises(ValueError, match="cannot share a table"):
         results_table([_dev_only("t", 1, 0.5), EvalRecord("t", "m", 2, 0.5, 0.5, {}, 1.0)])
     assert len(read_results(tmp_path)) == 1
+
+
+def _runs(method: str, accuracies: dict[str, list[float]]) -> list[EvalRecord]:
+    return [
+        EvalRecord(task, method, seed, acc, acc, {}, 1.0)
+        for task, accs in accuracies.items()
+        for seed, acc in zip((13, 21), accs, strict=True)
+    ]
+
+
+def test_the_16_shot_target_compares_the_default_with_the_better_peer_on_the_same_runs() -> None:
+    peers = _runs("prompt-ft", {"a": [0.80, 0.80], "b": [0.60, 0.60]}) + _runs(
+        "setfit", {"a": [0.70, 0.70], "b": [0.70, 0.70]}
+    )  # means over tasks: prompt-ft 70.0, setfit 70.0; the better peer per task: a 80, b 70
+    met = _runs("retroprompt", {"a": [0.80, 0.80], "b": [0.74, 0.74]})  # 77.0: +7; a +0, b +4
+    (line,) = target_lines(met + peers)
+    assert line.startswith("Target (retroprompt against prompt-ft and setfit, 2 tasks): met.")
+    assert "+7.0 points over the better peer" in line and "at worst +0.0" in line
+    # +7.5 on the mean, but 1.5 below prompt-ft on task a: missed by the per-task rule
+    below = _runs("retroprompt", {"a": [0.785, 0.785], "b": [0.765, 0.765]})
+    (line,) = target_lines(below + peers)
+    assert " missed. " in line and "at worst -1.5 points" in line and "(a;" in line
+    # +1.0 on the mean, never below a peer: missed by the lead
+    close = _runs("prompt-ft", {"a": [0.8, 0.8], "b": [0.8, 0.8]}) + _runs("setfit", {"a": [0.5, 0.5]})
+    close += _runs("setfit", {"b": [0.5, 0.5]})
+    (line,) = target_lines(_runs("retroprompt", {"a": [0.81, 0.81], "b": [0.81, 0.81]}) + close)
+    assert " missed. " in line and "+1.0 points over the better peer" in line
+    # a run missing on either side: nothing compared yet
+    (line,) = target_lines(met[:-1] + peers)
+    assert line == "Target: not checked yet, 1 run(s) of retroprompt, prompt-ft, setfit missing."
+    assert target_lines(peers) == [] and target_lines(met + peers[:4]) == []  # no setfit: no target
+
+
+def test_the_target_line_is_written_into_results_md(tmp_path: Path) -> None:
+    peers = _runs("prompt-ft", {"a": [0.8, 0.8]}) + _runs("setfit", {"a": [0.7, 0.7]})
+    write_results(_runs("retroprompt", {"a": [0.9, 0.9]}) + peers, tmp_path, plot=False)
+    assert (
+        "Target (retroprompt against prompt-ft and setfit, 1 task): met."
+        in (tmp_path / "results.md").read_text()
+    )
