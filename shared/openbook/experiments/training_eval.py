@@ -113,7 +113,7 @@ def evaluate_trained(
                         "best_step_dev_accuracy": result.best.accuracy,
                         "best_step_dev_log_likelihood": result.best.log_likelihood,
                         "step_budget": result.step_budget,
-                        "epochs": config.epochs,
+                        "epochs": config.budget().get("epochs"),  # the default budget's too
                         "check_every": result.check_every,
                         "steps_run": result.steps_run,
                         "train_seconds": round(result.seconds, 1),
