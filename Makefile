@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev fresh-splits budget-fresh ipt-table bench clean
+.PHONY: install install-offline wheelhouse test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev lr-dev fresh-splits budget-fresh ipt-table bench clean
 
 install: $(STAMP)
 
@@ -199,6 +199,15 @@ parts-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods retroprompt,retroprompt/no-knn-loss --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
 		--out docs/results/parts-dev-$(DEV_BACKBONE)
+
+# The learning rate under the default budget (docs/results.md, "The learning rate under the default
+# budget"): retroprompt at LR on DEV_BACKBONE, dev only, 4 tasks x 5 seeds; parts-dev's retroprompt runs are
+# the 1e-5 side. Resumable; PARALLEL=N as above.
+LR ?= 3e-05
+lr-dev: install
+	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+		--methods retroprompt --lr $(LR) --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
+		--out docs/results/lr-dev-$(LR)-$(DEV_BACKBONE)
 
 # Fresh 16-shot train and dev splits, seeds 1001-1005, drawn from the full training sets with no text that
 # the standard splits score (their dev and test): evidence for a candidate that the standard dev sets
