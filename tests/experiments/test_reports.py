@@ -130,3 +130,20 @@ def test_the_target_line_is_written_into_results_md(tmp_path: Path) -> None:
         "Target (retroprompt against prompt-ft and setfit, 1 task): met."
         in (tmp_path / "results.md").read_text()
     )
+
+
+def test_results_md_of_test_records_also_tables_their_dev_accuracy(tmp_path: Path) -> None:
+    def run(task: str, method: str, seed: int, test: float, dev: float | None) -> EvalRecord:
+        return EvalRecord(task, method, seed, test, test, {} if dev is None else {"dev_accuracy": dev}, 1.0)
+
+    records = [
+        run("a", "x", 1, 0.5, 0.9),
+        run("a", "x", 2, 0.7, 0.7),
+        run("b", "x", 1, 0.6, 0.6),
+        run("a", "y", 1, 0.4, None),  # a method that records no dev accuracy stays out of the dev table
+    ]
+    write_results(records, tmp_path, plot=False, method_order=["y", "x"])
+    text = (tmp_path / "results.md").read_text()
+    test_part, dev_part = text.split("Dev accuracy in %")
+    assert "| x | 60.0 | 60.0 (1 of 2 seeds) | 60.0 |" in test_part
+    assert "| x | 80.0 | 60.0 (1 of 2 seeds) | 70.0 |" in dev_part and "| y |" not in dev_part
