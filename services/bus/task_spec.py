@@ -95,7 +95,8 @@ class TrainOptions(BaseModel):
         ge=1,
         le=100_000,
         description=f"optimiser steps; null with null epochs: the default budget, {DEFAULT_EPOCHS:g} epochs "
-        f"of at least {DEFAULT_MIN_STEPS} steps in all",
+        f"of at least {DEFAULT_MIN_STEPS} and at most {DEFAULT_MAX_STEPS} steps in all, a dev check every "
+        f"{DEFAULT_EVAL_EVERY}",
     )
     epochs: float | None = Field(
         None,

@@ -35,3 +35,12 @@ def test_continual_cli_writes_records_and_resumes(
     args[args.index("--test-size") + 1] = "3"
     assert main(args) == 2
     assert "other stages or test sizes" in capsys.readouterr().err
+    args[args.index("--test-size") + 1] = "4"
+
+    # The kNN scoring is recorded: a directory made before it was (plain cosine then) is refused.
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["knn"]["similarity"] == "centred"
+    del settings["knn"]
+    (out / "settings.json").write_text(json.dumps(settings))
+    assert main(args) == 2
+    assert "knn" in capsys.readouterr().err and (out / "continual.json").read_text() == written

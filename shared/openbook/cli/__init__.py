@@ -41,7 +41,7 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="openbook", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="openbook", description=__doc__.split("\n\n")[0].replace("\n", " "))
     commands = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS.values():
         command.add_parser(commands)

@@ -133,6 +133,13 @@ def knn_config(args: argparse.Namespace) -> KnnConfig:
     )
 
 
+def knn_settings(knn: KnnConfig) -> dict:
+    """How neighbours were scored, as `settings.json` records it (a missing key reads as RECORDED_SINCE's)."""
+    return {
+        "knn": {"similarity": knn.similarity, "standardise": knn.standardise, "temperature": knn.temperature}
+    }
+
+
 def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
     from openbook.training import TrainConfig
 

@@ -14,6 +14,7 @@ from openbook.cli.common import (
     add_prompt_arguments,
     add_training_arguments,
     checked_settings,
+    knn_settings,
     train_config,
 )
 from openbook.prompting import Template
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.experiments import continual
     from openbook.experiments.reports import locked
+    from openbook.knn import DEFAULT_KNN
     from openbook.methods import build_method
 
     stages = continual.build_stages(
@@ -53,7 +55,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         build_method(spec)  # unknown methods and unreadable data fail before any model is loaded
     for seed in seeds:
         continual.load_stage_data(args.data, stages, seed, args.shots, args.test_size)
-    settings = checked_settings(args) | {"stages": [s.task for s in stages], "test_size": args.test_size}
+    # the stages' kNN scoring is the library's default (experiments.continual passes no other)
+    settings = checked_settings(args, knn_settings(DEFAULT_KNN)) | {
+        "stages": [s.task for s in stages],
+        "test_size": args.test_size,
+    }
     records = continual.read_continual_results(args.out)
     if any(r.stages != settings["stages"] or r.test_size != args.test_size for r in records):
         raise ValueError(f"{args.out} holds runs over other stages or test sizes; use another --out")

@@ -20,6 +20,7 @@ from openbook.cli.common import (
     build_classifier,
     checked_settings,
     knn_config,
+    knn_settings,
     train_config,
 )
 
@@ -135,10 +136,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     check_method_options(records, trainable, args.out)
     knn = knn_config(args)  # a bad kNN option fails before anything is written
     sampled = {} if args.test_size is None else {"test_size": args.test_size}  # recorded only when used
-    scoring = {
-        "knn": {"similarity": knn.similarity, "standardise": knn.standardise, "temperature": knn.temperature}
-    }
-    settings = checked_settings(args, sampled | scoring)
+    settings = checked_settings(args, sampled | knn_settings(knn))
     if args.parallel > 1:  # everything above was checked once, here; each unit checks it again
         from openbook.cli.parallel import Unit, run_units, unit_argv
         from openbook.experiments.reports import write_results
@@ -167,7 +165,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         def save(record):
             # another `openbook eval` may share this directory (disjoint seeds or tasks; reports.py)
             with locked(args.out) as out:
-                checked_settings(args, sampled | scoring)
+                checked_settings(args, sampled | knn_settings(knn))
                 (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
                 add_record(record, out, _eval_header(args, argv), method_order=methods)
 
