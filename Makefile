@@ -189,28 +189,32 @@ embeddings-dev: install
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/embeddings-dev-$(DEV_BACKBONE)
 
 # RetroPrompt's kNN-guided loss under the default budget (docs/results.md, "RetroPrompt's parts under the
-# default budget"): retroprompt without it on DEV_BACKBONE, dev only, 4 tasks x 5 seeds; the side with it is
-# the dev accuracy that table-16shot's retroprompt runs record (PARTS_METHODS=retroprompt,retroprompt/no-knn-loss
-# runs both here). Resumable; PARALLEL=N as above.
-PARTS_METHODS ?= retroprompt/no-knn-loss
+# default budget"): the chosen demonstrations (neural, by the rule there) without it on DEV_BACKBONE, dev only,
+# 4 tasks x 5 seeds; the side with it is the dev accuracy that table-16shot's retroprompt/demos=neural runs
+# record. The directory also holds retroprompt/no-knn-loss runs (no demonstrations), made before that choice.
+# Resumable; PARALLEL=N as above.
+PARTS_METHODS ?= retroprompt/demos=neural/no-knn-loss
 parts-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods $(PARTS_METHODS) --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
 		--out docs/results/parts-dev-$(DEV_BACKBONE)
 
-# A dev-only rerun of table-16shot's retroprompt on seed 13 of SST-2 and trec: it must give the dev accuracy
-# the table recorded, to the example, before dev-only grids are compared with the table's dev records.
+# A dev-only rerun of table-16shot's retroprompt, with and without demonstrations, on seed 13 of SST-2 and trec:
+# it must give the dev accuracy the table recorded, to the example, before dev-only grids are compared with the
+# table's dev records.
 repro-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec --backbone $(TABLE_BACKBONE) \
-		--methods retroprompt --seeds 13 --parallel $(PARALLEL) --out docs/results/repro-dev-$(TABLE_BACKBONE)
+		--methods retroprompt,retroprompt/demos=neural --seeds 13 --parallel $(PARALLEL) --out docs/results/repro-dev-$(TABLE_BACKBONE)
 
 # The learning rate under the default budget (docs/results.md, "The learning rate under the default
-# budget"): retroprompt at LR on DEV_BACKBONE, dev only, 4 tasks x 5 seeds; the dev accuracy of
-# table-16shot's retroprompt runs is the 1e-5 side. Resumable; PARALLEL=N as above.
+# budget"): retroprompt/demos=neural (the demonstrations chosen there) at LR on DEV_BACKBONE, dev only,
+# 4 tasks x 5 seeds; the dev accuracy of table-16shot's runs of it is the 1e-5 side. The directory also holds
+# three retroprompt runs (no demonstrations), made before that choice. Resumable; PARALLEL=N as above.
 LR ?= 3e-05
+LR_METHOD ?= retroprompt/demos=neural
 lr-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
-		--methods retroprompt --lr $(LR) --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
+		--methods $(LR_METHOD) --lr $(LR) --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
 		--out docs/results/lr-dev-$(LR)-$(DEV_BACKBONE)
 
 # Fresh 16-shot train and dev splits, seeds 1001-1005, drawn from the full training sets with no text that
