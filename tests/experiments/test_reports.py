@@ -147,3 +147,36 @@ def test_results_md_of_test_records_also_tables_their_dev_accuracy(tmp_path: Pat
     test_part, dev_part = text.split("Dev accuracy in %")
     assert "| x | 60.0 | 60.0 (1 of 2 seeds) | 60.0 |" in test_part
     assert "| x | 80.0 | 60.0 (1 of 2 seeds) | 70.0 |" in dev_part and "| y |" not in dev_part
+
+
+def test_relabel_names_each_run_by_its_recorded_options(tmp_path: Path, capsys) -> None:
+    from openbook.cli import main
+    from openbook.experiments.reports import relabelled
+    from openbook.methods import method_config
+
+    def run(method: str, seed: int, ran: str | None) -> EvalRecord:
+        params = {} if ran is None else {"method_config": method_config(ran)}
+        return EvalRecord("t", method, seed, 0.5, 0.5, params, 1.0)
+
+    # As after a default changed: a run recorded as `retroprompt` ran without the kNN-guided loss.
+    records = [
+        run("retroprompt", 1, "retroprompt/no-knn-loss"),
+        run("knn", 1, None),
+        run("prompt-ft", 1, "prompt-ft"),
+    ]
+    renamed, renames = relabelled(records)
+    assert [r.method for r in renamed] == ["retroprompt/no-knn-loss", "knn", "prompt-ft"]
+    assert renames == {"retroprompt": "retroprompt/no-knn-loss"}
+    with pytest.raises(ValueError, match="would share a name"):
+        relabelled([*records, run("retroprompt/no-knn-loss", 1, "retroprompt/no-knn-loss")])
+
+    write_results(records, tmp_path, "# header\n\n", plot=False)
+    assert main(["relabel", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"{tmp_path}: retroprompt -> retroprompt/no-knn-loss\n"
+    assert [r.method for r in read_results(tmp_path)] == ["retroprompt/no-knn-loss", "knn", "prompt-ft"]
+    text = (tmp_path / "results.md").read_text()
+    assert text.startswith("# header\n\n| task | method |") and "| t | retroprompt/no-knn-loss |" in text
+    assert main(["relabel", str(tmp_path)]) == 0
+    assert "already named by what it ran" in capsys.readouterr().out
+    assert main(["relabel", str(tmp_path / "none")]) == 2  # no results there: a one-line error
+    assert not (tmp_path / "none").exists()

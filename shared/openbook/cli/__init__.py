@@ -1,5 +1,5 @@
 """The `openbook` command: eval, train, methods, classify, bench, continual, knn-selection, first-use,
-prepare, splits.
+prepare, splits, relabel.
 
 One module per subcommand, each with `add_parser(commands)` and `run(args, argv)`;
 what they share is in `common.py`.
@@ -21,6 +21,7 @@ from openbook.cli import (
     knn_selection,
     methods,
     prepare,
+    relabel,
     splits,
     train,
 )
@@ -37,6 +38,7 @@ COMMANDS = {
     "first-use": first_use,
     "prepare": prepare,
     "splits": splits,
+    "relabel": relabel,
 }
 
 

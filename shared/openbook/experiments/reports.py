@@ -13,6 +13,7 @@ A directory holds records scored on test or dev-only records (`openbook eval
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 from collections.abc import Callable, Iterator, Sequence
@@ -206,6 +207,43 @@ def write_results(
     write_text(out / "results.md", header + table)
     if plot and records:
         plot_results(records, out / "results.png")
+
+
+def relabelled(records: Sequence[EvalRecord]) -> tuple[list[EvalRecord], dict[str, str]]:
+    """The records, each named by the spec its recorded options have under today's defaults
+    (`methods.recorded_spec`), and the renames made, old name -> new. After a method's default changes,
+    this keeps every name saying what ran. Records without `method_config` (inference methods, SetFit,
+    runs from before it was recorded) keep their names. ValueError, before anything is renamed, where
+    two records of one task and seed would then share a name."""
+    from openbook.methods import recorded_spec
+
+    renames: dict[str, str] = {}
+    out = []
+    for record in records:
+        recorded = record.params.get("method_config")
+        name = record.method if recorded is None else recorded_spec(recorded)
+        if name != record.method:
+            renames[record.method] = name
+        out.append(dataclasses.replace(record, method=name))
+    cells = [(r.task, r.seed, r.method) for r in out]
+    clashes = sorted({cell for cell in cells if cells.count(cell) > 1})
+    if clashes:
+        raise ValueError(f"renamed, runs would share a name: {', '.join(map(str, clashes))}")
+    return out, renames
+
+
+def relabel(out_dir: str | Path) -> dict[str, str]:
+    """Rename the records of `out_dir` as `relabelled` does and rewrite its results (the header of its
+    results.md kept); the renames made. Holds the directory's lock."""
+    if not (Path(out_dir) / "results.json").exists():
+        raise FileNotFoundError(f"{out_dir} holds no results.json")
+    with locked(out_dir) as out:
+        records, renames = relabelled(read_results(out))
+        if renames:
+            text = (out / "results.md").read_text() if (out / "results.md").exists() else ""
+            header = text[: text.index("| task | method |")] if "| task | method |" in text else ""
+            write_results(records, out, header)
+    return renames
 
 
 def read_results(out_dir: str | Path) -> list[EvalRecord]:

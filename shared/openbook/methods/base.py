@@ -306,6 +306,22 @@ def recorded_config(recorded: dict[str, Any]) -> dict[str, Any]:
     return with_added_options(METHODS[recorded["name"]].config_class, recorded)
 
 
+def recorded_spec(recorded: dict[str, Any]) -> str:
+    """The spec that names a record's `method_config` under today's defaults: once a default changes,
+    the name its run goes by (a `retroprompt` run recorded without demonstrations is
+    `retroprompt/demos=none` once demonstrations are the default). MethodError where the recorded
+    options no longer make a config."""
+    options = recorded_config(recorded)
+    cls = METHODS[options.pop("name")]
+    try:  # JSON gave lists where the config holds tuples
+        config = cls.config_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()})
+    except (TypeError, ValueError) as error:
+        raise MethodError(
+            f"{recorded['name']}: recorded options {options} make no config now: {error}"
+        ) from None
+    return cls(config).spec
+
+
 def _convert(raw: str, default: Any, where: str) -> Any:
     converters: dict[type, Callable[[str], Any]] = {
         bool: lambda s: {"true": True, "false": False}[s.lower()],
