@@ -138,7 +138,7 @@ learning-curve: setfit
 		--parallel $(PARALLEL) --out docs/learning-curve-$(CURVE_BACKBONE)
 
 # Class-incremental SST-2 -> trec -> mpqa, no task id at test time: average accuracy and forgetting
-# (smollm2-135m, 32 steps, as it was made).
+# (smollm2-135m, 32 steps). Made with plain cosine kNN, since changed: OUT=dir runs it afresh there.
 eval-continual: install
 	$(BIN)/openbook continual --data $(OPENBOOK_DATA)/k-shot --stages SST-2,trec,mpqa --backbone smollm2-135m --steps 32 \
 		--methods l2p,prompt-ft,retroprompt/demos=neural --seeds 13,21,42 --out $(or $(OUT),docs/results/continual)

@@ -13,12 +13,12 @@ A directory holds records scored on test or dev-only records (`openbook eval
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -224,9 +224,9 @@ def relabelled(records: Sequence[EvalRecord]) -> tuple[list[EvalRecord], dict[st
         name = record.method if recorded is None else recorded_spec(recorded)
         if name != record.method:
             renames[record.method] = name
-        out.append(dataclasses.replace(record, method=name))
-    cells = [(r.task, r.seed, r.method) for r in out]
-    clashes = sorted({cell for cell in cells if cells.count(cell) > 1})
+        out.append(replace(record, method=name))
+    cells = Counter((r.task, r.seed, r.method) for r in out)
+    clashes = sorted(cell for cell, n in cells.items() if n > 1)
     if clashes:
         raise ValueError(f"renamed, runs would share a name: {', '.join(map(str, clashes))}")
     return out, renames
