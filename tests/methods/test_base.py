@@ -14,12 +14,12 @@ from openbook.training import TrainConfig, train
 
 def test_method_specs() -> None:
     assert set(METHODS) >= {"prompt-ft", "retroprompt"}
-    method = build_method("retroprompt/demos=neural/beta=0.5")
-    assert method.config.demos == "neural" and method.config.beta == 0.5
-    assert method.spec == "retroprompt/demos=neural/beta=0.5"
-    # the older spelling still parses, and is written as what it now is: the default
-    assert build_method("retroprompt/no-demos/beta=0.5").spec == "retroprompt/beta=0.5"
-    assert build_method("retroprompt/demos=none").spec == "retroprompt"
+    method = build_method("retroprompt/demos=none/beta=0.5")
+    assert method.config.demos == "none" and method.config.beta == 0.5
+    assert method.spec == "retroprompt/demos=none/beta=0.5"
+    # the older spelling still parses, and is written as what it now is; a default is left out
+    assert build_method("retroprompt/no-demos/beta=0.5").spec == "retroprompt/demos=none/beta=0.5"
+    assert build_method("retroprompt/demos=neural").spec == "retroprompt"
     assert build_method("retroprompt/demos=text").spec == "retroprompt/demos=text"
     assert (
         build_method("retroprompt/no-knn-infer").config.training_key()
