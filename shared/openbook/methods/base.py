@@ -6,7 +6,7 @@ training loop (`openbook.training`) and the checkpoints (`openbook.checkpoints`)
 only talk to this interface, so adding a method is adding one module.
 
 A method spec on the command line is the method's name followed by `/option`s:
-`retroprompt/no-knn-loss` sets the boolean field `knn_loss` to False, and
+`retroprompt/no-knn-infer` sets the boolean field `knn_infer` to False, and
 `retroprompt/beta=0.5` sets a field to a value. A config may keep an older
 spelling of an option as an alias (`retroprompt/no-demos` is
 `retroprompt/demos=none`), so that specs recorded before still parse; specs
