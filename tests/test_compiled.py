@@ -10,6 +10,7 @@ import torch
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.classifier import Classifier
 from openbook.compiled import buckets, fit, pad_batch
+from openbook.demonstrations import DemoConfig
 from openbook.prompting import Template, Verbalizer
 
 TEXTS = ["a good film", "it was terrible and boring", "great fun", "a bad film , it was awful", "fun"]
@@ -20,8 +21,10 @@ TEXTS = ["a good film", "it was terrible and boring", "great fun", "a bad film ,
 ATOL = 1e-4
 
 
-def classifier(backbone: Backbone) -> Classifier:
-    return Classifier(backbone, Template("{text} It was {mask}"), Verbalizer.parse("neg=bad,pos=good"))
+def classifier(backbone: Backbone, demos: DemoConfig | None = None) -> Classifier:
+    return Classifier(
+        backbone, Template("{text} It was {mask}"), Verbalizer.parse("neg=bad,pos=good"), demos=demos
+    )
 
 
 def test_buckets_and_fit() -> None:
@@ -44,6 +47,27 @@ def test_padding_to_a_bucket_changes_no_real_rows_answer(backbone: Backbone) -> 
     np.testing.assert_allclose(within.hidden[:rows], alone.hidden, atol=1e-5)
     np.testing.assert_allclose(within.label_log_probs[:rows], alone.label_log_probs, atol=1e-5)
     assert torch.equal(within.hidden[rows:], within.hidden[rows - 1 : rows].expand(3, -1))  # repeats
+
+
+def test_padding_moves_demonstration_slots_with_their_prompt(backbone: Backbone) -> None:
+    task = classifier(backbone, DemoConfig())
+    assert task.demo_encoder is not None
+    batch = task.demo_encoder.encode(TEXTS)
+    rows, width = batch.input_ids.shape
+    vectors = torch.randn(rows, 2, backbone.hidden_size, generator=torch.Generator().manual_seed(0))
+    padded = pad_batch(batch, rows + 3, width + 7, left=backbone.kind == "causal")
+    assert batch.demo_index is not None and padded.demo_index is not None
+    placed = padded.input_ids.gather(1, padded.demo_index[:rows])
+    assert torch.equal(placed, batch.input_ids.gather(1, batch.demo_index))  # the same placeholders
+    more = torch.cat([vectors, vectors[-1:].expand(3, -1, -1)])
+    label_ids = task.demo_encoder.label_token_ids
+    with torch.inference_mode():
+        alone = backbone.forward(batch, label_ids, demo_vectors=vectors)
+        within = backbone.forward(padded, label_ids, demo_vectors=more)
+        plain = backbone.forward(batch, label_ids, demo_vectors=torch.zeros_like(vectors))
+    np.testing.assert_allclose(within.hidden[:rows], alone.hidden, atol=1e-5)
+    np.testing.assert_allclose(within.label_log_probs[:rows], alone.label_log_probs, atol=1e-5)
+    assert not np.allclose(alone.hidden, plain.hidden, atol=1e-3)  # the vectors are read
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -72,3 +96,12 @@ def test_compiled_forward_matches_eager(causal_dir: Path, masked_dir: Path, devi
             np.testing.assert_allclose(got.vectors, eager.vectors[[TEXTS.index(t) for t in texts]], atol=ATOL)
         assert [p.label for p in task.predict(TEXTS[1:4])] == [p.label for p in task.explain(eager)[1:4]]
         assert [rows for rows, _ in calls] == [1, 4, 4]  # 5 rows fit no bucket; 1 and 3 (padded) do
+        # neural demonstrations: vectors written into the embeddings, the same buckets
+        shown = classifier(backbone, DemoConfig(m=1))
+        shown.add_examples(TEXTS[:2], ["pos", "neg"])
+        with_demos = shown.embed(TEXTS[1:4])
+        # the two stored examples, then the three queries' slot vectors and their prompts with demos
+        assert [rows for rows, _ in calls[3:]] == [4, 4, 4]
+        backbone.compiled = None
+        np.testing.assert_allclose(with_demos.lm_log_probs, shown.embed(TEXTS[1:4]).lm_log_probs, atol=ATOL)
+        assert not np.allclose(with_demos.lm_log_probs, eager.lm_log_probs[1:4], atol=1e-5)

@@ -22,10 +22,12 @@ from openbook.training import (
 
 from tests.test_checkpoints import HALF_PROBABILITY_ATOL
 
-CONFIG = TrainConfig(steps=40, batch_size=4, lr=3e-3, eval_every=6, patience=10, warmup_ratio=0.0)
+# 60 steps: the default retroprompt (neural demonstrations, no kNN-guided loss) takes longer than 40 on the
+# tiny masked model to bring its loss below 0.7 of where it started
+CONFIG = TrainConfig(steps=60, batch_size=4, lr=3e-3, eval_every=6, patience=10, warmup_ratio=0.0)
 
 
-@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "retroprompt/demos=neural"])
+@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "retroprompt/demos=none/knn-loss"])
 def test_loss_falls_and_checkpoint_round_trips(
     model_dir: Path, spec: str, tmp_path: Path, toy, fresh_classifier, save_and_reload
 ) -> None:
@@ -81,7 +83,7 @@ def test_training_is_deterministic_for_a_seed(causal_dir: Path, toy, fresh_class
     assert runs[0] != runs[2]  # another seed shuffles differently
 
 
-@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "retroprompt/demos=neural"])
+@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "retroprompt/demos=none/knn-loss"])
 def test_domain_bias_comes_from_the_untrained_weights(
     causal_dir: Path, spec: str, toy, fresh_classifier
 ) -> None:

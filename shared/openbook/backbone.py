@@ -215,12 +215,14 @@ class Backbone:
         multi_token = any(len(ids) > 1 for ids in label_token_ids) and not own_label_head
         model: Any = self.model
         bucket = None
-        if self.compiled is not None and demo_vectors is None and prompt is None and not multi_token:
+        if self.compiled is not None and prompt is None and not multi_token:
             bucket = self.compiled.shape(batch)
         if bucket is not None:
             assert self.compiled is not None
             batch = pad_batch(batch, *bucket, left=self.kind == "causal")
             model = self.compiled.model
+            if demo_vectors is not None and (more := bucket[0] - real):  # padded rows repeat the last
+                demo_vectors = torch.cat([demo_vectors, demo_vectors[-1:].expand(more, -1, -1)])
         embeds = self.input_embeddings(batch.input_ids)  # (B, T, H)
         if demo_vectors is not None:
             if batch.demo_index is None:

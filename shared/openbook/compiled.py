@@ -15,9 +15,11 @@ last position) and on the right of a masked one. `tests/test_compiled.py` checks
 eager on the tiny models, on the CPU (compiled in the "default" mode: there are no graphs there, and
 the CPU gains nothing, docs/benchmarks.md) and on CUDA.
 
-Only the plain prompt's forward is compiled: a batch with demonstration vectors, a trainable prompt,
-multi-token label words of a causal model (their extra pass reuses the KV cache) or a shape over
-every bucket runs eagerly, as it always did.
+Neural and word demonstrations go through the compiled forward too: they are vectors written into
+the input embeddings at the batch's demonstration slots before the model reads them, so the shapes
+stay a bucket's (their slots move with a causal prompt's left padding; padded rows repeat the last
+row's vectors). A trainable prompt, multi-token label words of a causal model (their extra pass
+reuses the KV cache) or a shape over every bucket runs eagerly, as it always did.
 """
 
 from __future__ import annotations
@@ -65,12 +67,14 @@ def pad_batch(batch: EncodedBatch, rows: int, width: int, left: bool, *, pad_id:
 
     position_ids = None if batch.position_ids is None else lengthen(widen(batch.position_ids, 0))
     template = None if batch.template_mask is None else lengthen(widen(batch.template_mask, False))
+    shift = extra if left else 0  # positions move right with the padding on their left
+    demo_index = None if batch.demo_index is None else lengthen(batch.demo_index + shift)
     return EncodedBatch(
         input_ids=lengthen(widen(batch.input_ids, pad_id)),
         attention_mask=lengthen(widen(batch.attention_mask, 0)),
         position_ids=position_ids,
-        slot_index=lengthen(batch.slot_index + (extra if left else 0)),
-        demo_index=None,
+        slot_index=lengthen(batch.slot_index + shift),
+        demo_index=demo_index,
         truncated=lengthen(batch.truncated),
         template_mask=template,
     )

@@ -116,27 +116,27 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_
         (r["method"], 2) for r in first
     )
     assert all(
-        r["params"]["method_config"]["demos"] == "none" for r in second if r["method"] == "retroprompt"
+        r["params"]["method_config"]["demos"] == "neural" for r in second if r["method"] == "retroprompt"
     )
     capsys.readouterr()
     # another spelling of the same method is the same method: nothing to run
     methods = args.index("--methods") + 1
-    spelled = [*args[:methods], "zero-shot,prompt-ft,retroprompt/demos=none,retroprompt/no-knn-infer"]
+    spelled = [*args[:methods], "zero-shot,prompt-ft,retroprompt/demos=neural,retroprompt/no-knn-infer"]
     assert main(spelled + args[methods + 1 :]) == 0
     assert "already in" in capsys.readouterr().err
     assert json.loads((out / "results.json").read_text()) == second
     # runs recorded when a spec meant other options (a default changed since) are not resumed under it
     changed = [
-        {**r, "params": {**r["params"], "method_config": {**r["params"]["method_config"], "demos": "neural"}}}
+        {**r, "params": {**r["params"], "method_config": {**r["params"]["method_config"], "demos": "none"}}}
         if r["method"] == "retroprompt"
         else r
         for r in second
     ]
     (out / "results.json").write_text(json.dumps(changed))
     assert main(args) == 2
-    assert (
-        "retroprompt runs trained with other options (demos: 'neural' -> 'none')" in capsys.readouterr().err
-    )
+    err = capsys.readouterr().err
+    assert "retroprompt runs trained with other options (demos: 'none' -> 'neural')" in err
+    assert f"`openbook relabel {out}`" in err
 
     # a run recorded before an option existed reads it at the value that ran (ADDED_OPTIONS), not at
     # today's default: these trained the embedding table, which the spec no longer means

@@ -23,11 +23,11 @@ def train_args(training_flags):
 def test_train_writes_a_checkpoint_that_classify_reads(tmp_path, causal_dir, capsys, train_args, toy_dataset):
     data = toy_dataset(tmp_path / "data")
     out = tmp_path / "ckpt"
-    assert main(train_args(data, out, causal_dir, "--method", "retroprompt", "--no-knn-loss")) == 0
+    assert main(train_args(data, out, causal_dir, "--method", "retroprompt", "--knn-loss")) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert summary["method"] == "retroprompt/no-knn-loss" and "accuracy_with_knn" in summary["dev"]
+    assert summary["method"] == "retroprompt/knn-loss" and "accuracy_with_knn" in summary["dev"]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["spec"] == "retroprompt/no-knn-loss" and manifest["labels"] == ["0", "1"]
+    assert manifest["spec"] == "retroprompt/knn-loss" and manifest["labels"] == ["0", "1"]
     assert manifest["backbone"]["name"] == str(causal_dir) and len(manifest["training_data_sha256"]) == 64
     assert "weights.safetensors" in manifest["files"]
     assert main(["classify", "--checkpoint", str(out), "a good film"]) == 0

@@ -158,24 +158,24 @@ def test_relabel_names_each_run_by_its_recorded_options(tmp_path: Path, capsys) 
         params = {} if ran is None else {"method_config": method_config(ran)}
         return EvalRecord("t", method, seed, 0.5, 0.5, params, 1.0)
 
-    # As after a default changed: a run recorded as `retroprompt` ran without the kNN-guided loss.
+    # As after a default changed: a run recorded as `retroprompt` ran with the kNN-guided loss.
     records = [
-        run("retroprompt", 1, "retroprompt/no-knn-loss"),
+        run("retroprompt", 1, "retroprompt/knn-loss"),
         run("knn", 1, None),
         run("prompt-ft", 1, "prompt-ft"),
     ]
     renamed, renames = relabelled(records)
-    assert [r.method for r in renamed] == ["retroprompt/no-knn-loss", "knn", "prompt-ft"]
-    assert renames == {"retroprompt": "retroprompt/no-knn-loss"}
+    assert [r.method for r in renamed] == ["retroprompt/knn-loss", "knn", "prompt-ft"]
+    assert renames == {"retroprompt": "retroprompt/knn-loss"}
     with pytest.raises(ValueError, match="would share a name"):
-        relabelled([*records, run("retroprompt/no-knn-loss", 1, "retroprompt/no-knn-loss")])
+        relabelled([*records, run("retroprompt/knn-loss", 1, "retroprompt/knn-loss")])
 
     write_results(records, tmp_path, "# header\n\n", plot=False)
     assert main(["relabel", str(tmp_path)]) == 0
-    assert capsys.readouterr().out == f"{tmp_path}: retroprompt -> retroprompt/no-knn-loss\n"
-    assert [r.method for r in read_results(tmp_path)] == ["retroprompt/no-knn-loss", "knn", "prompt-ft"]
+    assert capsys.readouterr().out == f"{tmp_path}: retroprompt -> retroprompt/knn-loss\n"
+    assert [r.method for r in read_results(tmp_path)] == ["retroprompt/knn-loss", "knn", "prompt-ft"]
     text = (tmp_path / "results.md").read_text()
-    assert text.startswith("# header\n\n| task | method |") and "| t | retroprompt/no-knn-loss |" in text
+    assert text.startswith("# header\n\n| task | method |") and "| t | retroprompt/knn-loss |" in text
     assert main(["relabel", str(tmp_path)]) == 0
     assert "already named by what it ran" in capsys.readouterr().out
     assert main(["relabel", str(tmp_path / "none")]) == 2  # no results there: a one-line error

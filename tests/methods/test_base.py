@@ -14,12 +14,13 @@ from openbook.training import TrainConfig, train
 
 def test_method_specs() -> None:
     assert set(METHODS) >= {"prompt-ft", "retroprompt"}
-    method = build_method("retroprompt/demos=neural/beta=0.5")
-    assert method.config.demos == "neural" and method.config.beta == 0.5
-    assert method.spec == "retroprompt/demos=neural/beta=0.5"
-    # the older spelling still parses, and is written as what it now is: the default
-    assert build_method("retroprompt/no-demos/beta=0.5").spec == "retroprompt/beta=0.5"
-    assert build_method("retroprompt/demos=none").spec == "retroprompt"
+    method = build_method("retroprompt/demos=none/knn-loss/beta=0.5")
+    assert method.config.demos == "none" and method.config.knn_loss and method.config.beta == 0.5
+    assert method.spec == "retroprompt/demos=none/knn-loss/beta=0.5"
+    # the older spelling still parses, and is written as what it now is; a default is left out
+    assert build_method("retroprompt/no-demos/knn-loss").spec == "retroprompt/demos=none/knn-loss"
+    assert build_method("retroprompt/no-knn-loss").spec == "retroprompt"
+    assert build_method("retroprompt/demos=neural").spec == "retroprompt"
     assert build_method("retroprompt/demos=text").spec == "retroprompt/demos=text"
     assert (
         build_method("retroprompt/no-knn-infer").config.training_key()
@@ -28,8 +29,9 @@ def test_method_specs() -> None:
     for bad, match in [
         ("nope", "unknown method"),
         ("prompt-ft/no-demos", "no option"),
-        ("retroprompt/beta=x", "not a valid float"),
-        ("retroprompt/beta=-1", "non-negative"),
+        ("retroprompt/knn-loss/beta=x", "not a valid float"),
+        ("retroprompt/knn-loss/beta=-1", "non-negative"),
+        ("retroprompt/beta=0.5", "beta set the kNN-guided loss, which is off: add knn-loss"),
         ("retroprompt/beta", "needs a value"),
     ]:
         with pytest.raises(ValueError, match=match):

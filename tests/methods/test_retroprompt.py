@@ -24,7 +24,7 @@ def test_knn_guided_weights_are_leave_one_out() -> None:
     vectors = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=np.float32)
     store.add(np.arange(3), vectors, np.array([0, 1, 1]))
     gold = torch.tensor([0, 1])
-    config = RetroPromptConfig(k=2, temperature=0.1, min_p_knn=1e-6, beta=1.0)
+    config = RetroPromptConfig(knn_loss=True, k=2, temperature=0.1, min_p_knn=1e-6, beta=1.0)
     weights = knn_guided_weights(store, vectors[:2], np.array([0, 1]), gold, 2, config)
     # Example 0 is the only label-0 item: without itself its neighbours are all label 1, so p_kNN(gold) is
     # tiny and the weight large. Example 1 still has example 2 (same vector, label 1) as a neighbour.
@@ -35,9 +35,9 @@ def test_knn_guided_weights_are_leave_one_out() -> None:
 def test_demonstrations_refuse_a_backbone_whose_embeddings_are_not_the_slot_size(
     albert_dir: Path, fresh_classifier
 ) -> None:
-    with pytest.raises(ValueError, match="demos=text or retroprompt, which shows none"):
+    with pytest.raises(ValueError, match="demos=text or retroprompt/demos=none, which shows none"):
         fresh_classifier(albert_dir, "retroprompt/demos=neural")
-    classifier, _ = fresh_classifier(albert_dir, "retroprompt")
+    classifier, _ = fresh_classifier(albert_dir, "retroprompt/demos=none")
     assert classifier.demos is None
 
 
@@ -45,9 +45,10 @@ def test_demos_option_parses_its_modes_aliases_and_older_booleans() -> None:
     from openbook.methods import build_method
     from openbook.methods.base import MethodError
 
-    assert RetroPromptConfig().demos == "none"  # chosen on dev; the paper's is demos=neural
-    assert build_method("retroprompt/no-demos").config == build_method("retroprompt").config  # older spelling
-    assert build_method("retroprompt/demos=neural").spec == "retroprompt/demos=neural"
+    assert RetroPromptConfig().demos == "neural"  # the paper's, chosen on dev
+    assert build_method("retroprompt/no-demos").config == build_method("retroprompt/demos=none").config
+    assert build_method("retroprompt/demos=neural").spec == "retroprompt"  # written as the default it is
+    assert build_method("retroprompt/no-demos").spec == "retroprompt/demos=none"  # an older spelling
     # checkpoints and configs written when demonstrations were on or off
     assert RetroPromptConfig(demos=True).demos == "neural" and RetroPromptConfig(demos=False).demos == "none"
     text = build_method("retroprompt/demos=text/demo-texts=2").config
@@ -120,7 +121,7 @@ def test_each_demos_mode_trains_predicts_and_round_trips(
     base_sha = weights_sha256(classifier.backbone.model)
     result = train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, QUICK, progress=False)
     assert len(result.losses) == QUICK.steps and np.isfinite(result.losses).all()
-    plain = fresh_classifier(model_dir, "retroprompt")[0]
+    plain = fresh_classifier(model_dir, "retroprompt/demos=none")[0]
     plain.backbone.model.load_state_dict(classifier.backbone.model.state_dict())
     plain.store, plain.label_bias = classifier.store, classifier.label_bias
     before = classifier.predict(toy.texts[:4])

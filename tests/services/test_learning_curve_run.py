@@ -97,7 +97,7 @@ def test_records_are_added_to_only_under_the_same_method_backbone_and_scoring(tm
     settings = CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13])
     check_same_setup(settings, [_recorded(settings), _recorded(settings, seeds=[21])])  # units may differ
     for changes, named in [
-        ({"method_config": method_config("retroprompt/demos=neural")}, "method"),
+        ({"method_config": method_config("retroprompt/demos=none")}, "method"),
         ({"test_size": 200}, "test_size"),
         ({"backbone": "smollm2-135m"}, "backbone"),
         ({"training": {**settings.training, "steps": 64}}, "training"),
@@ -105,7 +105,7 @@ def test_records_are_added_to_only_under_the_same_method_backbone_and_scoring(tm
         with pytest.raises(ValueError, match=f"other settings \\({named}"):
             check_same_setup(settings, [_recorded(settings), _recorded(settings, **changes)])
     # a run that recorded only its spec is read with today's defaults
-    legacy = _recorded(settings, method="retroprompt/demos=neural")
+    legacy = _recorded(settings, method="retroprompt/demos=none")
     del legacy["settings"]["method_config"]
     with pytest.raises(ValueError, match="method"):
         check_same_setup(settings, [legacy])

@@ -228,7 +228,8 @@ def check_method_options(records: Sequence[EvalRecord], specs: Sequence[str], ou
                 f"{k}: {recorded.get(k)!r} -> {v!r}" for k, v in now.items() if recorded.get(k) != v
             )
             raise ValueError(
-                f"{out} holds {record.method} runs trained with other options ({changed}); use another --out"
+                f"{out} holds {record.method} runs trained with other options ({changed}); use another "
+                f"--out, or `openbook relabel {out}` to name its runs by what they ran"
             )
 
 

@@ -20,7 +20,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     training = commands.add_parser("train", help="train a method on a k-shot split and save a checkpoint")
     add_data_argument(training, "k-shot", "directory in the k-shot layout")
     training.add_argument("--task", required=True)
-    training.add_argument("--method", required=True, help="e.g. prompt-ft, retroprompt, retroprompt/beta=0.5")
+    training.add_argument("--method", required=True, help="e.g. prompt-ft, retroprompt, retroprompt/knn-loss")
     training.add_argument(
         "--seed", type=int, required=True, help="data split 16-<seed>, also the training seed"
     )
@@ -28,8 +28,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     training.add_argument("--out", required=True, help="checkpoint directory to create")
     training.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")
     training.add_argument("--init", help="continue from this checkpoint (same method, same labels)")
-    for flag in ("demos", "knn-loss", "knn-infer"):
+    for flag in ("demos", "knn-infer"):
         training.add_argument(f"--no-{flag}", action="append_const", const=f"no-{flag}", dest="options")
+    training.add_argument(  # --no-knn-loss, its default now, is still accepted
+        "--knn-loss",
+        action="append_const",
+        const="knn-loss",
+        dest="options",
+        help="retroprompt's kNN-guided loss",
+    )
+    training.add_argument(
+        "--no-knn-loss", action="append_const", const="no-knn-loss", dest="options", help=argparse.SUPPRESS
+    )
     add_prompt_arguments(training)
     add_training_arguments(training)
 

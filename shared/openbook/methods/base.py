@@ -6,8 +6,8 @@ training loop (`openbook.training`) and the checkpoints (`openbook.checkpoints`)
 only talk to this interface, so adding a method is adding one module.
 
 A method spec on the command line is the method's name followed by `/option`s:
-`retroprompt/no-knn-loss` sets the boolean field `knn_loss` to False, and
-`retroprompt/beta=0.5` sets a field to a value. A config may keep an older
+`retroprompt/no-knn-infer` sets the boolean field `knn_infer` to False, and
+`retroprompt/demo-m=2` sets a field to a value. A config may keep an older
 spelling of an option as an alias (`retroprompt/no-demos` is
 `retroprompt/demos=none`), so that specs recorded before still parse; specs
 are written in the canonical spelling.
@@ -78,7 +78,7 @@ class Method(ABC):
 
     @property
     def spec(self) -> str:
-        """The method's name plus every option that differs from the default, e.g. `retroprompt/beta=0.5`."""
+        """The method's name plus every option that differs from the default, e.g. `retroprompt/demo-m=2`."""
         default = self.config_class()
         options = []
         for field in dataclasses.fields(self.config):
@@ -252,7 +252,7 @@ def register_method(cls: type[Method]) -> type[Method]:
 
 
 def build_method(spec: str) -> Method:
-    """`retroprompt/no-demos/beta=0.5` -> a configured Method; unknown names and options raise MethodError."""
+    """`retroprompt/no-demos/knn-loss` -> a configured Method; unknown names and options raise MethodError."""
     name, *options = [part.strip() for part in spec.split("/")]
     if name not in METHODS:
         raise MethodError(f"unknown method {name!r}; registered: {', '.join(sorted(METHODS))}")
