@@ -28,18 +28,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     training.add_argument("--out", required=True, help="checkpoint directory to create")
     training.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")
     training.add_argument("--init", help="continue from this checkpoint (same method, same labels)")
-    for flag in ("demos", "knn-infer"):
+    for flag in ("demos", "knn-loss", "knn-infer"):  # --no-knn-loss is the default now, still accepted
         training.add_argument(f"--no-{flag}", action="append_const", const=f"no-{flag}", dest="options")
-    training.add_argument(  # --no-knn-loss, its default now, is still accepted
-        "--knn-loss",
-        action="append_const",
-        const="knn-loss",
-        dest="options",
-        help="retroprompt's kNN-guided loss",
-    )
-    training.add_argument(
-        "--no-knn-loss", action="append_const", const="no-knn-loss", dest="options", help=argparse.SUPPRESS
-    )
+    training.add_argument("--knn-loss", action="append_const", const="knn-loss", dest="options")
     add_prompt_arguments(training)
     add_training_arguments(training)
 
