@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,16 +50,23 @@ class Pool:
         return httpx.request(method, f"{self.base}{path}", json=body, timeout=TIMEOUT)
 
     def each_worker(self, method: str, path: str, body: dict | None = None) -> dict[int, list[Response]]:
-        """Send the request on a new connection each time until every worker has answered it at least once;
-        the answers by the pid that gave them (the X-OpenBook-Worker header)."""
+        """Send the request on a new connection each time until every worker has answered it at least once
+        (for up to TIMEOUT seconds: a worker busy elsewhere leaves every accept to the other meanwhile); the
+        answers by the pid that gave them (the X-OpenBook-Worker header)."""
         pids = self.pids()
         answers: dict[int, list[Response]] = defaultdict(list)
-        for _ in range(200):
+        deadline = time.monotonic() + TIMEOUT
+        while True:
             response = self.call(method, path, body)
             answers[int(response.headers["x-openbook-worker"])].append(response)
             if set(answers) >= set(pids):
                 return answers
-        raise AssertionError(f"200 new connections reached only the workers {sorted(answers)} of {pids}")
+            if time.monotonic() > deadline:
+                sent = sum(map(len, answers.values()))
+                raise AssertionError(
+                    f"{sent} new connections reached only the workers {sorted(answers)} of {pids}"
+                )
+            time.sleep(0.01)
 
     def classify(self, task: str = "reviews") -> dict[int, list[dict]]:
         answers = self.each_worker("POST", f"/v1/tasks/{task}/classify", {"texts": ["a good film"]})
