@@ -131,7 +131,8 @@ table-16shot: setfit
 # The learning curve of the accuracy targets (docs/results.md, "Learning curve"): SST-2 and trec, seeds 13
 # and 21, both labelling orders, the service against knn-interp, prompt-ft and SetFit, on CURVE_BACKBONE
 # (the default backbone unless given). Resumable, each (task, seed, order) unit merged into the output as it
-# ends; PARALLEL=N runs N units at once (on a GPU, all 8: PARALLEL=8 CURVE_DEVICE=cuda).
+# ends; PARALLEL=N runs N units at once (on a GPU, all 8: PARALLEL=8 CURVE_DEVICE=cuda; on a 2-core CPU, 1,
+# so that each unit ends soonest: a unit stopped midway starts again).
 CURVE_BACKBONE ?= $(TABLE_BACKBONE)
 CURVE_DEVICE ?= cpu
 learning-curve: setfit
