@@ -72,8 +72,16 @@ def write_results(
         plot_curves(records, out / "results.png")
 
 
+def _series_rank(series: str) -> int:
+    """Where a series stands among the columns: the service, then the baselines, then the service in
+    other labelling orders."""
+    return 0 if series == SERVICE else 2 if "/" in series else 1
+
+
 def seed_means(records: Sequence[CurveRecord]) -> dict[str, dict[str, dict[int, float]]]:
-    """task -> series -> shots -> accuracy in %, the mean over seeds; in the order records came."""
+    """task -> series -> shots -> accuracy in %, the mean over seeds. Tasks come in the order records
+    came; series in `_series_rank`'s order, then in the order records came, whatever order the units
+    were merged in, so each task's table and panel lists the series alike."""
     groups: dict[str, dict[str, dict[int, list[float]]]] = {}
     for r in records:
         groups.setdefault(r.task, {}).setdefault(r.series, {}).setdefault(r.shots, []).append(
@@ -82,7 +90,7 @@ def seed_means(records: Sequence[CurveRecord]) -> dict[str, dict[str, dict[int, 
     return {
         task: {
             series: {shots: float(np.mean(accs)) for shots, accs in sorted(by_shots.items())}
-            for series, by_shots in by_series.items()
+            for series, by_shots in sorted(by_series.items(), key=lambda item: _series_rank(item[0]))
         }
         for task, by_series in groups.items()
     }
@@ -137,7 +145,10 @@ def curve_tables(records: Sequence[CurveRecord]) -> str:
             "| gate: candidate vs serving dev accuracy (dev examples) |",
             "|---|---|---|---|---|---|---|",
         ]
-        for (task, order, shots), rounds in served.items():
+        tasks = list(means)
+        in_order = sorted(served, key=lambda key: (tasks.index(key[0]), key[1] != "fixed", key[1], key[2]))
+        for task, order, shots in in_order:  # per task the fixed order first, whatever order units merged
+            rounds = served[(task, order, shots)]
             times = [s["seconds_to_served"] for s in rounds if s["seconds_to_served"] is not None]
             verdicts = ", ".join(str(s["verdict"]) for s in rounds)
             jobs = ", ".join(str(len(s["jobs"])) for s in rounds)
@@ -235,6 +246,12 @@ def target_lines(targets: Sequence[TaskTarget]) -> list[str]:
     return lines
 
 
+def series_colours(means: dict[str, dict[str, dict[int, float]]]) -> dict[str, str]:
+    """One colour per series over every panel, since one legend names them all."""
+    names = sorted(dict.fromkeys(s for by_series in means.values() for s in by_series), key=_series_rank)
+    return {series: f"C{i % 10}" for i, series in enumerate(names)}
+
+
 def plot_curves(records: Sequence[CurveRecord], path: Path) -> None:
     """One panel per task: accuracy (mean over seeds) against labelled examples per class, a line a series."""
     import matplotlib
@@ -243,17 +260,29 @@ def plot_curves(records: Sequence[CurveRecord], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     means = seed_means(records)
+    colours = series_colours(means)
     figure, axes = plt.subplots(1, len(means), figsize=(4.5 * len(means), 3.8), squeeze=False)
     for panel, (task, by_series) in zip(axes[0], means.items(), strict=True):
         for series, by_shots in by_series.items():
             style = "-" if series.startswith(SERVICE) else "--"
-            panel.plot(list(by_shots), list(by_shots.values()), style, marker="o", label=series)
+            panel.plot(
+                list(by_shots),
+                list(by_shots.values()),
+                style,
+                marker="o",
+                color=colours[series],
+                label=series,
+            )
         panel.set_xscale("log", base=2)
+        rounds = sorted({n for by_shots in by_series.values() for n in by_shots})
+        panel.set_xticks(rounds, [str(n) for n in rounds])  # the rounds themselves, not powers of 2
+        panel.minorticks_off()
         panel.set_title(task)
         panel.set_xlabel("labelled examples per class")
         panel.grid(alpha=0.3)
     axes[0][0].set_ylabel("test accuracy (%), mean over seeds")
-    axes[0][-1].legend(fontsize="small")
+    lines = {line.get_label(): line for panel in axes[0] for line in panel.get_lines()}  # a series a line
+    axes[0][-1].legend(handles=[lines[s] for s in colours if s in lines], fontsize="small")
     figure.tight_layout()
     with staged_file(path) as staging:
         figure.savefig(staging, format="png", dpi=120)

@@ -10,6 +10,8 @@ from services.learning_curve.report import (
     curve_tables,
     read_results,
     runs_table,
+    seed_means,
+    series_colours,
     target_lines,
     write_results,
 )
@@ -99,6 +101,23 @@ def test_tables_give_the_mean_over_seeds_per_round_and_the_mean_over_tasks() -> 
     assert "| 8 | 90.0 |" in seed21 and "knn-interp" not in seed21
     assert "| 8 | 80.0 | 78.0 | 75.0 |" in table.split("### SST-2, seed 13")[1].split("###")[0]
     assert "### trec, seed" not in table  # one seed: the mean is its table
+
+
+def test_every_task_lists_its_series_alike_whatever_order_the_units_were_merged_in() -> None:
+    # trec's uncertainty unit merged before its fixed one, as when units of a grid finish out of order
+    records = _curves("SST-2", PASSING) + _curves("SST-2", {"service": [0.3] * 5}, order="uncertainty")
+    records += _curves("trec", {"service": [0.4] * 5}, order="uncertainty") + _curves("trec", PASSING)
+    table = curve_tables(records)
+    header = "| examples per class | service | knn-interp | prompt-ft | service/uncertainty |"
+    for task in ("SST-2", "trec"):
+        assert header in table.split(f"### {task} (seeds 13)")[1].split("###")[0]
+    rounds = table.split("### the service's rounds")[1].splitlines()
+    orders = [line.split(" | ")[1] for line in rounds if line.startswith("| trec |")]
+    assert orders == ["fixed"] * 5 + ["uncertainty"] * 5  # per task the fixed order's rounds first
+    # one legend names every panel's lines, so a series has one colour in every panel
+    colours = series_colours(seed_means(records))
+    assert list(colours) == ["service", "knn-interp", "prompt-ft", "service/uncertainty"]
+    assert len(set(colours.values())) == 4
 
 
 def test_the_rounds_table_gives_each_seeds_gate_scores() -> None:
