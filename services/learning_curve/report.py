@@ -150,7 +150,9 @@ def curve_tables(records: Sequence[CurveRecord]) -> str:
         for task, order, shots in in_order:  # per task the fixed order first, whatever order units merged
             rounds = served[(task, order, shots)]
             times = [s["seconds_to_served"] for s in rounds if s["seconds_to_served"] is not None]
-            verdicts = ", ".join(str(s["verdict"]) for s in rounds)
+            # per seed, each job's verdict and gate in the order the jobs ran: a round's later job can be
+            # rejected after an earlier one was promoted, and the promoted version then serves
+            verdicts = ", ".join(_verdicts(s) for s in rounds)
             jobs = ", ".join(str(len(s["jobs"])) for s in rounds)
             gates = ", ".join(_gate(s) for s in rounds)
             mean_time = f"{np.mean(times):.1f}" if times else "never"
@@ -159,11 +161,21 @@ def curve_tables(records: Sequence[CurveRecord]) -> str:
     return "\n".join(lines)
 
 
+def _verdicts(service: dict) -> str:
+    """The round's jobs' gate verdicts in turn ("promoted then rejected"); the round's own where the
+    jobs carry none."""
+    each = [str(job["verdict"]) for job in service["jobs"] if job.get("verdict")]
+    return " then ".join(each) if each else str(service["verdict"])
+
+
 def _gate(service: dict) -> str:
-    """The round's last job's gate: "candidate vs serving (dev examples)"; "-" where none was judged."""
-    gate = next((job.get("gate") for job in reversed(service["jobs"]) if job.get("gate")), None)
-    if gate is None:
-        return "-"
+    """The round's jobs' gates in turn, each "candidate vs serving (dev examples)"; "-" where none was
+    judged."""
+    gates = [job["gate"] for job in service["jobs"] if job.get("gate")]
+    return " then ".join(_scores(gate) for gate in gates) if gates else "-"
+
+
+def _scores(gate: dict) -> str:
     candidate, serving = (
         "-" if gate.get(key) is None else f"{gate[key]:.2f}" for key in ("candidate", "serving")
     )

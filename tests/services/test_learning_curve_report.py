@@ -133,8 +133,25 @@ def test_the_rounds_table_gives_each_seeds_gate_scores() -> None:
             ),
         ]
     ]
-    row = "| SST-2 | fixed | 2 | 2.0 | first, rejected | 1, 2 | 1.00 vs - (1), 0.50 vs 0.80 (10) |"
-    assert row in curve_tables(records)  # a round's last job decides what is served
+    gates = "1.00 vs - (1), 1.00 vs - (1) then 0.50 vs 0.80 (10)"
+    row = f"| SST-2 | fixed | 2 | 2.0 | first, rejected | 1, 2 | {gates} |"
+    assert row in curve_tables(records)  # each seed's jobs in turn
+    # where the jobs carry their verdicts, each is shown: a later rejection does not hide a promotion
+    promoted = {"candidate": 0.9, "serving": 0.7, "dev": 9}
+    jobs = [{"verdict": "promoted", "gate": promoted}, {"verdict": "rejected", "gate": lost}]
+    both = CurveRecord(
+        "trec",
+        13,
+        "fixed",
+        "service",
+        32,
+        192,
+        0.8,
+        1.0,
+        {"seconds_to_served": 3.0, "verdict": "rejected", "jobs": jobs},
+    )
+    row = "| trec | fixed | 32 | 3.0 | promoted then rejected | 2 | 0.90 vs 0.70 (9) then 0.50 vs 0.80 (10) |"
+    assert row in curve_tables([both])
 
 
 def test_the_runs_table_names_the_code_of_each_run() -> None:
