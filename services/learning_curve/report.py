@@ -293,7 +293,7 @@ def plot_curves(records: Sequence[CurveRecord], path: Path) -> None:
         panel.set_xlabel("labelled examples per class")
         panel.grid(alpha=0.3)
     axes[0][0].set_ylabel("test accuracy (%), mean over seeds")
-    lines = {line.get_label(): line for panel in axes[0] for line in panel.get_lines()}  # a series a line
+    lines = {line.get_label(): line for panel in axes[0] for line in panel.get_lines()}  # a handle a series
     axes[0][-1].legend(handles=[lines[s] for s in colours if s in lines], fontsize="small")
     figure.tight_layout()
     with staged_file(path) as staging:
