@@ -36,8 +36,9 @@ class Settings(BaseSettings):
     port: int = 8000
     # api processes behind the port, each a full replica (its own model copy, batchers and log follower;
     # services/api/worker_pool.py). 1 is one process, as `create_app` alone serves. On the CPU 1 is
-    # right: one process's forwards already use every core. On a GPU one Python process cannot keep the
-    # device busy (docs/benchmarks.md); the default there is to follow `bench api --workers`, not yet run.
+    # right: one process's forwards already use every core. On one H100 (`bench api --workers 1,2,4`,
+    # docs/benchmarks.md) no count kept latency within 1.15x and 4 workers served 510 texts/s against
+    # 362 for one, fewer than one at 32 clients: processes time-slice the device. 1 there too.
     api_workers: int = Field(1, ge=1)
     default_backbone: str = DEFAULT_BACKBONE
     # Where a task may name its backbone by path: model directories (each with a config.json) under
@@ -63,7 +64,8 @@ class Settings(BaseSettings):
     # (openbook/mixed.py); false: every task's requests run as forwards of their own.
     mixed_batches: bool = True
     # Compile each backbone's forward over padded shape buckets when it is loaded (openbook/compiled.py):
-    # CUDA graphs on a GPU. Off by default until the GPU bench has shown what it buys.
+    # CUDA graphs on a GPU. Off: on one H100 the default backbone's buckets were not all compiled 170 s
+    # after loading began (docs/benchmarks.md), and what they buy is not measured yet.
     compile: bool = False
     max_text_chars: int = 5000  # characters per text (each text of a pair)
     max_body_bytes: int = 1_000_000  # larger bodies get a 413, chunked ones as soon as they pass it

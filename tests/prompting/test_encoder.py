@@ -1,6 +1,8 @@
 """The prompt encoder on the tiny backbones: slot positions, padding, label words, truncation, demo blocks."""
 
+import numpy as np
 import pytest
+import torch
 from openbook.prompting import PromptEncoder, PromptError, Template, Verbalizer
 
 
@@ -218,3 +220,36 @@ def test_text_layout_needs_its_demonstrations(causal_backbone):
         causal_backbone.encoder(template, verbalizer, demonstrations="text").encode(["a film"])
     with pytest.raises(ValueError, match="one list of demonstrations per text"):
         causal_backbone.encoder(template, verbalizer).encode(["a film"], demos=[[("great", 1)]])
+
+
+def _padded_row_by_row(encoder, rows, slots, literals):
+    """The batch padded one row at a time: the reference the vectorised `_pad` must reproduce."""
+    width = max(len(r) for r in rows)
+    left = encoder.kind == "causal"
+    ids = torch.full((len(rows), width), encoder.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    template_mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    shifts = []
+    for i, row in enumerate(rows):
+        shift = width - len(row) if left else 0
+        ids[i, shift : shift + len(row)] = torch.tensor(row)
+        mask[i, shift : shift + len(row)] = 1
+        template_mask[i, [shift + p for p in literals[i]]] = True
+        shifts.append(shift)
+    return ids, mask, template_mask, torch.tensor(slots) + torch.tensor(shifts)
+
+
+def test_padding_a_batch_at_once_matches_padding_row_by_row(backbone):
+    encoder = backbone.encoder(Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good"))
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 40, size=300)
+    rows = [rng.integers(5, 90, size=n).tolist() for n in lengths]
+    literals = [sorted(rng.choice(n, size=rng.integers(0, n + 1), replace=False).tolist()) for n in lengths]
+    slots = [int(rng.integers(0, n)) for n in lengths]
+    batch = encoder._pad(rows, slots, [0] * len(rows), literals, [False] * len(rows))
+    ids, mask, template_mask, slot_index = _padded_row_by_row(encoder, rows, slots, literals)
+    assert torch.equal(batch.input_ids, ids)
+    assert torch.equal(batch.attention_mask, mask)
+    assert torch.equal(batch.template_mask, template_mask)
+    assert torch.equal(batch.slot_index, slot_index)
+    assert (batch.position_ids is not None) == (encoder.kind == "causal")

@@ -259,19 +259,28 @@ class PromptEncoder:
         literals: list[list[int]],
         truncated: list[bool],
     ) -> EncodedBatch:
-        width = max(len(r) for r in rows)
+        # One array operation per field, not per row: with many concurrent requests a batch has hundreds
+        # of rows, and per-row tensor writes were most of the encoder's time on the served path.
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))  # (B,)
+        width = int(lengths.max())
         left = self.kind == "causal"  # left padding keeps every causal slot at position T-1
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        template_mask = torch.zeros((len(rows), width), dtype=torch.bool)
-        shifts = []
-        for i, row in enumerate(rows):
-            shift = width - len(row) if left else 0
-            ids[i, shift : shift + len(row)] = torch.tensor(row)
-            mask[i, shift : shift + len(row)] = 1
-            template_mask[i, [shift + p for p in literals[i]]] = True
-            shifts.append(shift)
-        shift_t = torch.tensor(shifts)
+        shifts = width - lengths if left else np.zeros_like(lengths)  # (B,)
+        columns = np.arange(width)[None, :]  # (1, T)
+        filled = (columns >= shifts[:, None]) & (columns < (shifts + lengths)[:, None])  # (B, T)
+        ids_np = np.full((len(rows), width), self.pad_id, dtype=np.int64)
+        ids_np[filled] = np.fromiter(
+            (token for row in rows for token in row), dtype=np.int64, count=int(lengths.sum())
+        )  # row-major: each row's tokens land in its filled span, in order
+        literal_rows = np.repeat(np.arange(len(rows)), [len(positions) for positions in literals])
+        literal_columns = np.fromiter(
+            (p for positions in literals for p in positions), dtype=np.int64, count=len(literal_rows)
+        )
+        template_np = np.zeros((len(rows), width), dtype=bool)
+        template_np[literal_rows, literal_columns + shifts[literal_rows]] = True
+        ids = torch.from_numpy(ids_np)
+        mask = torch.from_numpy(filled.astype(np.int64))
+        template_mask = torch.from_numpy(template_np)
+        shift_t = torch.from_numpy(shifts)
         position_ids = (mask.cumsum(1) - 1).clamp(min=0) if left else None
         demo_index = None
         if self.demonstrations == "vectors":
