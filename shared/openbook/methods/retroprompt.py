@@ -25,7 +25,11 @@ Three additions to `prompt-ft`, each of which can be switched on or off:
   budget, it scored above no demonstrations (docs/results.md, by 0.03
   points, as the rule written before that grid asks); `retroprompt/demos=none`
   shows none;
-- kNN interpolation at inference, with k, T and lambda chosen on dev.
+- kNN interpolation at inference, with k, T and lambda chosen on dev;
+- a contrastive loss on the slot space (`contrastive=W`, off by default; `contrastive.py`): SupCon
+  over each example's plain-prompt slot vector against the store's keys, after Jian et al. (NAACL
+  2022), added to the cross-entropy with weight W. With demonstrations on it costs one more forward a
+  step (the keys are the plain prompt's, the cross-entropy reads the prompt with demonstrations).
 
 `retroprompt/backbone=lora` trains LoRA adapters (`lora.py`; options r, alpha,
 dropout, targets, lora-lr) instead of every backbone weight: the same loss,
@@ -49,6 +53,7 @@ import torch
 
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
+from openbook.contrastive import store_contrastive_loss
 from openbook.demonstrations import DemoConfig
 from openbook.knn import knn_distribution
 from openbook.methods.base import (
@@ -90,6 +95,10 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
     demo_temperature: float = 0.1  # of that average
     demo_texts: int = 1  # neighbours per class written out (text)
     backbone: str = "full"  # full: every weight trains; lora: LoRA adapters on a frozen backbone
+    # The contrastive loss on the slot space, against the store (`contrastive.py`): its weight beside
+    # the cross-entropy (0: off) and its temperature (Jian et al.'s 0.07). Off until chosen on dev.
+    contrastive: float = 0.0
+    contrastive_temperature: float = 0.07
 
     def __post_init__(self) -> None:
         if isinstance(self.demos, bool):  # checkpoints and configs from when demonstrations were on or off
@@ -111,6 +120,14 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
                 raise ValueError(f"{', '.join(changed)} apply to LoRA adapters only: add backbone=lora")
         if self.beta < 0:
             raise ValueError(f"beta must be non-negative, got {self.beta}")
+        if self.contrastive < 0:
+            raise ValueError(f"contrastive must be non-negative, got {self.contrastive}")
+        if self.contrastive_temperature <= 0:
+            raise ValueError(f"contrastive-temperature must be positive, got {self.contrastive_temperature}")
+        if not self.contrastive and self.contrastive_temperature != RetroPromptConfig.contrastive_temperature:
+            raise ValueError(
+                "contrastive-temperature sets the contrastive loss, which is off: add contrastive=W"
+            )
         if self.demo_texts < 1:
             raise ValueError(f"demo_texts must be at least 1, got {self.demo_texts}")
         if self.k < 1 or self.temperature <= 0:
@@ -203,11 +220,29 @@ class RetroPrompt(TrainsLora, FullFineTuning):
 
     def loss(self, classifier: Classifier, batch: TrainBatch) -> torch.Tensor:
         queries = classifier.store.vectors_of(batch.ids)  # each example's key from the last re-embedding
-        log_probs, _ = classifier.label_scores(batch.texts, queries, exclude_ids=batch.ids)
+        slot_vectors = None  # (B, H) the plain prompt's, with gradient, for the contrastive loss
+        if self.config.contrastive and classifier.demo_encoder is None:
+            # the plain prompt is what label_scores would score: one forward gives both
+            encoded = classifier.encoder.encode(batch.texts)
+            out = classifier.backbone.forward(
+                encoded, classifier.encoder.label_token_ids, prompt=classifier.prompt
+            )
+            log_probs, slot_vectors = out.label_log_probs, out.hidden
+        else:
+            log_probs, _ = classifier.label_scores(batch.texts, queries, exclude_ids=batch.ids)
         ce = prompt_cross_entropy(calibrated_logits(classifier, log_probs), batch.gold)  # (B,)
-        if not self.config.knn_loss:
+        if self.config.knn_loss:
+            ce = ce * knn_guided_weights(
+                classifier.store, queries, batch.ids, batch.gold, len(classifier.labels), self.config
+            )
+        if not self.config.contrastive:
             return ce.mean()
-        weights = knn_guided_weights(
-            classifier.store, queries, batch.ids, batch.gold, len(classifier.labels), self.config
+        if slot_vectors is None:  # demonstrations are shown: the store's keys are the plain prompt's
+            encoded = classifier.encoder.encode(batch.texts)
+            slot_vectors = classifier.backbone.forward(
+                encoded, classifier.encoder.label_token_ids, prompt=classifier.prompt
+            ).hidden
+        contrastive = store_contrastive_loss(
+            slot_vectors, batch.ids, batch.gold, classifier.store, self.config.contrastive_temperature
         )
-        return (weights * ce).mean()
+        return ce.mean() + self.config.contrastive * contrastive

@@ -1,0 +1,117 @@
+"""The contrastive loss on the slot space, against the store (openbook/contrastive.py), and its option
+in retroprompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from openbook.contrastive import store_contrastive_loss
+from openbook.store import KnowledgeStore
+
+from tests.methods.test_retroprompt import DISTINCT
+
+
+def _store(vectors: np.ndarray, labels: list[int]) -> KnowledgeStore:
+    store = KnowledgeStore(vectors.shape[1])
+    store.add(np.arange(len(vectors)), vectors.astype(np.float32), np.array(labels))
+    return store
+
+
+def test_loss_matches_the_formula_and_leaves_the_anchor_out() -> None:
+    keys = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], dtype=np.float32)
+    store = _store(keys, [0, 0, 1])
+    anchor = torch.tensor([[0.8, 0.6]], requires_grad=True)
+    loss = store_contrastive_loss(anchor, np.array([0]), torch.tensor([0]), store, temperature=0.5)
+    # anchor id 0: candidates are keys 1 (label 0, the one positive) and 2 (label 1)
+    s = torch.tensor([0.8 * 0.6 + 0.6 * 0.8, 0.6]) / 0.5
+    assert loss.item() == pytest.approx(-(s[0] - torch.logsumexp(s, 0)).item(), abs=1e-6)
+    loss.backward()
+    assert anchor.grad is not None and torch.isfinite(anchor.grad).all()
+
+
+def test_an_anchor_without_positive_adds_nothing_and_keeps_the_graph() -> None:
+    store = _store(np.eye(3), [0, 1, 2])  # every label once: no anchor has a positive besides itself
+    anchors = torch.randn(3, 3, requires_grad=True)
+    loss = store_contrastive_loss(anchors, np.arange(3), torch.tensor([0, 1, 2]), store, 0.07)
+    assert loss.item() == 0.0
+    loss.backward()
+    assert anchors.grad is not None and (anchors.grad == 0).all()
+
+
+def _label_gap(vectors: np.ndarray, labels: np.ndarray) -> float:
+    """Mean cosine between same-label pairs minus that between different-label pairs."""
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    cosine = unit @ unit.T
+    same = labels[:, None] == labels[None, :]
+    off_diagonal = ~np.eye(len(labels), dtype=bool)
+    return float(cosine[same & off_diagonal].mean() - cosine[~same].mean())
+
+
+def test_the_loss_pulls_same_label_slot_vectors_together(causal_dir: Path, fresh_classifier) -> None:
+    classifier, _ = fresh_classifier(causal_dir, "retroprompt/demos=none")
+    labels = np.array([1, 1, 0, 0, 1, 1, 0, 0])
+    ids = np.arange(len(DISTINCT))
+    before = classifier.embed(DISTINCT, vectors_only=True).vectors
+    parameters = [p for p in classifier.backbone.model.parameters() if p.is_floating_point()]
+    optimizer = torch.optim.SGD(parameters, lr=0.05)
+    gold = torch.as_tensor(labels)
+    classifier.backbone.model.train()
+    for _ in range(5):  # the store holds the current keys, as training's re-embedding keeps it
+        store = _store(classifier.embed(DISTINCT, vectors_only=True).vectors, labels.tolist())
+        batch = classifier.encoder.encode(DISTINCT)
+        hidden = classifier.backbone.forward(batch, classifier.encoder.label_token_ids).hidden
+        loss = store_contrastive_loss(hidden, ids, gold, store, temperature=0.07)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    classifier.backbone.model.eval()
+    after = classifier.embed(DISTINCT, vectors_only=True).vectors
+    assert _label_gap(after, labels) > _label_gap(before, labels) + 0.05
+
+
+def test_the_option_trains_and_is_off_by_default(causal_dir: Path, fresh_classifier, monkeypatch) -> None:
+    from openbook.methods import build_method
+    from openbook.methods.base import MethodError, TrainBatch
+    from openbook.methods.retroprompt import RetroPromptConfig
+
+    assert RetroPromptConfig().contrastive == 0.0
+    assert build_method("retroprompt/contrastive=0.5").config.contrastive == 0.5
+    with pytest.raises(MethodError, match="add contrastive=W"):
+        build_method("retroprompt/contrastive-temperature=0.1")
+    with pytest.raises(MethodError, match="non-negative"):
+        build_method("retroprompt/contrastive=-1")
+
+    labels = np.array([1, 1, 0, 0, 1, 1, 0, 0])
+    batch = TrainBatch(DISTINCT[:4], torch.as_tensor(labels[:4]), np.arange(4))
+    losses = {}
+    specs = ("retroprompt/demos=none", "retroprompt/demos=none/contrastive=1", "retroprompt/contrastive=1")
+    for spec in specs:
+        classifier, method = fresh_classifier(causal_dir, spec)
+        classifier.add_examples(DISTINCT, [classifier.labels[i] for i in labels])
+        losses[spec] = method.loss(classifier, batch)
+        assert losses[spec].requires_grad and torch.isfinite(losses[spec])
+    # with it on, the cross-entropy is the same and the contrastive term adds to it
+    assert losses["retroprompt/demos=none/contrastive=1"] > losses["retroprompt/demos=none"]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the contrastive loss ran with the option off")
+
+    monkeypatch.setattr("openbook.methods.retroprompt.store_contrastive_loss", refuse)
+    classifier, method = fresh_classifier(causal_dir, "retroprompt/demos=none")
+    classifier.add_examples(DISTINCT, [classifier.labels[i] for i in labels])
+    assert method.loss(classifier, batch).item() == pytest.approx(losses["retroprompt/demos=none"].item())
+
+
+def test_retroprompt_trains_with_the_contrastive_loss(causal_dir: Path, fresh_classifier) -> None:
+    from openbook.training import train
+
+    from tests.methods.test_retroprompt import QUICK
+
+    classifier, method = fresh_classifier(causal_dir, "retroprompt/contrastive=0.5")
+    labels = np.array([1, 1, 0, 0, 1, 1, 0, 0])
+    result = train(classifier, method, DISTINCT, labels, DISTINCT[:2], labels[:2], QUICK, progress=False)
+    assert len(result.losses) == QUICK.steps and np.isfinite(result.losses).all()
+    assert len(classifier.predict(DISTINCT[:2])) == 2
