@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge ipt-table bench clean
 
 install: $(STAMP)
 
@@ -248,6 +248,25 @@ budget-fresh: fresh-splits
 		--methods retroprompt/demos=none/knn-loss --seeds $(FRESH_SEEDS) --epochs 8 --min-steps 32 --max-steps 120 \
 		--eval-every 8 \
 		--patience 2 --parallel $(PARALLEL) --out docs/results/budget-fresh-floor-$(DEV_BACKBONE)
+
+# The contrastive loss and the neural demonstrations, judged on fresh splits (docs/decisions.md, "The
+# contrastive loss, judged apart from selection": the rule, written before this grid ran). Seeds 2001-2005
+# of 4 tasks drawn from the full training sets with 500 examples per task set apart as a judge (the
+# splits' test.csv: no run chooses anything on it, and the real test sets are never read). Per unit, four
+# trainings: the default retroprompt, with the contrastive loss, and both without demonstrations; the
+# prompt alone (no-knn-infer) shares its training. Resumable; PARALLEL=N as above (on a GPU, all 20).
+JUDGE_DATA ?= openbook-data/judged-k-shot
+JUDGE_SEEDS = 2001,2002,2003,2004,2005
+JUDGE_TASKS ?= trec,SST-2,mpqa,sst-5
+JUDGE_METHODS = retroprompt,retroprompt/no-knn-infer,retroprompt/contrastive=1,retroprompt/contrastive=1/no-knn-infer,retroprompt/demos=none,retroprompt/demos=none/contrastive=1
+judged-splits: install
+	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds $(JUDGE_SEEDS) --judge 500 \
+		--out $(JUDGE_DATA)
+
+contrastive-judge: judged-splits
+	$(BIN)/openbook eval --data $(JUDGE_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+		--methods $(JUDGE_METHODS) --seeds $(JUDGE_SEEDS) --parallel $(PARALLEL) \
+		--out docs/results/contrastive-judge-$(TABLE_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).

@@ -67,3 +67,23 @@ def test_splits_are_written_whole_once_and_read_by_eval(tmp_path: Path, capsys) 
     assert main([*args[:5], "--seeds", "13", "--out", str(out)]) == 2  # a standard seed
     assert "name standard mpqa splits" in capsys.readouterr().err
     assert sorted(p.name for p in (out / "mpqa").iterdir()) == ["16-1001", "16-1002"]  # no partial left
+
+
+def test_a_judge_is_set_apart_from_every_seed_and_read_as_test(tmp_path: Path, capsys) -> None:
+    root = _data(tmp_path)
+    out = tmp_path / "judged"
+    args = ["splits", "--data", str(root), "--task", "mpqa", "--seeds", "2001,2002", "--shots", "8"]
+    assert main([*args, "--judge", "20", "--out", str(out)]) == 0
+    assert "judge: 20 examples" in capsys.readouterr().out
+    judged = {seed: load_kshot(out, "mpqa", seed, shots=8) for seed in (2001, 2002)}
+    judge_texts = {e.text for e in judged[2001].test or []}
+    assert len(judge_texts) == 20 and judged[2001].test == judged[2002].test  # one judge for every seed
+    for splits in judged.values():
+        assert not judge_texts & {e.text for e in splits.train + splits.dev}
+    assert main([*args, "--judge", "20", "--out", str(out)]) == 0  # the same judge again: kept
+    assert main([*args, "--judge", "10", "--out", str(out)]) == 2
+    assert "holds another judge" in capsys.readouterr().err
+    assert main([*args, "--out", str(out)]) == 2  # without a judge, its examples would be drawn
+    assert "would not leave out" in capsys.readouterr().err
+    with pytest.raises(DataError, match="pool larger"):
+        write_fresh_splits(root / "full", root / "k-shot", tmp_path / "x", "mpqa", [2001], judge=500)

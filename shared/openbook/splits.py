@@ -11,6 +11,12 @@ with fewer than 2 × `shots` examples left gives half of them to train and half 
 
 The output has the k-shot layout (`<task>/<shots>-<seed>/{train,dev}.csv`, `label,text` rows), so
 `openbook eval --no-test --data DIR` reads it; it holds no test file, and `--no-test` reads none.
+
+A judge. Each run's dev split also chooses its kept step and lambda, so a dev score flatters every
+candidate, unevenly. With `judge`, a fixed sample of that many pool examples (the same for every seed,
+drawn with seed 0) is set apart before any seed draws, and written as the task's `test.csv`: then
+`openbook eval --data DIR` (with its test) scores each run on examples that chose nothing, and never
+reads the task's real test set. Splits with and without a judge differ, so they need other seeds.
 """
 
 from __future__ import annotations
@@ -105,6 +111,16 @@ def _pairs(examples: Sequence[Example]) -> list[tuple[object, str]]:
     return [(example.text, example.label) for example in examples]
 
 
+def set_apart(pool: Sequence[Example], size: int) -> tuple[list[Example], list[Example]]:
+    """(judge, rest): a fixed sample of `size` examples of `pool`, drawn with seed 0, in file order, and
+    the pool without them."""
+    if not 0 < size < len(pool):
+        raise DataError(f"a judge of {size} examples needs a pool larger than that; it has {len(pool)}")
+    chosen = set(np.random.default_rng(0).permutation(len(pool))[:size].tolist())
+    judge = [example for i, example in enumerate(pool) if i in chosen]
+    return judge, [example for i, example in enumerate(pool) if i not in chosen]
+
+
 def write_fresh_splits(
     full_dir: str | Path,
     kshot_dir: str | Path,
@@ -112,15 +128,29 @@ def write_fresh_splits(
     task: str,
     seeds: Sequence[int],
     shots: int = 16,
+    judge: int = 0,
 ) -> list[Path]:
     """Write `out/task/<shots>-<seed>/{train,dev}.csv` for each seed; the directories written. A seed's
     directory appears whole or not at all (written beside it, then renamed); one that exists already
-    is kept if it holds the same splits, and refused otherwise."""
+    is kept if it holds the same splits, and refused otherwise. With `judge`, `out/task/test.csv` holds
+    that many examples that no seed draws from (module docstring), written and checked likewise."""
     standard = {p.name for p in (Path(kshot_dir) / task).glob(f"{shots}-*")}
     reused = sorted(seed for seed in seeds if f"{shots}-{seed}" in standard)
     if reused:
         raise DataError(f"seeds {reused} name standard {task} splits; fresh splits need other seeds")
     pool = fresh_pool(full_dir, kshot_dir, task)
+    judge_path = Path(out) / task / "test.csv"
+    if judge:
+        held_out, pool = set_apart(pool, judge)
+        if judge_path.exists():
+            if _pairs(read_split(judge_path)) != _pairs(held_out):
+                raise DataError(f"{judge_path} holds another judge; give another --out")
+        else:
+            staging = judge_path.with_name(".test.csv.partial")
+            write_csv(staging, held_out)
+            staging.rename(judge_path)
+    elif judge_path.exists():
+        raise DataError(f"{judge_path} is a judge that these splits would not leave out; give another --out")
     written = []
     for seed in seeds:
         directory = Path(out) / task / f"{shots}-{seed}"

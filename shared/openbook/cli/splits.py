@@ -19,21 +19,30 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     splits.add_argument("--seeds", required=True, help="comma-separated; none of the standard ones")
     splits.add_argument("--shots", type=int, default=16, help="examples per label, in train and in dev")
     splits.add_argument("--out", required=True, help="a directory in the k-shot layout, for eval --data")
+    splits.add_argument(
+        "--judge",
+        type=int,
+        default=0,
+        help="examples set apart from every seed's train and dev, written as the task's test.csv: "
+        "`openbook eval --data OUT` scores runs on them, never on the real test set",
+    )
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from pathlib import Path
 
-    from openbook.splits import fresh_pool, short_labels, write_fresh_splits
+    from openbook.splits import fresh_pool, set_apart, short_labels, write_fresh_splits
 
     seeds = [int(seed) for seed in args.seeds.split(",") if seed]
     if args.shots < 1 or not seeds:
         raise ValueError("--shots must be at least 1, and --seeds must name at least one seed")
     for task in [task for task in args.task.split(",") if task]:
-        written = write_fresh_splits(
-            Path(args.data) / "full", Path(args.data) / "k-shot", args.out, task, seeds, args.shots
-        )
+        full, kshot = Path(args.data) / "full", Path(args.data) / "k-shot"
+        written = write_fresh_splits(full, kshot, args.out, task, seeds, args.shots, args.judge)
         print(f"{task}: {len(written)} of {len(seeds)} seeds written under {Path(args.out) / task}")
-        pool = fresh_pool(Path(args.data) / "full", Path(args.data) / "k-shot", task)
+        pool = fresh_pool(full, kshot, task)
+        if args.judge:
+            print(f"  judge: {args.judge} examples in {Path(args.out) / task / 'test.csv'}")
+            pool = set_apart(pool, args.judge)[1]
         for label, n in short_labels(pool, args.shots).items():
             print(f"  label {label!r}: {n} examples left, so {n // 2} in train and {n // 2} in dev")
