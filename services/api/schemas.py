@@ -172,7 +172,8 @@ class JobOut(BaseModel):
     force: bool = False  # the job skips the promotion gate
     # the promotion gate: metric, candidate, serving (dev accuracies), candidate_log_likelihood,
     # serving_log_likelihood (the tie-break), serving_version, dev, verdict (promoted, rejected, forced,
-    # first); a rejected candidate is kept as a version and not published
+    # first); a rejected candidate is kept as a version and not published. A first candidate's serving
+    # side is the untrained task (serving_version null)
     gate: dict | None = None
     error: str | None = None
     trigger: Literal["manual", "auto"] = "manual"  # auto: queued by the task's training settings

@@ -9,10 +9,16 @@ log-likelihood of the gold labels; only a full tie promotes. Dev starts with a h
 benchmark a candidate and the serving model both scored 2 of 2, and the tie promoted a candidate 21
 points worse on test. The likelihood is the smooth part of the same evidence that separates them.
 
+A task's first candidate has no version to beat, but it replaces something all the same: the untrained
+task, which serves until a version does (the prompt and kNN over the stored examples). On the default
+backbone's learning curve a first version served 16 points below it. So the untrained task stands as the
+serving side of the first gate, scored the same way: a store of the train examples, its calibration and
+its lambda chosen on that store as the api chooses it (`untrained_score`), on the same dev examples.
+
 Verdicts: `promoted` (at least as well), `rejected` (worse: kept as a version, never published),
-`forced` (the job asked to skip the gate), `first` (nothing serves yet). With no dev example, there is
-nothing to compare: both scores are None, and the candidate is promoted. A dev set that lacks a label
-scores on the labels it has.
+`forced` (the job asked to skip the gate), `first` (nothing serves yet, and it does at least as well as
+the untrained task). With no dev example, there is nothing to compare: the scores are None, and the
+candidate is promoted. A dev set that lacks a label scores on the labels it has.
 """
 
 from __future__ import annotations
@@ -22,14 +28,16 @@ from typing import Any
 
 import numpy as np
 from openbook.artifacts import CheckpointError
+from openbook.backbone import Backbone
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier
 from openbook.fitting import DevCheck, LabelledTexts, StoreExamples, dev_check
 from openbook.labels import LabelError, fit_to_labels
 from openbook.prompting import TextInput
+from openbook.selection import lambda_on_store
 
 from services.bus.jobs import Published
-from services.bus.task_spec import Task
+from services.bus.task_spec import Task, build_classifier
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +68,23 @@ def score(
     return dev_check(classifier, train, dev)
 
 
+def untrained_score(
+    task: Task, backbone: Backbone, examples: Examples, train_ids: list[int], dev_ids: list[int]
+) -> DevCheck | None:
+    """The untrained task scored as a candidate is: None with no dev example. Run it before training
+    changes `backbone`'s weights."""
+    if not dev_ids:
+        return None
+    classifier = build_classifier(task, backbone)
+    if task.knn.lam is None:  # as the api's untrained task chooses it, on the stored (train) examples
+        texts, labels = [examples[i][0] for i in train_ids], [examples[i][1] for i in train_ids]
+        embedded = classifier.embed(texts)
+        classifier.add_embeddings(embedded, labels, np.array(train_ids))
+        classifier.knn = lambda_on_store(classifier, np.array(train_ids), embedded.lm_log_probs)
+        classifier.store = classifier.empty_store()
+    return score(classifier, examples, train_ids, dev_ids)
+
+
 def judge(
     candidate: Classifier,
     serving: Published | None,
@@ -70,15 +95,18 @@ def judge(
     dev_ids: list[int],
     *,
     force: bool = False,
+    untrained: DevCheck | None = None,
 ) -> dict[str, Any]:
     """The gate's record: {metric, candidate, serving (dev accuracies), their log-likelihoods,
-    serving_version, dev, verdict}."""
+    serving_version, dev, verdict}; for a first candidate, `untrained` (`untrained_score`) is the
+    serving side, recorded as `serving` with `serving_version` null."""
     candidate_score = score(candidate, examples, train_ids, dev_ids)
     serving_score = None
     if force:
         verdict = "forced"
     elif serving is None:
-        verdict = "first"
+        serving_score = untrained
+        verdict = "rejected" if loses(candidate_score, untrained) else "first"
     else:
         try:
             serving_score = score(load_serving(serving, task, device), examples, train_ids, dev_ids)

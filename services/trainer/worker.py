@@ -48,7 +48,7 @@ from services.bus.jobs import Job, JobQueue, Published, TaskGone, current_checkp
 from services.bus.task_spec import TASKS_KEY, Task, build_classifier
 from services.bus.versions import directory_bytes, new_record, retain
 from services.bus.workers import beat, forget
-from services.trainer.gate import judge
+from services.trainer.gate import judge, untrained_score
 from services.trainer.staging import sweep_staging, writing
 
 logger = logging.getLogger(__name__)
@@ -223,6 +223,9 @@ class Worker:
         )
         base_sha = weights_sha256(backbone.model)
         method = build_method(job.method)
+        untrained = None  # a first candidate's rival, scored before training changes the backbone
+        if not job.force and current_checkpoint(self.client, job.task) is None:
+            untrained = untrained_score(task, backbone, examples, train_ids, dev_ids)
         classifier = method.prepare(dataclasses.replace(build_classifier(task, backbone), label_bias=None))
 
         def labelled(ids: list[int]) -> LabelledTexts:
@@ -261,7 +264,17 @@ class Worker:
         path = fitted.path
         metrics = {**fitted.dev_metrics, "train": len(train_ids), "dev": len(dev_ids)}
         serving = current_checkpoint(self.client, job.task)
-        gate = judge(classifier, serving, task, self.device, examples, train_ids, dev_ids, force=job.force)
+        gate = judge(
+            classifier,
+            serving,
+            task,
+            self.device,
+            examples,
+            train_ids,
+            dev_ids,
+            force=job.force,
+            untrained=untrained,
+        )
         record = new_record(
             version=version,
             method=method.spec,

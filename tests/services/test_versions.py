@@ -120,6 +120,21 @@ def test_a_worse_candidate_is_rejected_and_force_skips_the_gate(server, replicas
     assert states[serving] == "retired" and states[forced["published"]["version"]] == "serving"
 
 
+def test_a_first_candidate_worse_than_the_untrained_task_is_not_served(server, replicas, artifacts) -> None:
+    api, _ = replicas
+    client = redis.Redis.from_url(server.url)
+    untrained = api.post("/v1/tasks/reviews/classify", json={"texts": ["fun"]}).json()["model_version"]
+    worse = train(api, Worker(client, artifacts, max_length=48), WORSE)
+    gate = worse["gate"]
+    # the untrained task (its prompt and kNN over the train examples) is the serving side of the first gate
+    assert gate["verdict"] == "rejected" and gate["serving_version"] is None and gate["dev"] == 5, gate
+    assert gate["candidate"] < gate["serving"], gate
+    assert worse["published"] is None and current_checkpoint(client, "reviews") is None
+    assert client.xlen(checkpoints_key("reviews")) == 0
+    assert api.get("/v1/tasks/reviews/versions").json()["serving"] is None
+    assert api.post("/v1/tasks/reviews/classify", json={"texts": ["fun"]}).json()["model_version"] == untrained
+
+
 def test_promote_rolls_every_replica_back_and_unknowns_are_404(server, replicas, artifacts) -> None:
     first_api, second_api = replicas
     worker = Worker(redis.Redis.from_url(server.url), artifacts, max_length=48)

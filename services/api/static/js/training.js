@@ -40,8 +40,10 @@ function result(record) {
       .join(", ");
     const gate = record.gate;
     if (gate?.verdict === "rejected") {
-      // kept as a version, never served: the promotion gate found it worse on the same dev examples
-      return el("span", { class: "job-rejected" }, `rejected by the gate: dev ${score(gate.candidate)} vs ${score(gate.serving)} serving`);
+      // kept as a version, never served: the promotion gate found it worse on the same dev examples than
+      // the serving version, or, for a first version, than the untrained task
+      const rival = gate.serving_version ? "serving" : "untrained";
+      return el("span", { class: "job-rejected" }, `rejected by the gate: dev ${score(gate.candidate)} vs ${score(gate.serving)} ${rival}`);
     }
     const verdict = gate?.verdict && gate.verdict !== "first" ? ` · gate: ${gate.verdict}` : "";
     return el("span", {}, "version ", el("code", { class: "job-version" }, record.published?.version ?? "?"), dev ? ` · dev: ${dev}` : "", verdict);
