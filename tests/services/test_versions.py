@@ -132,7 +132,8 @@ def test_a_first_candidate_worse_than_the_untrained_task_is_not_served(server, r
     assert worse["published"] is None and current_checkpoint(client, "reviews") is None
     assert client.xlen(checkpoints_key("reviews")) == 0
     assert api.get("/v1/tasks/reviews/versions").json()["serving"] is None
-    assert api.post("/v1/tasks/reviews/classify", json={"texts": ["fun"]}).json()["model_version"] == untrained
+    answer = api.post("/v1/tasks/reviews/classify", json={"texts": ["fun"]}).json()
+    assert answer["model_version"] == untrained
 
 
 def test_promote_rolls_every_replica_back_and_unknowns_are_404(server, replicas, artifacts) -> None:
