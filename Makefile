@@ -83,7 +83,7 @@ eval-sst2: install
 	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
 		--methods zero-shot,knn,knn-interp --seeds 13,21,42,87,100 --out results/sst2
 
-# The trained-methods table of docs/results.md (smollm2-135m, 32 steps). Its records were made with plain cosine kNN
+# The trained-methods table of docs/experiments/trained-methods-smollm2-135m.md (smollm2-135m, 32 steps). Its records were made with plain cosine kNN
 # and the token-embedding table trained, since changed: its directory refuses a rerun under today's defaults
 # (the kNN setting differs), so OUT=dir runs the command afresh there; resumable, over several sittings.
 eval-training: install
@@ -154,8 +154,8 @@ knn-selection: install
 	$(BIN)/openbook knn-selection --data $(OPENBOOK_DATA)/k-shot --seeds 13 --trained retroprompt/knn-loss \
 		--out results/knn-selection-retroprompt
 
-# The dev-only comparisons that choose the defaults still open (docs/results.md, "The default
-# demonstrations" and "The training budget, chosen on dev"), on 4 tasks x 5 seeds, dev accuracy only
+# The dev-only comparisons that choose the defaults still open (docs/experiments/trained-methods-smollm2-135m.md, "The default
+# demonstrations", and docs/experiments/training-budget-and-backbone.md), on 4 tasks x 5 seeds, dev accuracy only
 # (no test example is read): demos-dev runs every demonstration mode, and prompt-ft; budget-dev runs
 # prompt-ft and retroprompt as they then were (no demonstrations, the kNN-guided loss, the token-embedding
 # table trained) with the epoch budget that competes with 32 steps (20 epochs, a dev check
@@ -176,7 +176,7 @@ budget-dev: install
 		--seeds 13,21,42,87,100 --epochs 20 --patience 4 --max-steps 120 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/budget-dev-$(DEV_BACKBONE)
 
-# The backbone under 32 steps (docs/results.md, "The training budget, chosen on dev", step 2): retroprompt as
+# The backbone under 32 steps (docs/experiments/training-budget-and-backbone.md, "The training budget, chosen on dev", step 2): retroprompt as
 # the default then was (no demonstrations, the kNN-guided loss, the token-embedding table trained), the method
 # the rule reads, on DEV_BACKBONE, run as the 32-step records of docs/results/training were (32
 # steps, a dev check every 8, patience 2, plain cosine kNN), dev only. Resumable; PARALLEL=N as above.
@@ -186,7 +186,7 @@ backbone-dev: install
 		--eval-every 8 --patience 2 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/backbone-dev-$(DEV_BACKBONE)
 
-# Full fine-tuning with the token-embedding table frozen (docs/results.md, "The token-embedding table,
+# Full fine-tuning with the token-embedding table frozen (docs/experiments/training-step-and-embedding-table.md, "The token-embedding table,
 # chosen on dev"): retroprompt/demos=none/knn-loss (the table frozen) run as backbone-dev runs it (32 steps, a dev check
 # every 8, patience 2, plain cosine kNN), dev only, compared with backbone-dev's records. Resumable;
 # PARALLEL=N as above. EMBEDDINGS_METHODS=retroprompt/demos=none/knn-loss,retroprompt/no-freeze-embeddings/demos=none/knn-loss
@@ -197,7 +197,7 @@ embeddings-dev: install
 		--methods $(EMBEDDINGS_METHODS) --seeds 13,21,42,87,100 --steps 32 --eval-every 8 --patience 2 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/embeddings-dev-$(DEV_BACKBONE)
 
-# RetroPrompt's kNN-guided loss under the default budget (docs/results.md, "RetroPrompt's parts under the
+# RetroPrompt's kNN-guided loss under the default budget (docs/experiments/retroprompt-parts-gemma3-270m.md, "RetroPrompt's parts under the
 # default budget"): the chosen demonstrations (neural, by the rule there) without it on DEV_BACKBONE, dev only,
 # 4 tasks x 5 seeds: since the rule dropped the loss, that is the default retroprompt. The side with it is the
 # dev accuracy that table-16shot's retroprompt/knn-loss runs record. The directory also holds
@@ -216,7 +216,7 @@ repro-dev: install
 		--methods retroprompt/demos=none/knn-loss,retroprompt/knn-loss --seeds 13 --parallel $(PARALLEL) \
 		--out docs/results/repro-dev-$(TABLE_BACKBONE)
 
-# The learning rate under the default budget (docs/results.md, "The learning rate under the default
+# The learning rate under the default budget (docs/experiments/learning-rate.md, "The learning rate under the default
 # budget"): the default retroprompt, as the demonstrations and kNN-loss rules decided it, at LR on DEV_BACKBONE,
 # dev only, 4 tasks x 5 seeds; the dev accuracy of parts-dev's runs of it is the 1e-5 side. The directory also
 # holds three retroprompt/demos=none/knn-loss runs, made before those choices. Resumable; PARALLEL=N as above.
@@ -235,7 +235,7 @@ fresh-splits: install
 	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds 1001,1002,1003,1004,1005 \
 		--out $(FRESH_DATA)
 
-# The budget with a floor of epochs, on the fresh splits (docs/results.md, "A floor of epochs, on fresh
+# The budget with a floor of epochs, on the fresh splits (docs/experiments/budget-floor-fresh-splits.md, "A floor of epochs, on fresh
 # splits"): retroprompt as it then was (no demonstrations, the kNN-guided loss) on DEV_BACKBONE under 32 steps, then under at least 8 epochs and 32 steps (a dev check
 # every 8 steps, patience 2 checks, at most 120 steps), dev only, 4 tasks x seeds 1001-1005. Resumable.
 FRESH_SEEDS = 1001,1002,1003,1004,1005

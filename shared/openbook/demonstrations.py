@@ -23,7 +23,7 @@ inputs, and on SST-2 dev (seed 13) training with them drove accuracy from 75%
 to 56-59%. We therefore centre each query's class vectors on their mean over
 the classes (keeping what tells the classes apart) and place that direction at
 the mean token embedding, at a token's typical distance from it; with this
-mapping the same run trained to 81% dev (see docs/results.md).
+mapping the same run trained to 81% dev (see docs/experiments/demonstrations-dev-probes.md).
 """
 
 from __future__ import annotations
@@ -120,11 +120,11 @@ def to_words(vectors: np.ndarray, head: nn.Linear, embedding_table: torch.Tensor
 
     The word is argmax over the vocabulary of v·Wᵀ (+ the head's bias), W the output head's rows, and the
     result is that token's row of the input table: a real token embedding, so the untrained model reads a
-    word it knows. On the step-0 probe (docs/results.md) this lost the least of the mappings tried, and
-    unlike the sharpened expected embedding softmax(8·s·v·Wᵀ)·E it has no scale to choose. The vector is
-    the slot state as stored; for a masked LM whose head transforms the state before its output rows
-    (BERT's dense + LayerNorm), that transform is skipped. A class with no neighbour is placed at the
-    mean token embedding, as in `to_input_space`.
+    word it knows. On the step-0 probe (docs/experiments/demonstrations-dev-probes.md) this lost the least
+    of the mappings tried, and unlike the sharpened expected embedding softmax(8·s·v·Wᵀ)·E it has no scale
+    to choose. The vector is the slot state as stored; for a masked LM whose head transforms the state
+    before its output rows (BERT's dense + LayerNorm), that transform is skipped. A class with no
+    neighbour is placed at the mean token embedding, as in `to_input_space`.
     """
     table = embedding_table.detach()
     weight = head.weight.detach()  # (V, H)

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from openbook.atomic import staged_directory, staged_file
 
-DEFAULT_BACKBONE = "gemma3-270m"  # chosen on dev over smollm2-135m: docs/results.md, "The training budget"
+# chosen on dev over smollm2-135m: docs/experiments/training-budget-and-backbone.md
+DEFAULT_BACKBONE = "gemma3-270m"
 COPY_BLOCK = 1 << 20  # bytes read at a time while assembling and hashing chunks
 
 

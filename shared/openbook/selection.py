@@ -14,7 +14,7 @@ A rule (`SelectionRule`) is a grid of (k, T, lambda) and a criterion that ranks 
   alone is the evidence.
 - An untrained task in the service has no dev split: its stored examples, each scored leave-one-out,
   are all the evidence there is (`lambda_on_store`; chosen over a fixed 0.5 by `openbook first-use`,
-  docs/results.md).
+  docs/experiments/untrained-task-calibration.md).
 
 The rule (`DEFAULT_RULE`: lambda alone, k = 16, T = 0.1, by accuracy with ties broken by the gold
 log-likelihood) and the evidence each caller gives were fixed by a nested check on dev alone

@@ -22,7 +22,7 @@ The run's budget is one of two kinds; the warmup and decay span it.
   steps without a better dev score. `max_steps`, when given, caps it too.
 
 Given neither, a run gets the default budget, an epoch budget chosen on dev
-(docs/results.md, "A floor of epochs, on fresh splits"): DEFAULT_EPOCHS
+(docs/experiments/budget-floor-fresh-splits.md, "A floor of epochs, on fresh splits"): DEFAULT_EPOCHS
 epochs, at least DEFAULT_MIN_STEPS and at most DEFAULT_MAX_STEPS steps, a dev
 check every DEFAULT_EVAL_EVERY steps. 16 shots per class are 32 steps on
 SST-2 and 96 on trec.
@@ -61,13 +61,15 @@ class TrainingDiverged(ValueError):
     """A step's gradients were not finite: training stops before they reach the weights."""
 
 
-# The default budget, when neither `steps` nor `epochs` is given (docs/results.md, "A floor of epochs, on
-# fresh splits"): 8 epochs, at least 32 steps, a dev check every DEFAULT_EVAL_EVERY steps.
+# The default budget, when neither `steps` nor `epochs` is given
+# (docs/experiments/budget-floor-fresh-splits.md, "A floor of epochs, on fresh splits"): 8 epochs, at least
+# 32 steps, a dev check every DEFAULT_EVAL_EVERY steps.
 DEFAULT_EPOCHS = 8.0
 DEFAULT_MIN_STEPS = 32
 DEFAULT_EVAL_EVERY = 8  # steps between dev checks, unless `eval_every` is given or `epochs` is (every epoch)
 # The cap of an epoch budget, when `max_steps` is not given: an automatic job at 16 examples per class
-# ends within 10 minutes on a 2-core CPU (docs/results.md, "The training budget, chosen on dev").
+# ends within 10 minutes on a 2-core CPU (docs/experiments/training-budget-and-backbone.md, "The training
+# budget, chosen on dev").
 DEFAULT_MAX_STEPS = 120
 
 

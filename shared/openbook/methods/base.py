@@ -151,8 +151,9 @@ class EmbeddingOptions:
     """
 
     # True: every other weight trains, and the table stays as loaded. The default since a dev check
-    # (docs/results.md, "The token-embedding table, chosen on dev"): on gemma3-270m, retroprompt's dev
-    # mean 77.4 against 77.0 with the table trained, at half the seconds per step.
+    # (docs/experiments/training-step-and-embedding-table.md, "The token-embedding table, chosen on
+    # dev"): on gemma3-270m, retroprompt's dev mean 77.4 against 77.0 with the table trained, at half the
+    # seconds per step.
     freeze_embeddings: bool = True
 
 

@@ -12,8 +12,8 @@ Three additions to `prompt-ft`, each of which can be switched on or off:
   and retrieving it would make p_kNN one-hot on the gold label and the term
   vanish. p_kNN is floored at `min_p_knn` so one example cannot dominate.
   Under the default budget and backbone, the default without it scored
-  higher on dev than with it (docs/results.md), so the rule written before
-  that grid dropped it; the paper's configuration is `retroprompt/knn-loss`;
+  higher on dev than with it (docs/experiments/retroprompt-parts-gemma3-270m.md),
+  so the rule written before that grid dropped it; the paper's configuration is `retroprompt/knn-loss`;
 - demonstrations (see `demonstrations.py`) in training and inference, retrieved
   leave-one-out in training as well; `demos` says how they are shown:
   `neural` (the paper's: per class, the softmax-weighted mean of the top-m
@@ -22,9 +22,9 @@ Three additions to `prompt-ft`, each of which can be switched on or off:
   for it, in the same place), `text` (LM-BFF: each class's `demo_texts`
   nearest neighbours written out in the filled template) or `none`. `neural`
   is the default: on the default backbone's dev sets, under the default
-  budget, it scored above no demonstrations (docs/results.md, by 0.03
-  points, as the rule written before that grid asks); `retroprompt/demos=none`
-  shows none;
+  budget, it scored above no demonstrations
+  (docs/experiments/retroprompt-parts-gemma3-270m.md, by 0.03 points, as the
+  rule written before that grid asks); `retroprompt/demos=none` shows none;
 - kNN interpolation at inference, with k, T and lambda chosen on dev;
 - a contrastive loss on the slot space (`contrastive=W`, off by default; `contrastive.py`): SupCon
   over each example's plain-prompt slot vector against the store's keys, after Jian et al. (NAACL
@@ -80,11 +80,11 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
     DEMOS = ("neural", "words", "text", "none")
 
     # One of DEMOS. The default is the mode with the best dev mean among those measured on every task
-    # and seed (docs/results.md, "The demonstrations on gemma3-270m, by the rule"); True and False
-    # (older configs) read as neural and none.
+    # and seed (docs/experiments/retroprompt-parts-gemma3-270m.md, "The demonstrations on gemma3-270m, by
+    # the rule"); True and False (older configs) read as neural and none.
     demos: str = "neural"
-    # The kNN-guided loss: off by default, chosen on dev (docs/results.md, "RetroPrompt's parts under
-    # the default budget"); beta, k, temperature and min_p_knn are its settings.
+    # The kNN-guided loss: off by default, chosen on dev (docs/experiments/retroprompt-parts-gemma3-270m.md,
+    # "RetroPrompt's parts under the default budget"); beta, k, temperature and min_p_knn are its settings.
     knn_loss: bool = False
     knn_infer: bool = True
     beta: float = 1.0  # weight of the kNN term in the loss
