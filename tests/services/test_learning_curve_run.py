@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from openbook.experiments.setfit_peer import SetFitConfig
 from openbook.methods import method_config
 from openbook.version import __version__
 
+from services.learning_curve.baselines import BASELINES
 from services.learning_curve.report import CurveRecord, read_results, write_results
 from services.learning_curve.run import (
     CurveSettings,
@@ -111,6 +114,21 @@ def test_records_are_added_to_only_under_the_same_method_backbone_and_scoring(tm
         check_same_setup(settings, [legacy])
     with pytest.raises(ValueError, match="demos must be one of"):
         CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13], method="retroprompt/demos=vectors")
+
+
+def test_setfit_rounds_are_added_to_only_under_the_same_encoder_and_options(tmp_path: Path) -> None:
+    """`setfit` meant all-MiniLM-L6-v2 with no cap until runs recorded its options: such a run's setfit
+    rounds are not added to by today's all-mpnet-base-v2; a run without the baseline does not matter."""
+    settings = CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13])  # the default baselines
+    today = {"setfit": asdict(SetFitConfig())}
+    check_same_setup(settings, [_recorded(settings, baselines=list(BASELINES), peer_configs=today)])
+    check_same_setup(settings, [_recorded(settings, baselines=["knn-interp"])])  # setfit was skipped
+    legacy = _recorded(settings, baselines=["knn-interp", "prompt-ft", "setfit"])  # no peer_configs
+    with pytest.raises(ValueError, match=r"other settings \(baseline setfit: .*'encoder': 'minilm'"):
+        check_same_setup(settings, [legacy])
+    minilm = CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13], baselines=["setfit/encoder=minilm"])
+    with pytest.raises(ValueError, match="baseline setfit/encoder=minilm"):  # recorded: no cap
+        check_same_setup(minilm, [_recorded(minilm, baselines=["setfit/encoder=minilm"])])
 
 
 def test_the_code_is_dirty_only_for_changes_outside_the_output_directory(tmp_path: Path) -> None:

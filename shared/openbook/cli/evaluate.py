@@ -81,7 +81,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.data import DataError, fixed_sample, load_full, load_kshot
     from openbook.experiments.evaluation import INFERENCE_METHODS, evaluate_task
     from openbook.experiments.reports import add_record, check_one_kind, locked, read_results
-    from openbook.experiments.setfit_peer import PEER_NAME, evaluate_setfit, require_setfit
+    from openbook.experiments.setfit_peer import (
+        evaluate_setfit,
+        is_peer,
+        peer_config,
+        peer_spec,
+        require_peer,
+    )
     from openbook.experiments.training_eval import evaluate_trained
     from openbook.methods import MethodError, build_method
 
@@ -89,10 +95,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     seeds = [int(s) for s in args.seeds.split(",")]
     frozen = [m for m in methods if m in INFERENCE_METHODS]
-    peers = [m for m in methods if m == PEER_NAME]  # a baseline on its own backbone (setfit_peer.py)
-    trainable = [m for m in methods if m not in INFERENCE_METHODS and m not in peers]
-    if peers:
-        require_setfit()  # an optional extra: say how to install it before anything loads
+    # a baseline on its own encoder (setfit_peer.py), named by its canonical spec like a trained method
+    peers = {peer_spec(peer_config(m)): peer_config(m) for m in methods if is_peer(m)}
+    trainable = [m for m in methods if m not in INFERENCE_METHODS and not is_peer(m)]
+    for peer_options in peers.values():
+        require_peer(peer_options)  # an optional extra: say how to install it before anything loads
     for spec in trainable:
         try:
             build_method(spec)  # an unknown method or option fails before any model is loaded
@@ -103,10 +110,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     # the canonical spelling, so `retroprompt/no-demos` and `retroprompt/demos=none` are one method
     canonical = {spec: build_method(spec).spec for spec in trainable}
     trainable = list(dict.fromkeys(canonical.values()))
+    canonical |= {m: peer_spec(peer_config(m)) for m in methods if is_peer(m)}
     methods = list(dict.fromkeys(canonical.get(m, m) for m in methods))
     if args.full and (frozen or peers):
         raise DataError(
-            f"--full evaluates trainable methods only; drop {', '.join(frozen + peers)} from --methods"
+            f"--full evaluates trainable methods only; drop {', '.join([*frozen, *peers])} from --methods"
         )
     if args.no_test and args.test_size is not None:
         raise DataError("--test-size samples the test split, which --no-test never reads: give one of them")
@@ -156,8 +164,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     for task in tasks:
         pending_seeds = [s for s in seeds if any((task, m, s) not in done for m in frozen)]
         pending_runs = [(m, s) for m in trainable for s in seeds if (task, m, s) not in done]
-        pending_peer = [s for s in seeds if peers and (task, PEER_NAME, s) not in done]
-        if not pending_seeds and not pending_runs and not pending_peer:
+        pending_peers = {p: [s for s in seeds if (task, p, s) not in done] for p in peers}
+        pending_peers = {p: pending for p, pending in pending_peers.items() if pending}
+        if not pending_seeds and not pending_runs and not pending_peers:
             continue
         classifier = build_classifier(args, task)
         classifier.knn = knn
@@ -195,12 +204,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 shots=args.shots,
                 load=loader(task),
             )
-        if pending_peer:
+        for peer_name, pending in pending_peers.items():
             evaluate_setfit(
                 classifier,
                 args.data,
                 task,
-                pending_peer,
+                pending,
+                config=peers[peer_name],
                 shots=args.shots,
                 device=args.device,
                 on_record=save,
@@ -215,14 +225,24 @@ def check_method_options(records: Sequence[EvalRecord], specs: Sequence[str], ou
     """ValueError if a recorded run of one of `specs` was trained with other options than the spec
     means now (a default changed since): resuming would report two configurations under one name.
     Records from before `method_config` was recorded cannot be checked; an option added since a record
-    was made reads as its default (`recorded_config`)."""
+    was made reads as its default (`recorded_config`). Every SetFit run in `out` is checked, asked for
+    or not: its recorded options always say what ran, and `setfit` named all-MiniLM-L6-v2 runs before
+    it named all-mpnet-base-v2 ones, so a table would show those under the wrong encoder (and the
+    16-shot target would read them as today's peer)."""
+    from dataclasses import asdict
+
+    from openbook.experiments.setfit_peer import is_peer, peer_config, recorded_peer_config
     from openbook.methods import method_config, recorded_config
 
     for record in records:
-        if record.method not in specs or record.params.get("method_config") is None:
+        if is_peer(record.method):
+            recorded = recorded_peer_config(record.params)
+            now = asdict(peer_config(record.method))
+        elif record.method in specs and record.params.get("method_config") is not None:
+            recorded = recorded_config(record.params["method_config"])
+            now = method_config(record.method)
+        else:
             continue
-        recorded = recorded_config(record.params["method_config"])
-        now = method_config(record.method)
         if recorded != now:
             changed = ", ".join(
                 f"{k}: {recorded.get(k)!r} -> {v!r}" for k, v in now.items() if recorded.get(k) != v

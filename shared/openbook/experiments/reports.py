@@ -211,17 +211,22 @@ def write_results(
 
 def relabelled(records: Sequence[EvalRecord]) -> tuple[list[EvalRecord], dict[str, str]]:
     """The records, each named by the spec its recorded options have under today's defaults
-    (`methods.recorded_spec`), and the renames made, old name -> new. After a method's default changes,
-    this keeps every name saying what ran. Records without `method_config` (inference methods, SetFit,
-    runs from before it was recorded) keep their names. ValueError, before anything is renamed, where
-    two records of one task and seed would then share a name."""
+    (`methods.recorded_spec`; a SetFit run's by its recorded options, `setfit_peer.recorded_peer_spec`),
+    and the renames made, old name -> new. After a method's default changes, this keeps every name
+    saying what ran. Records without `method_config` (inference methods, runs from before it was
+    recorded) keep their names. ValueError, before anything is renamed, where two records of one task
+    and seed would then share a name."""
+    from openbook.experiments.setfit_peer import is_peer, recorded_peer_spec
     from openbook.methods import recorded_spec
 
     renames: dict[str, str] = {}
     out = []
     for record in records:
         recorded = record.params.get("method_config")
-        name = record.method if recorded is None else recorded_spec(recorded)
+        if is_peer(record.method):
+            name = recorded_peer_spec(record.params)
+        else:
+            name = record.method if recorded is None else recorded_spec(recorded)
         if name != record.method:
             renames[record.method] = name
         out.append(replace(record, method=name))

@@ -79,15 +79,7 @@ class Method(ABC):
     @property
     def spec(self) -> str:
         """The method's name plus every option that differs from the default, e.g. `retroprompt/demo-m=2`."""
-        default = self.config_class()
-        options = []
-        for field in dataclasses.fields(self.config):
-            value = getattr(self.config, field.name)
-            if value != getattr(default, field.name):
-                name = field.name.replace("_", "-")
-                option = f"no-{name}" if value is False else name if value is True else f"{name}={value}"
-                options.append(option)
-        return "/".join([self.name, *options])
+        return config_spec(self.name, self.config)
 
     def check_backbone(self, backbone: Backbone) -> None:
         """Raise MethodError when an option cannot work on this backbone."""
@@ -254,13 +246,22 @@ def register_method(cls: type[Method]) -> type[Method]:
 
 def build_method(spec: str) -> Method:
     """`retroprompt/no-demos/knn-loss` -> a configured Method; unknown names and options raise MethodError."""
-    name, *options = [part.strip() for part in spec.split("/")]
+    name = spec.split("/")[0].strip()
     if name not in METHODS:
         raise MethodError(f"unknown method {name!r}; registered: {', '.join(sorted(METHODS))}")
     cls = METHODS[name]
-    fields = {f.name: f for f in dataclasses.fields(cls.config_class)}
+    return cls(config_from_options(spec, cls.config_class, cls.config_class.OPTION_ALIASES))
+
+
+def config_from_options(spec: str, config_class: type[Any], aliases: dict[str, str] | None = None) -> Any:
+    """The config dataclass that `spec` (`name/option/key=value...`) asks for, every other field at its
+    default: `flag` / `no-flag` set a boolean field, `key=value` any other, converted to the default's
+    type. `aliases` maps older spellings of options to canonical ones. MethodError for an unknown
+    option, a value of the wrong type, or a config that refuses the values."""
+    name, *options = [part.strip() for part in spec.split("/")]
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
     values: dict[str, Any] = {}
-    for option in (cls.config_class.OPTION_ALIASES.get(o, o) for o in options):
+    for option in ((aliases or {}).get(o, o) for o in options):
         key, sep, raw = option.partition("=")
         negated = not sep and key.startswith("no-")
         field_name = (key[3:] if negated else key).replace("-", "_")
@@ -268,7 +269,7 @@ def build_method(spec: str) -> Method:
         if field is None:
             known = ", ".join(n.replace("_", "-") for n in fields) or "none"
             raise MethodError(f"method {name} has no option {key!r} (options: {known})")
-        default = getattr(cls.config_class(), field_name)
+        default = getattr(config_class(), field_name)
         if not sep:
             if not isinstance(default, bool):
                 raise MethodError(f"option {field_name!r} of {name} needs a value: {key}=...")
@@ -276,10 +277,22 @@ def build_method(spec: str) -> Method:
         else:
             values[field_name] = _convert(raw, default, f"{name}/{option}")
     try:
-        config = cls.config_class(**values)
+        return config_class(**values)
     except (TypeError, ValueError) as error:
         raise MethodError(f"{spec}: {error}") from None
-    return cls(config)
+
+
+def config_spec(name: str, config: Any) -> str:
+    """`name` plus every field of the dataclass `config` that differs from its default, spelled as
+    `config_from_options` reads it back, e.g. `retroprompt/demo-m=2`."""
+    default = type(config)()
+    options = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if value != getattr(default, field.name):
+            key = field.name.replace("_", "-")
+            options.append(f"no-{key}" if value is False else key if value is True else f"{key}={value}")
+    return "/".join([name, *options])
 
 
 def method_config(spec: str) -> dict[str, Any]:
