@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import cast
 
-from openbook.labels import LabelError, add_label
+from openbook.labels import LabelError, add_labels
 
 from services.api.tasks import TaskRegistry, read_spec
 from services.bus.task_labels import served_labels, swap_spec
-from services.bus.task_spec import TASKS_KEY, Task
+from services.bus.task_spec import MAX_LABELS, TASKS_KEY, Task
 
 ATTEMPTS = 8  # concurrent changes of one task's spec are rare; each retry decides again
 
@@ -43,24 +43,44 @@ class SpecBusy(RuntimeError):
     """The spec kept changing under the change: try again."""
 
 
-def add_task_label(registry: TaskRegistry, name: str, label: str, word: str) -> Task:
-    """Add `label`, scored by `word`, to task `name`; returns the stored spec (blocking)."""
+class TooManyLabels(ValueError):
+    """The labels added would take the task over MAX_LABELS."""
+
+
+def add_task_labels(registry: TaskRegistry, name: str, labels: dict[str, str]) -> Task:
+    """Add `labels` (label -> word) to task `name`, all or none; returns the stored spec (blocking)."""
     for _ in range(ATTEMPTS):
-        raw, task = _stored(registry, name)
-        if label in task.labels:
-            raise LabelConflict(f"task {name!r} has label {label!r} already (word {task.labels[label]!r})")
-        runtime = registry.runtime(name)  # level with the spec: its classifier has the labels read above
-        if runtime is None:
-            raise NoSuchTask(name)
-        try:  # the word checked on the classifier that will serve it, before anything is written
-            add_label(runtime.classifier, label, word)
-        except LabelError as error:
-            raise BadWord(str(error)) from None
-        grown = task.model_copy(update={"labels": {**task.labels, label: word}})
+        raw, grown = grown_spec(registry, name, labels)
         if swap_spec(registry.client, raw, grown):
-            registry.runtime(name)  # this replica follows at once: the label's examples are taken now
+            registry.runtime(name)  # this replica follows at once: the labels' examples are taken now
             return grown
     raise SpecBusy(f"the spec of task {name!r} kept changing; try again")
+
+
+def grown_spec(registry: TaskRegistry, name: str, labels: dict[str, str]) -> tuple[bytes, Task]:
+    """The task's stored spec (raw, for a compare-and-set) and the spec with `labels` added, once every
+    check has passed; nothing is written. LabelConflict if one exists, TooManyLabels, BadWord if the
+    classifier that will serve them cannot score a word."""
+    raw, task = _stored(registry, name)
+    there = [label for label in labels if label in task.labels]
+    if there:
+        raise LabelConflict(
+            f"task {name!r} has label {there[0]!r} already (word {task.labels[there[0]]!r})"
+            + (f", and {len(there) - 1} more of those given" if len(there) > 1 else "")
+        )
+    if len(task.labels) + len(labels) > MAX_LABELS:
+        raise TooManyLabels(
+            f"task {name!r} has {len(task.labels)} labels; {len(labels)} more would take it over the most "
+            f"a task may have, {MAX_LABELS}"
+        )
+    runtime = registry.runtime(name)  # level with the spec: its classifier has the labels read above
+    if runtime is None:
+        raise NoSuchTask(name)
+    try:  # the words checked on the classifier that will serve them, before anything is written
+        add_labels(runtime.classifier, labels)
+    except LabelError as error:
+        raise BadWord(str(error)) from None
+    return raw, task.model_copy(update={"labels": {**task.labels, **labels}})
 
 
 def remove_task_label(registry: TaskRegistry, name: str, label: str) -> Task:
