@@ -93,8 +93,12 @@ class OpenBookClient:
         body = {"training": schemas.TrainingPatch(**settings).model_dump(exclude_unset=True)}
         return schemas.Task.model_validate(self._call("PATCH", f"/v1/tasks/{task}", json=body))
 
-    def add_examples(self, task: str, examples: Sequence[schemas.ExampleIn]) -> schemas.ExamplesAck:
-        body = schemas.ExamplesIn(examples=list(examples)).model_dump()
+    def add_examples(
+        self, task: str, examples: Sequence[schemas.ExampleIn], *, create_labels: bool = False
+    ) -> schemas.ExamplesAck:
+        """Add examples, all or none; with `create_labels`, the labels they name that the task lacks are
+        added with them, each scored by its name made readable."""
+        body = schemas.ExamplesIn(examples=list(examples), create_labels=create_labels).model_dump()
         return schemas.ExamplesAck.model_validate(self._call("POST", f"/v1/tasks/{task}/examples", json=body))
 
     def delete_example(self, task: str, example_id: int) -> None:

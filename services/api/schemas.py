@@ -91,6 +91,12 @@ class ExampleIn(BaseModel):
 
 class ExamplesIn(BaseModel):
     examples: list[ExampleIn] = Field(min_length=1, description="the ids given, if any, differ")
+    create_labels: StrictBool = Field(
+        False,
+        description="add the labels the examples name that the task lacks, each scored by its name made "
+        "readable (book_flight -> book flight), stored with the examples or not at all; false: an unknown "
+        "label is a 422",
+    )
 
     @field_validator("examples")
     @classmethod
