@@ -9,7 +9,7 @@ with OpenBookClient("http://127.0.0.1:8000") as client:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -29,6 +29,11 @@ def wait_ready(base_url: str, *, timeout: float = 120.0, alive: Callable[[], boo
             pass  # not listening yet
         time.sleep(0.2)
     return False
+
+
+def _labels_body(labels: Mapping[str, str] | Sequence[str]) -> Any:
+    """Labels as the api's schemas take them: the object of label -> word, or the list of names."""
+    return dict(labels) if isinstance(labels, Mapping) else list(labels)
 
 
 class OpenBookError(RuntimeError):
@@ -61,12 +66,22 @@ class OpenBookClient:
             raise OpenBookError(response.status_code, detail)
         return None if response.status_code == 204 else response.json()
 
-    def create_task(self, name: str, template: str, labels: dict[str, str], **options: Any) -> schemas.Task:
-        body = schemas.TaskCreate(name=name, template=template, labels=labels, **options)
+    def create_task(
+        self, name: str, template: str, labels: Mapping[str, str] | Sequence[str], **options: Any
+    ) -> schemas.Task:
+        """`labels`: label -> word, or label names alone, each scored by its readable word
+        (`book_flight` -> "book flight")."""
+        body = schemas.TaskCreate(name=name, template=template, labels=_labels_body(labels), **options)
         return schemas.Task.model_validate(self._call("POST", "/v1/tasks", json=body.model_dump()))
 
-    def add_label(self, task: str, label: str, word: str) -> schemas.Task:
-        body = schemas.LabelIn(label=label, word=word).model_dump()
+    def add_label(self, task: str, label: str, word: str | None = None) -> schemas.Task:
+        """One more label, scored by `word` (None: its name made readable)."""
+        body = schemas.LabelIn(label=label, word=word).model_dump(exclude_none=True)
+        return schemas.Task.model_validate(self._call("POST", f"/v1/tasks/{task}/labels", json=body))
+
+    def add_labels(self, task: str, labels: Mapping[str, str] | Sequence[str]) -> schemas.Task:
+        """More labels, all or none: label -> word, or label names alone."""
+        body = {"labels": _labels_body(labels)}
         return schemas.Task.model_validate(self._call("POST", f"/v1/tasks/{task}/labels", json=body))
 
     def remove_label(self, task: str, label: str) -> schemas.Task:
@@ -78,8 +93,12 @@ class OpenBookClient:
         body = {"training": schemas.TrainingPatch(**settings).model_dump(exclude_unset=True)}
         return schemas.Task.model_validate(self._call("PATCH", f"/v1/tasks/{task}", json=body))
 
-    def add_examples(self, task: str, examples: Sequence[schemas.ExampleIn]) -> schemas.ExamplesAck:
-        body = schemas.ExamplesIn(examples=list(examples)).model_dump()
+    def add_examples(
+        self, task: str, examples: Sequence[schemas.ExampleIn], *, create_labels: bool = False
+    ) -> schemas.ExamplesAck:
+        """Add examples, all or none; with `create_labels`, the labels they name that the task lacks are
+        added with them, each scored by its name made readable."""
+        body = schemas.ExamplesIn(examples=list(examples), create_labels=create_labels).model_dump()
         return schemas.ExamplesAck.model_validate(self._call("POST", f"/v1/tasks/{task}/examples", json=body))
 
     def delete_example(self, task: str, example_id: int) -> None:

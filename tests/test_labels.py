@@ -11,7 +11,7 @@ from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.calibration import calibrated_p_lm
 from openbook.checkpoints import load_classifier, save_classifier
 from openbook.classifier import Classifier
-from openbook.labels import LabelError, add_label, fit_to_labels
+from openbook.labels import LabelError, add_label, add_labels, fit_to_labels
 from openbook.methods import METHODS, weights_sha256
 from openbook.methods.dart import DifferentiablePrompt
 from openbook.methods.linear_probe import LinearProbeHead
@@ -147,3 +147,26 @@ def test_fit_to_labels_grows_to_an_extension_and_refuses_anything_else(
     for other in ({"1": "good", "0": "bad", "2": "x"}, {"0": "bad", "1": "great"}, {"0": "bad", "2": "x"}):
         with pytest.raises(LabelError, match="do not extend"):
             fit_to_labels(classifier, other)
+
+
+def test_labels_added_together_serve_as_labels_added_one_by_one(causal_backbone: Backbone, toy) -> None:
+    classifier = Classifier(causal_backbone, toy.template, toy.verbalizer)
+    classifier.label_bias = classifier.calibration_bias("content-free")
+    together = add_labels(classifier, {"2": "boring", "3": "fun"})
+    one_by_one = add_label(add_label(classifier, "2", "boring"), "3", "fun")
+    assert together.labels == one_by_one.labels == ("0", "1", "2", "3")
+    assert together.verbalizer.words == one_by_one.verbalizer.words
+    assert together.label_bias is not None and one_by_one.label_bias is not None
+    np.testing.assert_allclose(together.label_bias, one_by_one.label_bias)
+    np.testing.assert_allclose(together.embed(SAMPLE).lm_log_probs, one_by_one.embed(SAMPLE).lm_log_probs)
+
+
+def test_labels_added_together_are_all_added_or_none(causal_backbone: Backbone, toy) -> None:
+    classifier = Classifier(causal_backbone, toy.template, toy.verbalizer)
+    with pytest.raises(LabelError, match="label '3' would have the same word as label '1'"):
+        add_labels(classifier, {"2": "boring", "3": "good"})
+    with pytest.raises(LabelError, match="label '3' would have the same word as label '2'"):
+        add_labels(classifier, {"2": "boring", "3": "boring"})
+    with pytest.raises(LabelError, match="label '0' exists"):
+        add_labels(classifier, {"2": "boring", "0": "fun"})
+    assert classifier.labels == ("0", "1") and classifier.verbalizer.words == ("bad", "good")

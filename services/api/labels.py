@@ -1,4 +1,5 @@
-"""Adding a label to a live task, and removing one that nothing depends on (routes/labels.py).
+"""Adding labels to a live task, and removing one that nothing depends on (routes/labels.py); an
+upload of examples that creates the labels it names (routes/examples.py).
 
 A label added is served at once: the stored spec grows (services/bus/task_labels.py), and each
 replica, on its next request for the task, grows its classifier in place (TaskRegistry.runtime):
@@ -12,13 +13,16 @@ another model. A label added since the served checkpoint, with no examples yet, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
 
-from openbook.labels import LabelError, add_label
+from openbook.label_names import LabelNameError, readable_word
+from openbook.labels import LabelError, add_labels
 
 from services.api.tasks import TaskRegistry, read_spec
+from services.bus.examples_log import Appended, NewExample, SpecChanged, SpecSwap
 from services.bus.task_labels import served_labels, swap_spec
-from services.bus.task_spec import TASKS_KEY, Task
+from services.bus.task_spec import MAX_LABELS, TASKS_KEY, Task
 
 ATTEMPTS = 8  # concurrent changes of one task's spec are rare; each retry decides again
 
@@ -43,24 +47,102 @@ class SpecBusy(RuntimeError):
     """The spec kept changing under the change: try again."""
 
 
-def add_task_label(registry: TaskRegistry, name: str, label: str, word: str) -> Task:
-    """Add `label`, scored by `word`, to task `name`; returns the stored spec (blocking)."""
+class TooManyLabels(ValueError):
+    """The labels added would take the task over MAX_LABELS."""
+
+
+def add_task_labels(registry: TaskRegistry, name: str, labels: dict[str, str]) -> Task:
+    """Add `labels` (label -> word) to task `name`, all or none; returns the stored spec (blocking)."""
     for _ in range(ATTEMPTS):
-        raw, task = _stored(registry, name)
-        if label in task.labels:
-            raise LabelConflict(f"task {name!r} has label {label!r} already (word {task.labels[label]!r})")
-        runtime = registry.runtime(name)  # level with the spec: its classifier has the labels read above
-        if runtime is None:
-            raise NoSuchTask(name)
-        try:  # the word checked on the classifier that will serve it, before anything is written
-            add_label(runtime.classifier, label, word)
-        except LabelError as error:
-            raise BadWord(str(error)) from None
-        grown = task.model_copy(update={"labels": {**task.labels, label: word}})
+        raw, grown = grown_spec(registry, name, labels)
         if swap_spec(registry.client, raw, grown):
-            registry.runtime(name)  # this replica follows at once: the label's examples are taken now
+            registry.runtime(name)  # this replica follows at once: the labels' examples are taken now
             return grown
     raise SpecBusy(f"the spec of task {name!r} kept changing; try again")
+
+
+def grown_spec(
+    registry: TaskRegistry, name: str, labels: dict[str, str], stored: tuple[bytes, Task] | None = None
+) -> tuple[bytes, Task]:
+    """The task's stored spec (raw, for a compare-and-set; `stored` if given, as read) and the spec with
+    `labels` added, once every check has passed; nothing is written. LabelConflict if one exists,
+    TooManyLabels, BadWord if the classifier that will serve them cannot score a word."""
+    raw, task = stored or _stored(registry, name)
+    there = [label for label in labels if label in task.labels]
+    if there:
+        raise LabelConflict(
+            f"task {name!r} has label {there[0]!r} already (word {task.labels[there[0]]!r})"
+            + (f", and {len(there) - 1} more of those given" if len(there) > 1 else "")
+        )
+    if len(task.labels) + len(labels) > MAX_LABELS:
+        raise TooManyLabels(
+            f"task {name!r} has {len(task.labels)} labels; {len(labels)} more would take it over the most "
+            f"a task may have, {MAX_LABELS}"
+        )
+    runtime = registry.runtime(name)  # level with the spec: its classifier has the labels read above
+    if runtime is None:
+        raise NoSuchTask(name)
+    try:  # the words checked on the classifier that will serve them, before anything is written
+        add_labels(runtime.classifier, labels)
+    except LabelError as error:
+        raise BadWord(str(error)) from None
+    return raw, task.model_copy(update={"labels": {**task.labels, **labels}})
+
+
+def append_creating_labels(
+    registry: TaskRegistry, name: str, examples: Sequence[NewExample]
+) -> list[Appended]:
+    """Append `examples` to task `name`'s log, adding first the labels they name that the task lacks,
+    each scored by its readable word (openbook.label_names), in one atomic write: the labels and the
+    examples are stored together or not at all (blocking).
+
+    Raises what `ExampleLog.append` raises, and, with nothing written: BadNewLabel (a name with no word
+    in it, or whose word another label has), TooManyLabels, BadWord, SpecBusy, NoSuchTask.
+    """
+    for _ in range(ATTEMPTS):
+        raw, task = _stored(registry, name)
+        missing = list(dict.fromkeys(e.label for e in examples if e.label not in task.labels))
+        runtime = registry.runtime(name)
+        if runtime is None:
+            raise NoSuchTask(name)
+        if not missing:
+            return runtime.log.append(examples)
+        _, grown = grown_spec(registry, name, _new_label_words(task, missing), (raw, task))
+        try:
+            appended = runtime.log.append(examples, spec_swap=SpecSwap(raw, grown.model_dump_json()))
+        except SpecChanged:
+            continue  # decided again on the spec as it is now
+        registry.runtime(name)  # this replica follows at once, before it takes the examples
+        return appended
+    raise SpecBusy(f"the spec of task {name!r} kept changing; try again")
+
+
+class BadNewLabel(ValueError):
+    """A label an upload would create that cannot be: `label` is the one at fault."""
+
+    def __init__(self, label: str, message: str) -> None:
+        super().__init__(message)
+        self.label = label
+
+
+def _new_label_words(task: Task, names: Sequence[str]) -> dict[str, str]:
+    """Label name -> readable word for labels to create; BadNewLabel for a name with no word in it, or
+    whose word is another label's."""
+    taken = {word: label for label, word in task.labels.items()}
+    words = {}
+    for label in names:
+        try:
+            word = readable_word(label)
+        except LabelNameError as error:
+            raise BadNewLabel(label, str(error)) from None
+        if word in taken:
+            raise BadNewLabel(
+                label,
+                f"label {label!r} would have the word {word!r}, which label {taken[word]!r} has: add it "
+                f"with a word of its own first (POST /v1/tasks/{task.name}/labels)",
+            )
+        words[label], taken[word] = word, label
+    return words
 
 
 def remove_task_label(registry: TaskRegistry, name: str, label: str) -> Task:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated, Any, Literal
 
+from openbook.label_names import readable_word
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -18,6 +19,7 @@ from pydantic import (
 from services.bus.task_spec import (
     KnnSettings,
     MinConfidence,
+    NewLabels,
     NonBlank,
     Task,
     TaskCreate,
@@ -45,8 +47,36 @@ def _each_id_once(items: list[Any], kind: str) -> list[Any]:
 
 
 class LabelIn(BaseModel):
-    label: NonBlank
-    word: NonBlank = Field(description="the word the LM scores the label by until the next training")
+    """One label to add (`label`, with or without its `word`), or several (`labels`), all or none."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [{"required": ["label"]}, {"required": ["labels"]}],
+            "dependentRequired": {"word": ["label"]},
+        }
+    )
+    label: NonBlank | None = None
+    word: NonBlank | None = Field(
+        None,
+        description="the word the LM scores `label` by until the next training; left out: the label's "
+        "name made readable (book_flight -> book flight)",
+    )
+    labels: NewLabels | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> LabelIn:
+        if (self.label is None) == (self.labels is None):
+            raise ValueError("give `label` (and optionally its `word`) or `labels`, not both")
+        if self.word is not None and self.label is None:
+            raise ValueError("`word` goes with `label`; in `labels`, give label -> word")
+        return self
+
+    def added(self) -> dict[str, str]:
+        """The labels to add, label -> word; LabelNameError when `label`'s name has no word to make."""
+        if self.label is not None:
+            return {self.label: self.word if self.word is not None else readable_word(self.label)}
+        assert self.labels is not None
+        return self.labels
 
 
 class ExampleIn(BaseModel):
@@ -61,6 +91,12 @@ class ExampleIn(BaseModel):
 
 class ExamplesIn(BaseModel):
     examples: list[ExampleIn] = Field(min_length=1, description="the ids given, if any, differ")
+    create_labels: StrictBool = Field(
+        False,
+        description="add the labels the examples name that the task lacks, each scored by its name made "
+        "readable (book_flight -> book flight), stored with the examples or not at all; false: an unknown "
+        "label is a 422",
+    )
 
     @field_validator("examples")
     @classmethod

@@ -8,7 +8,8 @@ conflict, and a batch with a conflict writes nothing (one Lua script checks
 and appends atomically, and counts the examples added: automatic training's
 clock). The same script refuses a label that the task's stored spec lacks: a
 label removed from the task (services/bus/task_labels.py) cannot gain an
-example between the removal's check and its write. Deleting appends a
+example between the removal's check and its write; a batch that brings labels of its own stores the
+grown spec in the same script (`SpecSwap`). Deleting appends a
 tombstone, so a replica that replays the log ends with the same store as one
 that saw every request; relabelling appends a tombstone and the example under
 its new label, in one script.
@@ -32,7 +33,14 @@ MAX_ID = 2**63 - 1
 
 _APPEND = """
 local n = tonumber(ARGV[1])
-local spec = redis.call('HGET', KEYS[4], ARGV[2 + 3 * n])
+local task, expected, grown = ARGV[2 + 3 * n], ARGV[3 + 3 * n], ARGV[4 + 3 * n]
+local spec = redis.call('HGET', KEYS[4], task)
+if grown ~= '' then
+  if spec ~= expected then
+    return redis.error_reply('SPEC_CHANGED')
+  end
+  spec = grown
+end
 if spec then
   local labels = cjson.decode(spec)['labels']
   for i = 0, n - 1 do
@@ -49,6 +57,9 @@ for i = 0, n - 1 do
       return redis.error_reply('CONFLICT ' .. id)
     end
   end
+end
+if grown ~= '' then
+  redis.call('HSET', KEYS[4], task, grown)
 end
 local out = {}
 for i = 0, n - 1 do
@@ -110,6 +121,18 @@ class UnknownLabel(ValueError):
         self.position = position  # in the batch
 
 
+class SpecChanged(RuntimeError):
+    """The task's spec is no longer the one a batch's spec change was decided on; nothing was written."""
+
+
+@dataclass(frozen=True)
+class SpecSwap:
+    """A change of the task's spec that a batch brings (labels it adds), stored with it or not at all."""
+
+    expected: bytes  # the spec as stored when the change was decided
+    replacement: str  # the spec stored in its place
+
+
 class ConflictError(ValueError):
     def __init__(self, example_id: int) -> None:
         super().__init__(f"example id {example_id} is already in the log with a different text or label")
@@ -158,24 +181,31 @@ class ExampleLog:
         self._delete = client.register_script(_DELETE)
         self._relabel = client.register_script(_RELABEL)
 
-    def append(self, examples: Sequence[NewExample]) -> list[Appended]:
+    def append(self, examples: Sequence[NewExample], *, spec_swap: SpecSwap | None = None) -> list[Appended]:
         """Append atomically and durably; raises ConflictError on a changed id and UnknownLabel on a label
-        the task's stored spec lacks (nothing written). With no spec stored, any label goes."""
+        the task's stored spec lacks (nothing written). With no spec stored, any label goes.
+
+        With `spec_swap`, the task's spec is replaced in the same step, and the labels are checked against
+        the replacement: both are written or neither (SpecChanged if the stored spec is not the expected
+        one), so a label added for the batch never lands without it, nor the batch without its labels.
+        """
         given = [e.id for e in examples if e.id is not None]
         for example_id in given:
             if not 0 <= example_id <= MAX_ID:
                 raise ValueError(f"example id {example_id} is outside 0..2^63-1")
         if len(set(given)) != len(given):
             raise ValueError("a batch repeats an example id")
-        args: list[str | int] = [len(examples)]
+        args: list[str | int | bytes] = [len(examples)]
         for example in examples:
             payload = _payload(example)
             args += ["" if example.id is None else str(example.id), _digest(payload), payload]
-        args.append(self.task)
+        args += [self.task, *((spec_swap.expected, spec_swap.replacement) if spec_swap else ("", ""))]
         keys = [self.stream_key, self.ids_key, self.counter_key, TASKS_KEY, self.added_key]
         try:
             rows = self._append(keys=keys, args=args)
         except redis.ResponseError as error:
+            if str(error).startswith("SPEC_CHANGED"):
+                raise SpecChanged(f"the spec of task {self.task!r} changed meanwhile") from None
             if str(error).startswith("CONFLICT"):
                 raise ConflictError(int(str(error).split()[1])) from None
             if str(error).startswith("UNKNOWN_LABEL"):

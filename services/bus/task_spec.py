@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any, Self
 
+from annotated_types import GroupedMetadata
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.knn import DEFAULT_KNN, KnnConfig, Similarity
+from openbook.label_names import words_for_names
 from openbook.methods import build_method
 from openbook.prompting import Template, Verbalizer
 from openbook.training import (
@@ -16,7 +20,15 @@ from openbook.training import (
     DEFAULT_MIN_STEPS,
     TrainConfig,
 )
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    model_validator,
+)
 
 TASKS_KEY = "openbook:tasks"  # hash: task name -> spec JSON
 # hash: task name -> how many times a task of that name was deleted. Never deleted itself, so a job or
@@ -33,18 +45,71 @@ TaskName = Annotated[str, StringConstraints(pattern=TASK_NAME_PATTERN)]
 NOT_ONLY_WHITESPACE = r"[^\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 NonBlank = Annotated[str, StringConstraints(min_length=1, pattern=NOT_ONLY_WHITESPACE)]
 _NON_BLANK_SCHEMA = {"type": "string", "minLength": 1, "pattern": NOT_ONLY_WHITESPACE}
-# pydantic would describe the keys' pattern as patternProperties, which leaves other keys unconstrained
-Labels = Annotated[
-    dict[NonBlank, NonBlank],
-    Field(min_length=2),
-    WithJsonSchema(
-        {
+# The most labels a task may have. A label costs a word in every prompt's verbalizer and a row in every
+# prediction's probabilities (a response of 1,000 labels' probabilities is about 30 kB a text); real intent
+# sets have 50 to 150.
+MAX_LABELS = 1000
+
+
+def _words_of_names(labels: object, min_labels: int) -> object:
+    """A list of label names becomes label -> readable word (openbook.label_names); anything else is left
+    for the object's own validation."""
+    if not isinstance(labels, list):
+        return labels
+    if not min_labels <= len(labels) <= MAX_LABELS:
+        raise ValueError(f"{len(labels)} label name(s): give {min_labels} to {MAX_LABELS}")
+    if not all(isinstance(name, str) for name in labels):
+        raise ValueError("label names must be strings")
+    return words_for_names(labels)  # LabelNameError, a ValueError: the request's 422
+
+
+@dataclass(frozen=True)
+class LabelSet(GroupedMetadata):
+    """Label -> label word, in label order, `min_labels` to MAX_LABELS of them; given, also a list of
+    label names (`_words_of_names`). Stored and returned as the object."""
+
+    min_labels: int
+    description: str
+
+    def __iter__(self) -> Iterator[object]:  # the constraints pydantic applies, and the schema it shows
+        as_object = {
             "type": "object",
-            "minProperties": 2,
+            "minProperties": self.min_labels,
+            "maxProperties": MAX_LABELS,
+            # pydantic would describe the keys' pattern as patternProperties, which leaves other keys
+            # unconstrained: hence the schema spelled out
             "propertyNames": _NON_BLANK_SCHEMA,
             "additionalProperties": _NON_BLANK_SCHEMA,
         }
+        as_names = {
+            "type": "array",
+            "minItems": self.min_labels,
+            "maxItems": MAX_LABELS,
+            "uniqueItems": True,
+            "items": _NON_BLANK_SCHEMA,
+            "description": "label names alone, each scored by its readable word: book_flight -> book "
+            "flight, transferMoney -> transfer money (two names may not make one word)",
+        }
+        yield Field(min_length=self.min_labels, max_length=MAX_LABELS)
+        yield BeforeValidator(lambda labels: _words_of_names(labels, self.min_labels))
+        described = {"description": self.description}
+        yield WithJsonSchema({"anyOf": [as_object, as_names], **described}, mode="validation")
+        yield WithJsonSchema(
+            {**as_object, "description": "label -> label word, in label order"}, mode="serialization"
+        )
+
+
+Labels = Annotated[
+    dict[NonBlank, NonBlank],
+    LabelSet(
+        2,
+        "label -> label word, in label order; or a list of label names, each scored by its readable "
+        f"word (book_flight -> book flight); 2 to {MAX_LABELS} labels",
     ),
+]
+NewLabels = Annotated[
+    dict[NonBlank, NonBlank],
+    LabelSet(1, "labels to add, all or none: label -> label word, or a list of label names"),
 ]
 
 
@@ -197,7 +262,7 @@ class TaskCreate(BaseModel):
     name: TaskName
     template: str = Field(examples=["Review: {text}\nSentiment: {mask}"])
     labels: Labels = Field(
-        description="label -> label word, in label order", examples=[{"0": "negative", "1": "positive"}]
+        examples=[{"0": "negative", "1": "positive"}, ["book_flight", "transfer", "what_is_your_name"]]
     )
     backbone: str | None = Field(None, description="default: the service's backbone")
     method: str = "retroprompt"
@@ -210,6 +275,7 @@ class TaskCreate(BaseModel):
 
 
 class Task(TaskCreate):
+    labels: Labels = Field(examples=[{"0": "negative", "1": "positive"}])  # as stored: label -> word
     backbone: str
 
 

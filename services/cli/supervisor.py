@@ -6,10 +6,18 @@ child dying `limit` times within `window_s` is a crash loop, not a crash: the
 supervisor then stops every child and returns 1. Each death is logged with
 its cause (exit code or signal) and handed to the child's `on_death`, which
 cleans up after it (e.g. queues a dead worker's jobs again at once).
+
+A child started in a session of its own leads a process group, and what it starts (uvicorn's api
+workers) joins it: the supervisor signals the group, not the child alone, so nothing it started
+outlives it. When a child dies, what is left of its group is killed, so that an orphan cannot hold
+the port its restart needs. Stopping is bounded: SIGTERM, then SIGKILL after the child's
+`stop_timeout_s` (a forward in the middle of a request, or a training job, does not hold it up).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import threading
@@ -41,8 +49,9 @@ class Child:
     start: Callable[[], subprocess.Popen]  # raising counts as a death: a start that failed
     on_death: Callable[[str], None] = lambda cause: None
     last_words: Callable[[], str] = lambda: ""  # what it said about its death, e.g. in its log
-    stop_timeout_s: float = 20.0  # after SIGTERM, before SIGKILL
+    stop_timeout_s: float = 5.0  # after SIGTERM, before SIGKILL
     process: subprocess.Popen | None = None
+    group: int | None = None  # the process group it leads; None: it shares another's, signalled alone
     deaths: deque[float] = field(default_factory=deque)  # monotonic times, within the policy's window
     restart_at: float | None = None
 
@@ -74,7 +83,9 @@ class Supervisor:
     def run(self, stopping: threading.Event) -> int:
         """Start the children in order and keep them alive until `stopping` is set (0) or a crash loop (1).
 
-        Children are stopped in the reverse order, so those started first (the server) outlive the others.
+        The first child (the server the others talk to) is stopped last, once the others are gone; the
+        others are stopped together, so a stop takes at most the largest of their `stop_timeout_s` plus
+        the first's.
         """
         try:
             for child in self.children:
@@ -91,11 +102,12 @@ class Supervisor:
                         break
                 stopping.wait(self.poll_s)
         finally:
-            for child in reversed(self.children):
-                self._stop(child)
+            self._stop(self.children[1:])
+            self._stop(self.children[:1])
         return 1 if self.gave_up else 0
 
     def _start(self, child: Child) -> None:
+        child.group = None
         try:
             child.process = child.start()
         except Exception as error:
@@ -103,10 +115,12 @@ class Supervisor:
             self._died(child, f"failed to start: {error}")
             return
         child.restart_at = None
+        child.group = _group_led_by(child.process.pid)
         self.log(f"{child.name} started (pid {child.process.pid})")
 
     def _died(self, child: Child, cause: str) -> None:
         child.process = None
+        _sweep_group(child)  # what it started and left behind
         now = time.monotonic()
         child.deaths.append(now)
         while now - child.deaths[0] > self.policy.window_s:
@@ -130,14 +144,50 @@ class Supervisor:
         window = self.policy.window_s
         self.log(f"restarting {child.name} in {delay:g} s ({recent} death(s) in the last {window:g} s)")
 
-    def _stop(self, child: Child) -> None:
-        process, child.process = child.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(child.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            self.log(f"{child.name} did not stop within {child.stop_timeout_s:g} s of SIGTERM: killing it")
-            process.kill()
-            process.wait()
+    def _stop(self, children: Sequence[Child]) -> None:
+        """SIGTERM to each child's group, SIGKILL to those not gone within their `stop_timeout_s`; then
+        SIGKILL to whatever the children started and left behind."""
+        running = [(child, child.process) for child in children if child.process is not None]
+        for child, process in running:
+            child.process = None
+            if process.poll() is None:
+                _signal(child, process, signal.SIGTERM)
+        start = time.monotonic()
+        for child, process in running:
+            try:
+                process.wait(max(0.0, start + child.stop_timeout_s - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.log(
+                    f"{child.name} did not stop within {child.stop_timeout_s:g} s of SIGTERM: killing it"
+                )
+                _signal(child, process, signal.SIGKILL)
+                process.wait()
+            _sweep_group(child)
+
+
+def _group_led_by(pid: int) -> int | None:
+    """`pid`'s process group if it leads one (started in a session of its own), else None."""
+    try:
+        return pid if os.getpgid(pid) == pid else None
+    except ProcessLookupError:  # already gone: there is nothing of it to signal
+        return None
+
+
+def _signal(child: Child, process: subprocess.Popen, signum: int) -> None:
+    """`signum` to the child's process group, or to the child alone when it leads none."""
+    if child.group is None:
+        process.send_signal(signum)
+    else:
+        _signal_group(child, signum)
+
+
+def _signal_group(child: Child, signum: int) -> None:
+    if child.group is not None:
+        with contextlib.suppress(ProcessLookupError):  # the group is empty
+            os.killpg(child.group, signum)
+
+
+def _sweep_group(child: Child) -> None:
+    """SIGKILL what is left of a dead child's group, and forget the group (its number may be reused)."""
+    _signal_group(child, signal.SIGKILL)
+    child.group = None

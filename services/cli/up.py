@@ -8,7 +8,10 @@ write is back and the others reconnect; a dead worker's jobs are queued
 again as soon as its death is seen. A lock on `OPENBOOK_DATA_DIR/openbook.lock`
 keeps a second stack off the same data (two servers appending to one AOF
 would ruin it); the children inherit it, so it is held until the last of
-them exits. SIGINT or SIGTERM stops the three, the server last.
+them exits. SIGINT or SIGTERM stops the api and the trainer together, then the server: each gets
+SIGTERM and, if it is still there after its grace (`STOP_GRACE_S`), SIGKILL with all it started (its
+process group), so a stop takes at most 8 s whatever they are doing (a long forward, a training job),
+within the 10 s a container runtime waits before it kills (`docker stop`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from services.bus.server import EmbeddedRedis
 from services.cli.supervisor import Child, RestartPolicy, Supervisor
 
 LOCK_NAME = "openbook.lock"
+# SIGTERM to SIGKILL. The api answers what it can in its part (serve.py) and the trainer stops between jobs;
+# what is acknowledged is on disk already (AOF always), so a kill loses nothing acknowledged. The server
+# flushes its AOF and exits within a fraction of a second.
+STOP_GRACE_S = {"api": 5.0, "worker": 5.0, "valkey": 3.0}
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
@@ -78,7 +85,12 @@ def valkey_child(server: EmbeddedRedis) -> Child:
         assert server.process is not None
         return server.process
 
-    return Child("valkey", start=start, last_words=lambda: " / ".join(server.warnings()))
+    return Child(
+        "valkey",
+        start=start,
+        last_words=lambda: " / ".join(server.warnings()),
+        stop_timeout_s=STOP_GRACE_S["valkey"],
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,8 +133,15 @@ def run(args: argparse.Namespace) -> int:
     def service(command: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "services.cli", command], env=env, **options)
 
-    children.append(Child("api", start=lambda: service("serve")))
-    children.append(Child("worker", start=lambda: service("worker"), on_death=requeue_jobs_of_worker))
+    children.append(Child("api", start=lambda: service("serve"), stop_timeout_s=STOP_GRACE_S["api"]))
+    children.append(
+        Child(
+            "worker",
+            start=lambda: service("worker"),
+            on_death=requeue_jobs_of_worker,
+            stop_timeout_s=STOP_GRACE_S["worker"],
+        )
+    )
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())

@@ -39,21 +39,41 @@ class LabelError(PromptError):
 def add_label(classifier: Classifier, label: str, word: str) -> Classifier:
     """`classifier` with one more label, scored by `word`; raises LabelError (nothing changed) if it
     cannot be. Works on an untrained classifier and on one loaded from any method's checkpoint."""
-    if label in classifier.labels:
-        raise LabelError(f"label {label!r} exists; labels: {list(classifier.labels)}")
+    return add_labels(classifier, {label: word})
+
+
+def add_labels(classifier: Classifier, labels: Mapping[str, str]) -> Classifier:
+    """`classifier` with more labels (label -> word, in the order they take), all or none: LabelError
+    (nothing changed) if one cannot be added. As `add_label` for each, with the prompt encoders built
+    once for the whole set rather than once per label."""
+    words = dict(zip(classifier.verbalizer.words, classifier.labels, strict=True))  # word -> its label
+    for label, word in labels.items():
+        if label in classifier.labels:
+            raise LabelError(f"label {label!r} exists; labels: {list(classifier.labels)}")
+        if word in words:
+            raise LabelError(f"label {label!r} would have the same word as label {words[word]!r}: {word!r}")
+        words[word] = label
     bias = classifier.label_bias
     try:
-        verbalizer = Verbalizer((*classifier.labels, label), (*classifier.verbalizer.words, word))
-        # replace() runs __post_init__, whose prompt encoders tokenise every word (the new one included)
+        verbalizer = Verbalizer(
+            (*classifier.labels, *labels), (*classifier.verbalizer.words, *labels.values())
+        )
+        # replace() runs __post_init__, whose prompt encoders tokenise every word (the new ones included)
         grown = dataclasses.replace(
             classifier,
             verbalizer=verbalizer,
-            label_bias=None if bias is None else np.append(bias, bias.mean()).astype(bias.dtype),
+            label_bias=None
+            if bias is None
+            else np.append(bias, np.full(len(labels), bias.mean())).astype(bias.dtype),
         )
     except PromptError as error:
-        raise LabelError(f"label {label!r} with word {word!r}: {error}") from None
-    if classifier.prompt is not None:
-        grown.prompt = classifier.prompt.with_label(classifier.backbone, grown.encoder.label_token_ids[-1])
+        added = ", ".join(f"{label!r} with word {word!r}" for label, word in labels.items())
+        raise LabelError(f"label {added}: {error}" if len(labels) == 1 else str(error)) from None
+    prompt = classifier.prompt
+    if prompt is not None:
+        for ids in grown.encoder.label_token_ids[len(classifier.labels) :]:
+            prompt = prompt.with_label(classifier.backbone, ids)
+        grown.prompt = prompt
     return grown
 
 
@@ -70,6 +90,4 @@ def fit_to_labels(classifier: Classifier, labels: Mapping[str, str]) -> Classifi
             f"labels {dict(given)} do not extend the classifier's {dict(own)}: a label was removed, "
             "renamed, reordered or given another word"
         )
-    for label, word in given[len(own) :]:
-        classifier = add_label(classifier, label, word)
-    return classifier
+    return add_labels(classifier, dict(given[len(own) :])) if len(given) > len(own) else classifier

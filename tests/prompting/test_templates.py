@@ -34,8 +34,18 @@ def test_verbalizer_parse_and_errors():
     with pytest.raises(PromptError, match="unknown label"):
         verbalizer.index("2")
     with pytest.raises(PromptError, match="label=word"):
-        Verbalizer.parse("0:bad,1:good")
+        Verbalizer.parse("0=bad,1:good")  # a word for one label and not for the other
     with pytest.raises(PromptError, match="at least 2 labels"):
         Verbalizer.parse("0=bad")
     with pytest.raises(PromptError, match="same word"):
         Verbalizer.parse("0=bad,1=bad")
+
+
+def test_verbalizer_parses_label_names_alone_into_their_readable_words():
+    verbalizer = Verbalizer.parse("book_flight, transferMoney,what-is-your-name")
+    assert verbalizer.labels == ("book_flight", "transferMoney", "what-is-your-name")
+    assert verbalizer.words == ("book flight", "transfer money", "what is your name")
+    with pytest.raises(PromptError, match="both make the word 'book flight'"):
+        Verbalizer.parse("book_flight,BookFlight")
+    with pytest.raises(PromptError, match="empty"):
+        Verbalizer.parse("book_flight,,transfer")

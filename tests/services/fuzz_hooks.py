@@ -52,6 +52,16 @@ def _fit(text, pair: bool):
     return parts if len(parts) == 2 else [parts[0], parts[0]]
 
 
+def _distinct_words(labels, fresh: str):
+    """Labels (label -> word, or names) whose words differ, which JSON Schema cannot say; a name's
+    readable word begins with its own first word, `n<i>`."""
+    if isinstance(labels, dict):
+        return {f"{label}{fresh}": f"{word}{fresh}{i}" for i, (label, word) in enumerate(labels.items())}
+    if isinstance(labels, list):
+        return [f"n{i}{fresh}_{name}" for i, name in enumerate(labels)]
+    return labels
+
+
 @schemathesis.hook
 def map_case(context, case):
     _spare_the_known_tasks(case)
@@ -63,8 +73,7 @@ def map_case(context, case):
     if path == "/v1/tasks" and case.method.upper() == "POST":
         pair = len(str(body.get("name", ""))) % 2 == 1
         body["template"], body["backbone"], body["method"] = TEMPLATES[pair], None, "retroprompt"
-        if isinstance(body.get("labels"), dict):  # label words must differ, which JSON Schema cannot say
-            body["labels"] = {label: f"{word}{i}" for i, (label, word) in enumerate(body["labels"].items())}
+        body["labels"] = _distinct_words(body.get("labels"), "")
         return case
     task = (case.path_parameters or {}).get("task")
     if task not in TASKS:
@@ -82,7 +91,11 @@ def map_case(context, case):
             text["id"] = text["id"] // 64 * 64 + i  # ids must differ within a batch
     elif path.endswith("/labels") and case.method.upper() == "POST":
         fresh = next(_FRESH)
-        body["label"], body["word"] = f"{body.get('label')}-{fresh}", f"{body.get('word')}{fresh}"
+        if "label" in body:
+            body["label"] = f"{body['label']}-{fresh}"  # its readable word ends in `fresh` too
+        if "word" in body:
+            body["word"] = f"{body['word']}{fresh}"
+        body["labels"] = _distinct_words(body.get("labels"), f"-{fresh}")
     elif path.endswith("/classify"):
         body["texts"] = [_fit(text, pair) for text in body.get("texts", [])]
     elif path.endswith("/demonstrations"):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,56 @@ def test_old_deaths_leave_the_window() -> None:
 @pytest.mark.parametrize(("code", "cause"), [(1, "exited with code 1"), (-9, "was killed by signal SIGKILL")])
 def test_causes_of_death(code: int, cause: str) -> None:
     assert cause_of_death(code) == cause
+
+
+# A child in a session of its own that starts a grandchild, and neither heeds SIGTERM: as uvicorn's api
+# workers in the middle of a forward. Prints the grandchild's pid.
+STUBBORN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+print(subprocess.Popen([sys.executable, "-c", code]).pid, flush=True)
+time.sleep(60)
+"""
+
+
+def stubborn() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, start_new_session=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_a_stop_kills_the_childs_whole_group_after_its_grace() -> None:
+    child = Child("stubborn", start=stubborn, stop_timeout_s=0.5)
+    thread, stopping, (log, result) = supervise([child], RestartPolicy())
+    wait_for(lambda: child.process is not None)
+    process = child.process
+    assert process is not None and process.stdout is not None
+    grandchild = int(process.stdout.readline())
+    stopping.set()
+    started = time.monotonic()
+    thread.join(timeout=30)
+    assert result == [0] and time.monotonic() - started < 5
+    assert "stubborn did not stop within 0.5 s of SIGTERM: killing it" in log
+    wait_for(lambda: not alive(process.pid) and not alive(grandchild), timeout=5)
+
+
+def test_what_a_dead_child_left_behind_is_killed_before_its_restart() -> None:
+    child = Child("stubborn", start=stubborn, stop_timeout_s=0.5)
+    thread, stopping, (log, result) = supervise([child], RestartPolicy(backoff_s=0.05))
+    wait_for(lambda: child.process is not None)
+    first = child.process
+    assert first is not None and first.stdout is not None
+    orphan = int(first.stdout.readline())
+    os.kill(first.pid, signal.SIGKILL)  # the child dies; its own child would hold on (to a port, say)
+    wait_for(lambda: child.process is not None and child.process is not first)
+    wait_for(lambda: not alive(orphan), timeout=5)
+    stopping.set()
+    thread.join(timeout=30)
+    assert result == [0] and "stubborn was killed by signal SIGKILL" in log

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -12,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 from redis.backoff import NoBackoff
@@ -174,3 +176,84 @@ def test_the_demo_task_trains_by_itself(server, causal_dir: Path) -> None:
             assert client.update_training("sentiment", every=20).training.every == 20
             _seed_demo(base, threading.Event())  # again, on a task whose settings changed: left as it is
             assert len(client.jobs("sentiment")) == 1
+
+
+# Loaded by every Python process of a stack whose PYTHONPATH starts with its folder: in the api alone, it
+# makes each forward take SLOW_FORWARD_S seconds, and says when one has started by creating SLOW_FORWARD_MARK.
+SLOW_FORWARD = """
+import os, pathlib, sys, time
+
+if "serve" in sys.argv and os.environ.get("SLOW_FORWARD_S"):
+    from services.api import runtime
+
+    predict = runtime.TaskRuntime.predict
+
+    def slow_predict(self, texts):
+        pathlib.Path(os.environ["SLOW_FORWARD_MARK"]).touch()
+        time.sleep(float(os.environ["SLOW_FORWARD_S"]))
+        return predict(self, texts)
+
+    runtime.TaskRuntime.predict = slow_predict
+"""
+
+
+def processes_in_groups(groups: set[int]) -> dict[int, str]:
+    """Live processes (pid -> state) whose process group is one of `groups`, from /proc."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            if int(fields[2]) in groups and fields[0] != "Z":
+                found[int(entry.name)] = fields[0]
+    return found
+
+
+def test_a_stop_in_the_middle_of_a_long_forward_leaves_no_process_and_frees_the_port(
+    tmp_path: Path, causal_dir: Path
+) -> None:
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SLOW_FORWARD)
+    marker = tmp_path / "forward-started"
+    up = UpStack(tmp_path / "stack", causal_dir)
+    up.env |= {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(hooks), up.env.get("PYTHONPATH")])),
+        "SLOW_FORWARD_S": "120",
+        "SLOW_FORWARD_MARK": str(marker),
+    }
+    up.start()
+    groups: set[int] = set()
+    try:
+        up.wait_ready()
+        assert up.http.post("/v1/tasks", json=TASK).status_code == 201
+        groups = set(up.pids().values())  # each child leads a process group of its own
+        assert len(groups) == 3
+
+        def classify() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # the api is stopped under it
+                httpx.post(f"{up.base}/v1/tasks/reviews/classify", json={"texts": ["fun"]}, timeout=150)
+
+        threading.Thread(target=classify, daemon=True).start()
+        wait_until(marker.exists, 60, "the slow forward started")
+
+        assert up.process is not None
+        up.process.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            up.process.wait(timeout=10)
+        left = processes_in_groups(groups)
+        took = time.monotonic() - stopped
+        assert up.process.returncode == 0 and not left and took < 10, (took, left, up.log()[-3000:])
+        assert "api did not stop within 5 s of SIGTERM: killing it" in up.log()  # its forward held it
+        with socket.socket() as probe:  # nothing listens on the api's port: a new api could (as uvicorn
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # does, past the killed connection)
+            probe.bind(("127.0.0.1", up.port))
+            probe.listen()
+    finally:
+        for group in groups:  # whatever a failed assertion left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        up.stop()

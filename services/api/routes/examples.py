@@ -1,5 +1,5 @@
-"""A task's labelled examples: add (acknowledged once Redis has them on disk), page through, relabel,
-delete.
+"""A task's labelled examples: add (acknowledged once Redis has them on disk; with `create_labels`,
+the labels they name that the task lacks too), page through, relabel, delete.
 
 An example posted under a pool id labels that pool text: once the example is on disk, the text leaves
 the pool (routes/pool.py). A task that trains by itself may queue its next job then (routes/jobs.py).
@@ -15,6 +15,15 @@ from services.api import schemas
 from services.api.checks import check_batch, check_label, check_text
 from services.api.deps import MetricsDep, Reader, Registry, Runtime, SettingsDep, Threads, Writer
 from services.api.errors import declare, unprocessable
+from services.api.labels import (
+    BadNewLabel,
+    BadWord,
+    LabelConflict,
+    NoSuchTask,
+    SpecBusy,
+    TooManyLabels,
+    append_creating_labels,
+)
 from services.api.routes.pool import pool_of
 from services.api.runtime import TaskRuntime
 from services.api.tasks import TaskRegistry
@@ -33,18 +42,31 @@ async def add_examples(
     threads: Threads,
     metrics: MetricsDep,
 ) -> schemas.ExamplesAck:
+    """Add labelled examples, all or none; with `create_labels`, the labels they name that the task
+    lacks are added with them (services/api/labels.py)."""
     check_batch(len(body.examples), ("body", "examples"), settings)
     for i, example in enumerate(body.examples):
         check_text(example.text, ("body", "examples", i, "text"), runtime, settings)
-        check_label(example.label, ("body", "examples", i, "label"), runtime)
+        if not body.create_labels:
+            check_label(example.label, ("body", "examples", i, "label"), runtime)
     new = [NewExample(e.text, e.label, e.id) for e in body.examples]
     pool_ids = [e.id for e in body.examples if e.id is not None]
+
+    def label_at(label: str) -> tuple[str | int, ...]:
+        return ("body", "examples", next(i for i, e in enumerate(new) if e.label == label), "label")
+
     try:
-        appended, job = await threads.write(_record, runtime, registry, new, pool_ids)
-    except ConflictError as error:
+        appended, job = await threads.write(_record, runtime, registry, new, pool_ids, body.create_labels)
+    except (ConflictError, LabelConflict, SpecBusy) as error:
         raise HTTPException(409, str(error)) from None
+    except NoSuchTask:
+        raise HTTPException(404, f"no task {runtime.task.name!r}") from None
     except UnknownLabel as error:  # removed from the task since check_label read the labels
         raise unprocessable(("body", "examples", error.position, "label"), str(error)) from None
+    except BadNewLabel as error:
+        raise unprocessable(label_at(error.label), str(error)) from None
+    except (TooManyLabels, BadWord) as error:
+        raise unprocessable(("body", "create_labels"), str(error)) from None
     if job is not None:
         metrics.jobs.labels(runtime.task.name).inc()
     return schemas.ExamplesAck(
@@ -54,14 +76,22 @@ async def add_examples(
 
 
 def _record(
-    runtime: TaskRuntime, registry: TaskRegistry, new: list[NewExample], pool_ids: list[int]
+    runtime: TaskRuntime,
+    registry: TaskRegistry,
+    new: list[NewExample],
+    pool_ids: list[int],
+    create_labels: bool,
 ) -> tuple[list[Appended], str | None]:
     """Append (durably), then what follows from it, in one worker thread: the acknowledgement waits for
     each step, and one hop off the event loop costs less than four.
 
     Returns the log's answer per example and the automatic job queued, if one is due.
     """
-    appended = runtime.log.append(new)
+    if create_labels:
+        appended = append_creating_labels(registry, runtime.task.name, new)
+        runtime = registry.runtime(runtime.task.name) or runtime  # grown to the labels created
+    else:
+        appended = runtime.log.append(new)
     # Only the ids the client chose: an id the log assigned says nothing about the pool. A retry removes
     # what a failed removal left behind.
     pool_of(runtime).remove(pool_ids)

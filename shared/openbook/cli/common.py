@@ -40,7 +40,11 @@ def data_dir(args: argparse.Namespace) -> str:
 def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE, help="registered name, local path or hub id")
     parser.add_argument("--template", help="e.g. '{text} It was {mask}' (default: the task's preset)")
-    parser.add_argument("--labels", help="label=word pairs, e.g. '0=terrible,1=great' (default: preset)")
+    parser.add_argument(
+        "--labels",
+        help="label=word pairs, e.g. '0=terrible,1=great', or label names alone, e.g. "
+        "'book_flight,transfer', each scored by its readable word ('book flight') (default: preset)",
+    )
     parser.add_argument("--layer", type=int, default=-1, help="hidden layer of the slot representation")
     parser.add_argument("--max-length", type=int, default=128, help="tokens per prompt; longer texts are cut")
     parser.add_argument("--batch-size", type=int, default=32)

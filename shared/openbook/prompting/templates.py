@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from openbook.label_names import LabelNameError, words_for_names
+
 TextInput = str | tuple[str, str]
 
 _PLACEHOLDER = re.compile(r"\{(\w*)\}")
@@ -130,12 +132,23 @@ class Verbalizer:
 
     @classmethod
     def parse(cls, spec: str) -> Verbalizer:
-        """Parse `0=terrible,1=great` (label=word pairs, comma-separated)."""
+        """Parse `0=terrible,1=great` (label=word pairs, comma-separated), or label names alone,
+        `book_flight,transfer`, each scored by its readable word (`openbook.label_names`)."""
+        items = [item.strip() for item in spec.split(",")]
+        if not any("=" in item for item in items):
+            try:
+                named = words_for_names(items)
+            except LabelNameError as error:
+                raise PromptError(str(error)) from None
+            return cls(tuple(named), tuple(named.values()))
         labels, words = [], []
-        for item in spec.split(","):
+        for item in items:
             label, sep, word = item.partition("=")
             if not sep:
-                raise PromptError(f"label spec {item!r} is not of the form label=word (e.g. 0=terrible)")
+                raise PromptError(
+                    f"label spec {item!r} is not of the form label=word (e.g. 0=terrible): give every label "
+                    "a word, or give label names alone"
+                )
             labels.append(label.strip())
             words.append(word.strip())
         return cls(tuple(labels), tuple(words))

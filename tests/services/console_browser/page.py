@@ -7,6 +7,7 @@ Screenshots of each panel go to test-artifacts/console/ (or $OPENBOOK_TEST_ARTIF
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -91,6 +92,14 @@ def console_on(browser, base: str) -> Iterator[Console]:
 def open_console(console: Console) -> None:
     console.page.goto(f"{console.base}/")
     console.page.wait_for_selector("body[data-ready=true]")
+
+
+def open_on_task(console: Console, stack: Stack, task: dict) -> None:
+    """Create `task` through the api, then open the console on it with the write key given."""
+    assert stack.http.post("/v1/tasks", json=task).status_code == 201
+    console.page.add_init_script(f"sessionStorage.setItem('openbook.apiKey', {json.dumps(KEY)});")
+    console.page.add_init_script(f"sessionStorage.setItem('openbook.task', {json.dumps(task['name'])});")
+    open_console(console)
 
 
 def csv_file(name: str, rows: list[tuple]) -> dict:

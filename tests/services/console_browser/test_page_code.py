@@ -34,7 +34,14 @@ def test_upload_checks_and_helpers_in_the_browser(static_console: Console) -> No
           const pairs = upload.readRows("p.csv", "text_a,text_b,label\\nit rains,it is wet,1\\n,x,0\\n");
           const pairChecks = upload.checkRows(pairs, task, true);
           const array = upload.readRows("a.json", '[{"text": "fine", "label": 1, "id": 3}, 5]');
+          const named = [{line: 2, text: "fly", label: "book_flight"}, {line: 3, text: "ok", label: "1"},
+                         {line: 4, text: "pay", label: "pay_bill"},
+                         {line: 5, text: "fly me", label: "book_flight"}, {line: 6, text: "huh", label: " "}];
+          const creating = upload.checkRows(named, task, false, true);
+          const refusing = upload.checkRows(named, task, false);
           return {
+            newLabels: creating.newLabels, creatingErrors: creating.errors.map((r) => [r.line, r.error]),
+            refusingErrors: refusing.errors.map((r) => r.line), refusingNew: refusing.newLabels,
             rows, tsv, errors: big.errors.map((r) => [r.line, r.error]),
             pairs: pairChecks.rows.map((r) => [r.text, r.error]), array,
             sizes: upload.batches(many).map((b) => b.length),
@@ -58,6 +65,9 @@ def test_upload_checks_and_helpers_in_the_browser(static_console: Console) -> No
         {"line": 1, "text": "fine", "label": 1, "id": 3},
         {"line": 2, "text": "", "label": "", "error": "not a JSON object"},
     ]
+    assert result["newLabels"] == ["book_flight", "pay_bill"]  # in the order the rows name them
+    assert result["creatingErrors"] == [[6, "empty label"]]
+    assert result["refusingErrors"] == [2, 4, 5, 6] and result["refusingNew"] == []
     assert result["sizes"] == [64, 64, 2]
     assert result["ids"] == [fnv1a_53("plain"), fnv1a_53("it rains\0it pours"), fnv1a_53("café ☕")]
     assert result["p50"] == pytest.approx(0.1)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from tests.services.console_browser.page import KEY, TRAINING_WAIT_MS, Console, Stack, csv_file, open_console
+from tests.services.console_browser.page import (
+    KEY,
+    TRAINING_WAIT_MS,
+    Console,
+    Stack,
+    csv_file,
+    open_console,
+    open_on_task,
+)
 
 
 def test_planned_panels_light_up_when_the_api_offers_them(console: Console, stack: Stack) -> None:
@@ -92,11 +100,8 @@ def test_a_failed_job_and_a_refused_upload_are_shown(console: Console, stack: St
     from playwright.sync_api import expect
 
     task = {"name": "failing", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
-    assert stack.http.post("/v1/tasks", json=task).status_code == 201
+    open_on_task(console, stack, task)
     page = console.page
-    page.add_init_script(f"sessionStorage.setItem('openbook.apiKey', {json.dumps(KEY)});")
-    page.add_init_script("sessionStorage.setItem('openbook.task', 'failing');")
-    open_console(console)
 
     console.tab("Training")  # no examples: the worker takes the job and fails it
     page.locator("#train-method").fill("prompt-ft")
@@ -125,4 +130,42 @@ def test_a_failed_job_and_a_refused_upload_are_shown(console: Console, stack: St
         "Stopped at batch 2 of 2 (rows 65–70): 413 body of 4000 bytes is over the limit of 3000"
     )
     assert [e["id"] for e in stack.examples("failing")] == list(range(64))
+    assert not console.foreign_requests()
+
+
+def test_an_upload_that_creates_its_labels(console: Console, stack: Stack) -> None:
+    """Unknown labels are row errors until the box is ticked; then the upload creates them, and the page
+    shows the task's new labels."""
+    from playwright.sync_api import expect
+
+    task = {"name": "intents", "template": "{text} It was {mask}", "labels": ["book_flight", "transfer"]}
+    open_on_task(console, stack, task)
+    page = console.page
+    console.tab("Teach")
+    rows = [
+        ("fly me to rome", "book_flight", 1),
+        ("pay my phone bill", "pay_bill", 2),
+        ("my pin", "pinChange", 3),
+    ]
+    page.locator("#upload-file").set_input_files(csv_file("intents.csv", rows))
+    expect(page.locator("#upload-summary")).to_contain_text("2 of 3 rows have errors")
+    expect(page.locator("#upload-preview")).to_contain_text('unknown label "pay_bill"')
+
+    page.get_by_label("Create the labels the file brings").check()  # the same file, checked again
+    expect(page.locator("#upload-summary")).to_contain_text(
+        "3 rows, all good. Creates 2 label(s): pay_bill, pinChange"
+    )
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#upload-status")).to_contain_text("Uploaded 3 rows: 3 new")
+    labels = stack.http.get("/v1/tasks/intents").json()["labels"]
+    assert labels == {
+        "book_flight": "book flight",
+        "transfer": "transfer",
+        "pay_bill": "pay bill",
+        "pinChange": "pin change",
+    }
+    expect(page.locator("#add-label")).to_contain_text(
+        "pinChange · pin change"
+    )  # the page read the task again
+    expect(page.locator('#label-counts [data-label="pay_bill"]')).to_contain_text("1")
     assert not console.foreign_requests()

@@ -3,9 +3,7 @@ threshold chosen on the coverage curve written as the task's min_confidence."""
 
 from __future__ import annotations
 
-import json
-
-from tests.services.console_browser.page import KEY, TRAINING_WAIT_MS, Console, Stack, open_console
+from tests.services.console_browser.page import TRAINING_WAIT_MS, Console, Stack, open_on_task
 
 # Two clusters the tiny random model tells apart, the store alone judging (as tests/services/test_report.py).
 WORDS = ("yes", "no", "so", "it", "a")
@@ -28,11 +26,8 @@ EXAMPLES = [
 def test_relabelling_a_suspect_and_choosing_a_threshold(console: Console, stack: Stack) -> None:
     from playwright.sync_api import expect
 
-    assert stack.http.post("/v1/tasks", json=TASK).status_code == 201
+    open_on_task(console, stack, TASK)
     page = console.page
-    page.add_init_script(f"sessionStorage.setItem('openbook.apiKey', {json.dumps(KEY)});")
-    page.add_init_script("sessionStorage.setItem('openbook.task', 'clusters');")
-    open_console(console)
 
     # Nothing labelled yet: the api's 409 is shown, and no empty report.
     console.tab("Quality")

@@ -148,7 +148,8 @@ async function readFile() {
     say(summary, `${file.name}: ${error.message}`, "error");
     return;
   }
-  const checked = checkRows(rows, state.task, isPairTask(state.task));
+  const createLabels = $("upload-create-labels").checked;
+  const checked = checkRows(rows, state.task, isPairTask(state.task), createLabels);
   renderPreview(checked);
   if (checked.errors.length) {
     say(summary, `${file.name}: ${checked.errors.length} of ${checked.rows.length} rows have errors; nothing will be written until they are fixed.`, "error");
@@ -158,8 +159,11 @@ async function readFile() {
     say(summary, `${file.name}: no rows.`, "error");
     return;
   }
-  pending = checked.examples;
-  say(summary, `${file.name}: ${pending.length} rows, all good.`, "ok");
+  pending = { examples: checked.examples, newLabels: checked.newLabels, createLabels };
+  const creates = checked.newLabels.length
+    ? ` Creates ${checked.newLabels.length} label(s): ${checked.newLabels.join(", ")}.`
+    : "";
+  say(summary, `${file.name}: ${pending.examples.length} rows, all good.${creates}`, "ok");
   $("upload-send").disabled = false;
 }
 
@@ -170,30 +174,41 @@ async function send() {
   const task = state.task;
   const status = $("upload-status");
   const progress = $("upload-progress");
-  const parts = batches(pending);
+  const { examples: rows, newLabels, createLabels } = pending;
+  const parts = batches(rows);
   $("upload-send").disabled = true;
   progress.hidden = false;
-  progress.max = pending.length;
+  progress.max = rows.length;
   progress.value = 0;
   let sent = 0;
   let created = 0;
   for (const [index, batch] of parts.entries()) {
     say(status, `Sending batch ${index + 1} of ${parts.length}…`);
     try {
-      const ack = await post(taskPath(task.name, "/examples"), { examples: batch });
+      // Each batch creates the labels it names that the task lacks, with its examples or not at all.
+      const body = createLabels ? { examples: batch, create_labels: true } : { examples: batch };
+      const ack = await post(taskPath(task.name, "/examples"), body);
       created += ack.examples.filter((e) => e.created).length;
     } catch (error) {
+      await afterUpload(task, sent > 0 && newLabels.length > 0);
       say(status, `Stopped at batch ${index + 1} of ${parts.length} (rows ${sent + 1}–${sent + batch.length}): ${error.status || ""} ${formatDetail(error.detail)}. ${sent} rows before it were written.`, "error");
-      await loadExamples();
       return;
     }
     sent += batch.length;
     progress.value = sent;
   }
-  say(status, `Uploaded ${sent} rows: ${created} new, ${sent - created} already there.`, "ok");
   pending = null;
   $("upload-file").value = "";
   $("upload-preview").replaceChildren();
+  await afterUpload(task, newLabels.length > 0);
+  const labelled = newLabels.length ? ` New labels: ${newLabels.join(", ")}.` : "";
+  say(status, `Uploaded ${sent} rows: ${created} new, ${sent - created} already there.${labelled}`, "ok");
+}
+
+// Labels created: the task is read again (its labels, everywhere in the page; that clears the upload's
+// status, said after it), and its examples with it.
+async function afterUpload(task, labelsChanged) {
+  if (labelsChanged) await actions.refreshTasks(task.name);
   await loadExamples();
 }
 
@@ -221,6 +236,8 @@ export function init(shared, wired) {
   });
   $("upload-file").addEventListener("change", readFile);
   $("upload-send").addEventListener("click", send);
+  $("upload-create-labels").addEventListener("change", readFile); // the same file, checked again
+  $("upload-create-labels").closest("label").hidden = !state.caps.has("POST", "/v1/tasks/{}/labels");
   $("example-search").addEventListener("input", () => {
     shownRows = ROWS_SHOWN;
     renderExamples();

@@ -131,16 +131,20 @@ function checkId(id) {
   return [number, null];
 }
 
-// Every row checked against the task: the examples to send, and the rows with errors (in file order).
-// A row without an id gets one from its text, so uploading the same file twice adds nothing twice.
-export function checkRows(rows, task, pair) {
+// Every row checked against the task: the examples to send, the rows with errors (in file order), and,
+// with `createLabels`, the labels the rows name that the task lacks (the api creates them, and says
+// which names it cannot make a word of). A row without an id gets one from its text, so uploading the
+// same file twice adds nothing twice.
+export function checkRows(rows, task, pair, createLabels = false) {
   const labels = Object.keys(task.labels);
   const seen = new Map(); // id -> the line that has it
   const checked = rows.map((row) => {
     const label = typeof row.label === "number" ? String(row.label) : row.label;
     const [given, idError] = checkId(row.id);
     let error = row.error ?? checkText(row.text, pair) ?? idError;
-    if (!error && !labels.includes(label)) {
+    if (!error && typeof label !== "string") error = "the label is not a string";
+    else if (!error && createLabels && label.trim() === "") error = "empty label";
+    else if (!error && !createLabels && !labels.includes(label)) {
       error = `unknown label ${JSON.stringify(label)}; labels: ${labels.join(", ")}`;
     }
     const id = error ? given : given ?? textId(row.text);
@@ -150,10 +154,12 @@ export function checkRows(rows, task, pair) {
     if (!error) seen.set(id, row.line);
     return { line: row.line, text: row.text, label, id, error };
   });
+  const examples = checked.filter((r) => !r.error).map(({ text, label, id }) => ({ text, label, id }));
   return {
-    examples: checked.filter((r) => !r.error).map(({ text, label, id }) => ({ text, label, id })),
+    examples,
     rows: checked,
     errors: checked.filter((r) => r.error),
+    newLabels: [...new Set(examples.map((e) => e.label).filter((label) => !labels.includes(label)))],
   };
 }
 

@@ -1,0 +1,67 @@
+"""A task at an intent set's size: 150 labels given by name, 10 examples each posted as a client would, a
+few texts classified, and a training job run to its end, on the tiny backbone."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import redis
+
+from services.api.app import create_app
+from services.api.schemas import ExampleIn
+from services.client import OpenBookClient
+from services.trainer.worker import Worker
+from tests.services.harness import api_settings, serving, wait_for
+
+VERBS = ("book", "cancel", "change", "check", "find", "order", "pay", "report", "reset", "schedule")
+NOUNS = ("flight", "hotel", "card", "bill", "account", "meeting", "payment", "password", "order", "balance")
+NOUNS += ("car", "table", "ticket", "reminder", "alarm")
+NAMES = [f"{verb}_{noun}" for verb, noun in itertools.product(VERBS, NOUNS)]  # book_flight, ...
+PER_LABEL = 10
+BATCH = 64  # the api's examples per POST (OPENBOOK_MAX_BATCH)
+# prompt-ft scores the labels by their words alone. TODO: the task's default method (retroprompt) once its
+# neural demonstrations fit 150 labels in a prompt; then this test trains with the default.
+TRAIN = {"method": "prompt-ft", "steps": 2, "batch_size": 8, "lr": 1e-3, "eval_every": 2, "force": True}
+
+
+def test_a_task_of_150_label_names_takes_1500_examples_classifies_and_trains(
+    server, masked_dir: Path, tmp_path: Path
+) -> None:
+    assert len(NAMES) == 150
+    examples = [
+        ExampleIn(text=f"please {name.replace('_', ' my ')} number {k}", label=name, id=i * PER_LABEL + k)
+        for i, name in enumerate(NAMES)
+        for k in range(PER_LABEL)
+    ]
+    timings = {}
+    # The masked backbone: a causal one scores each label word of several tokens in a forward of its
+    # own (openbook.backbone), 150 forwards per batch of texts, too slow for this suite on a CPU.
+    with serving(create_app(api_settings(server.url, masked_dir))) as base, OpenBookClient(base) as client:
+        started = time.perf_counter()
+        task = client.create_task("intents", "{text} Intent: {mask}", NAMES)
+        assert len(task.labels) == 150 and task.labels["book_flight"] == "book flight"
+
+        for first in range(0, len(examples), BATCH):
+            ack = client.add_examples("intents", examples[first : first + BATCH])
+            assert all(a.created for a in ack.examples)
+        timings["post"] = time.perf_counter() - started
+
+        texts = ["please book my flight number 3", "please reset my password number 7"]
+        answer = client.classify("intents", texts, neighbours=True)
+        for prediction, label in zip(answer.predictions, ("book_flight", "reset_password"), strict=True):
+            assert len(prediction.probabilities) == 150
+            assert prediction.neighbours is not None and prediction.neighbours[0].label == label
+
+        job = client.train("intents", **TRAIN)
+        worker = Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts", max_length=48)
+        assert worker.run_once(block_ms=100) == job.id
+        finished = client.job(job.id)
+        assert finished.state == "succeeded", finished
+        assert finished.published is not None  # forced past the gate: served
+        (version,) = client.versions("intents").versions
+        assert version.examples["train"] + version.examples["dev"] == 1500 and version.examples["dev"] > 0
+        wait_for(lambda: client.classify("intents", texts[:1]).model_version == version.version)
+        timings["total"] = time.perf_counter() - started
+    print(f"150 labels: {timings}")
