@@ -21,7 +21,7 @@ import inspect
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, get_args
 
@@ -119,6 +119,18 @@ class SlotOutput:
     label_log_probs: torch.Tensor  # (B, C) log P(label word | prompt), or a prompt's own label scores
 
 
+@dataclass
+class _PreparedRun:
+    """What `Backbone._prepare` hands a forward: the model to call, its inputs, and their bookkeeping."""
+
+    model: Any  # the eager model, or the compiled one when the batch was padded to a bucket
+    kwargs: dict[str, Any]
+    batch: EncodedBatch  # as the model reads it (padded to the bucket, prompted)
+    real: int  # rows to answer: the rows given, before any padding to a bucket
+    compiled: bool
+    lock: AbstractContextManager[Any]  # held while calling the model and reading its outputs
+
+
 class Backbone:
     def __init__(
         self, model: PreTrainedModel, tokenizer: Any, kind: BackboneKind, config: BackboneConfig
@@ -209,40 +221,13 @@ class Backbone:
         demo_vectors: torch.Tensor | None = None,  # (B, C, H), already in input-embedding space
         prompt: InputPrompt | None = None,  # trainable prompt vectors (see `soft_prompts.py`)
     ) -> SlotOutput:
-        batch = batch.to(self.device)
-        real = batch.input_ids.shape[0]  # rows to answer; a compiled forward pads to its bucket
+        """The slot vector and every label's score, from one forward (plus the tails' pass, below)."""
         own_label_head = prompt is not None and prompt.scores_labels
         multi_token = any(len(ids) > 1 for ids in label_token_ids) and not own_label_head
-        model: Any = self.model
-        bucket = None
-        if self.compiled is not None and prompt is None and not multi_token:
-            bucket = self.compiled.shape(batch)
-        if bucket is not None:
-            assert self.compiled is not None
-            batch = pad_batch(batch, *bucket, left=self.kind == "causal")
-            model = self.compiled.model
-            if demo_vectors is not None and (more := bucket[0] - real):  # padded rows repeat the last
-                demo_vectors = torch.cat([demo_vectors, demo_vectors[-1:].expand(more, -1, -1)])
-        embeds = self.input_embeddings(batch.input_ids)  # (B, T, H)
-        if demo_vectors is not None:
-            if batch.demo_index is None:
-                raise ValueError("demonstration vectors given, but the batch was encoded without demo slots")
-            rows = torch.arange(embeds.shape[0], device=self.device)[:, None]
-            embeds = embeds.index_put((rows, batch.demo_index), demo_vectors.to(embeds.device, embeds.dtype))
-        extra: dict[str, Any] = {}
-        if prompt is not None:
-            prompted = prompt(embeds, batch, self)
-            embeds, batch, extra = prompted.embeds, prompted.batch, prompted.model_kwargs
-        kwargs: dict[str, Any] = {
-            "inputs_embeds": embeds,
-            "attention_mask": batch.attention_mask,
-            "output_hidden_states": True,
-            **extra,
-        }
+        run = self._prepare(batch, demo_vectors, prompt, compilable=not multi_token)
+        batch, kwargs, real = run.batch, run.kwargs, run.real
         if self.kind == "causal":
-            kwargs.update(
-                position_ids=batch.position_ids, use_cache=multi_token or "past_key_values" in extra
-            )
+            kwargs["use_cache"] = multi_token or "past_key_values" in kwargs
             if self._keeps_last_logits:
                 kwargs["logits_to_keep"] = 1  # the slot is the last position: skip the LM head elsewhere
         features: list[torch.Tensor] = []  # the LM head's input, read when the prompt scores the labels
@@ -257,11 +242,9 @@ class Backbone:
         head = self.output_head
         hook = head.register_forward_pre_hook(read_head_input) if own_label_head else None
         rows, slots = torch.arange(real, device=self.device), batch.slot_index[:real]
-        # A compiled forward's outputs live in memory its next call overwrites (CUDA graphs): one
-        # thread at a time calls it and copies out what it reads.
-        with self.compiled.lock if bucket is not None and self.compiled is not None else nullcontext():
+        with run.lock:
             try:
-                out = model(**kwargs)
+                out = run.model(**kwargs)
             finally:
                 if hook is not None:
                     hook.remove()
@@ -281,6 +264,77 @@ class Backbone:
                 dim=-1,
             )
         return SlotOutput(hidden=hidden, label_log_probs=scores)
+
+    def slot_vectors(
+        self,
+        batch: EncodedBatch,
+        prompt: InputPrompt | None = None,
+        demo_vectors: torch.Tensor | None = None,  # (B, C, H), already in input-embedding space
+    ) -> torch.Tensor:
+        """(B, H) float32: `forward(...).hidden` alone, for what reads no label score (store keys, queries).
+
+        No label is scored. Eagerly the transformer body runs without its LM head (`base_model`); the
+        compiled forward, recorded with the head at the slot, is used as it is when the batch fits a bucket
+        (one position of the head costs less than leaving the recorded graph).
+        """
+        run = self._prepare(batch, demo_vectors, prompt, compilable=True)
+        kwargs, model = run.kwargs, run.model
+        if self.kind == "causal":
+            kwargs["use_cache"] = "past_key_values" in kwargs  # a prefix prompt's cache is read, not kept
+            if run.compiled and self._keeps_last_logits:
+                kwargs["logits_to_keep"] = 1
+        if not run.compiled:
+            model = self.model.base_model  # the body alone: the same hidden states, no LM head
+        rows, slots = torch.arange(run.real, device=self.device), run.batch.slot_index[: run.real]
+        with run.lock:
+            out = model(**kwargs)
+            return out.hidden_states[self.config.layer][rows, slots].float()  # (B, H)
+
+    def _prepare(
+        self,
+        batch: EncodedBatch,
+        demo_vectors: torch.Tensor | None,
+        prompt: InputPrompt | None,
+        *,
+        compilable: bool,
+    ) -> _PreparedRun:
+        """The model to call and its inputs: demonstrations injected, the prompt applied, and the batch
+        padded to a compiled bucket when `compilable`, no prompt, and one fits."""
+        batch = batch.to(self.device)
+        real = batch.input_ids.shape[0]  # rows to answer; a compiled forward pads to its bucket
+        model: Any = self.model
+        bucket = None
+        if self.compiled is not None and prompt is None and compilable:
+            bucket = self.compiled.shape(batch)
+        lock: AbstractContextManager[Any] = nullcontext()
+        if bucket is not None:
+            assert self.compiled is not None
+            batch = pad_batch(batch, *bucket, left=self.kind == "causal")
+            model = self.compiled.model
+            # A compiled forward's outputs live in memory its next call overwrites (CUDA graphs): one
+            # thread at a time calls it and copies out what it reads.
+            lock = self.compiled.lock
+            if demo_vectors is not None and (more := bucket[0] - real):  # padded rows repeat the last
+                demo_vectors = torch.cat([demo_vectors, demo_vectors[-1:].expand(more, -1, -1)])
+        embeds = self.input_embeddings(batch.input_ids)  # (B, T, H)
+        if demo_vectors is not None:
+            if batch.demo_index is None:
+                raise ValueError("demonstration vectors given, but the batch was encoded without demo slots")
+            rows = torch.arange(embeds.shape[0], device=self.device)[:, None]
+            embeds = embeds.index_put((rows, batch.demo_index), demo_vectors.to(embeds.device, embeds.dtype))
+        extra: dict[str, Any] = {}
+        if prompt is not None:
+            prompted = prompt(embeds, batch, self)
+            embeds, batch, extra = prompted.embeds, prompted.batch, prompted.model_kwargs
+        kwargs: dict[str, Any] = {
+            "inputs_embeds": embeds,
+            "attention_mask": batch.attention_mask,
+            "output_hidden_states": True,
+            **extra,
+        }
+        if self.kind == "causal":
+            kwargs["position_ids"] = batch.position_ids
+        return _PreparedRun(model, kwargs, batch, real, bucket is not None, lock)
 
     def _causal_word_scores(
         self, batch: EncodedBatch, log_probs: torch.Tensor, label_token_ids: list[list[int]], cache: Any
