@@ -62,12 +62,13 @@ def test_gemma_scales_its_embeddings_and_the_slot_scores_are_its_own(gemma_backb
     torch.testing.assert_close(out.label_log_probs, F.log_softmax(logits, -1)[:, words])
 
 
-def test_slot_vectors_are_the_forward_hidden_and_score_no_label(backbone):
+def test_slot_vectors_are_the_forward_hidden_and_score_no_label(any_backbone):
     """The vector-only path gives `forward`'s slot vectors, running the body once and never the LM head
     (so no label word, single or multi-token, is scored)."""
+    backbone = any_backbone
     encoder = backbone.encoder(TEMPLATE, Verbalizer.parse("0=boring,1=wonderful,2=great"))
     assert max(len(ids) for ids in encoder.label_token_ids) > 1
-    batch = encoder.encode(["a bad film", "great fun , a good film"])  # padded rows
+    batch = encoder.encode(["a bad film", "the movie was great and fun , a good film"])  # padded rows
     with torch.no_grad():
         out = backbone.forward(batch, encoder.label_token_ids)
     body, head = [], []

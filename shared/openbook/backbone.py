@@ -9,10 +9,14 @@ For a batch of prompts the backbone returns, at the slot:
 - log P(label word | prompt) for every label.
 
 Multi-token label words. For a causal LM the score is exact:
-log P(w1..wL | x) = sum_t log p(w_t | x, w_<t), computed with one extra pass
-over the word's remaining tokens that reuses the prompt's KV cache. A masked
-LM has one slot, so a multi-token word is scored by the mean log-probability
-of its pieces at that slot (an approximation; prefer single-token words).
+log P(w1..wL | x) = sum_t log p(w_t | x, w_<t), computed with one extra call
+that feeds every label's remaining tokens at once, as a token tree over the
+prompt's KV cache (`word_scores.py`). A masked LM has one slot, so a
+multi-token word is scored by the mean log-probability of its pieces at that
+slot (an approximation; prefer single-token words).
+
+What needs only the slot vector (store keys, retrieval queries) calls
+`slot_vectors`, which scores no label and runs no LM head.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from openbook.compiled import LENGTH_STEP, ROWS_BASE, CompiledForward, buckets, 
 from openbook.models import DEFAULT_BACKBONE, resolve_backbone
 from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
 from openbook.prompting.encoder import BackboneKind, DemoLayout
+from openbook.word_scores import word_log_probs, word_tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -221,13 +226,15 @@ class Backbone:
         demo_vectors: torch.Tensor | None = None,  # (B, C, H), already in input-embedding space
         prompt: InputPrompt | None = None,  # trainable prompt vectors (see `soft_prompts.py`)
     ) -> SlotOutput:
-        """The slot vector and every label's score, from one forward (plus the tails' pass, below)."""
+        """The slot vector and every label's score: one forward, and for a causal LM's multi-token words
+        one more call over their token tree (`word_scores.py`), whatever the number of labels."""
         own_label_head = prompt is not None and prompt.scores_labels
-        multi_token = any(len(ids) > 1 for ids in label_token_ids) and not own_label_head
-        run = self._prepare(batch, demo_vectors, prompt, compilable=not multi_token)
+        words = word_tree(label_token_ids) if self.kind == "causal" and not own_label_head else None
+        tails = words is not None and words.has_tails  # multi-token words: a pass over their tree follows
+        run = self._prepare(batch, demo_vectors, prompt, compilable=not tails)
         batch, kwargs, real = run.batch, run.kwargs, run.real
         if self.kind == "causal":
-            kwargs["use_cache"] = multi_token or "past_key_values" in kwargs
+            kwargs["use_cache"] = tails or "past_key_values" in kwargs
             if self._keeps_last_logits:
                 kwargs["logits_to_keep"] = 1  # the slot is the last position: skip the LM head elsewhere
         features: list[torch.Tensor] = []  # the LM head's input, read when the prompt scores the labels
@@ -256,8 +263,16 @@ class Backbone:
                 return SlotOutput(hidden=hidden, label_log_probs=prompt.label_logits(slot_features.float()))
             slot_logits = out.logits[:real, -1] if self.kind == "causal" else out.logits[rows, slots]
             log_probs = F.log_softmax(slot_logits.float(), dim=-1)  # (B, V)
-        if self.kind == "causal" and multi_token:
-            scores = self._causal_word_scores(batch, log_probs, label_token_ids, out.past_key_values)
+        if words is not None:
+            assert batch.position_ids is not None  # a causal batch carries them
+            scores = word_log_probs(
+                self.model,
+                words,
+                log_probs,
+                out.past_key_values,
+                batch.attention_mask,
+                batch.position_ids[:, -1],
+            )
         else:
             scores = torch.stack(
                 [log_probs[:, torch.tensor(ids, device=self.device)].mean(-1) for ids in label_token_ids],
@@ -335,33 +350,6 @@ class Backbone:
         if self.kind == "causal":
             kwargs["position_ids"] = batch.position_ids
         return _PreparedRun(model, kwargs, batch, real, bucket is not None, lock)
-
-    def _causal_word_scores(
-        self, batch: EncodedBatch, log_probs: torch.Tensor, label_token_ids: list[list[int]], cache: Any
-    ) -> torch.Tensor:
-        """log P(w1..wL | prompt) per label, teacher-forcing each word's tail on the prompt's KV cache."""
-        assert batch.position_ids is not None
-        columns = []
-        for ids in label_token_ids:
-            score = log_probs[:, ids[0]]  # (B,)
-            if len(ids) > 1:
-                tail = torch.tensor(ids, device=self.device)
-                steps = len(ids) - 1
-                feed = tail[:-1].expand(len(score), steps)  # (B, L-1): w1..w_{L-1}
-                mask = torch.cat([batch.attention_mask, batch.attention_mask.new_ones(len(score), steps)], 1)
-                positions = batch.position_ids[:, -1:] + torch.arange(1, steps + 1, device=self.device)
-                out = self.model(
-                    input_ids=feed,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                tail_log_probs = F.log_softmax(out.logits.float(), dim=-1)  # (B, L-1, V)
-                score = score + tail_log_probs[:, torch.arange(steps), tail[1:]].sum(-1)
-                cache.crop(-steps)  # drop this word's tokens before scoring the next
-            columns.append(score)
-        return torch.stack(columns, dim=-1)  # (B, C)
 
 
 @contextmanager
