@@ -127,6 +127,21 @@ def test_with_demonstrations_only_the_demonstration_pass_scores_labels(backbone,
     np.testing.assert_allclose(got.lm_log_probs, expected.lm_log_probs, atol=1e-6)
 
 
+def test_label_scoring_is_a_checked_option_that_reaches_the_backbone(backbone):
+    with pytest.raises(ValueError, match="label_scoring must be one of exact, vectors"):
+        Classifier(backbone, TEMPLATE, VERBALIZER, label_scoring="approximate")  # type: ignore[arg-type]
+    words = Verbalizer.parse("neg=boring,pos=wonderful")
+    exact = Classifier(backbone, TEMPLATE, words)
+    vectors = Classifier(backbone, TEMPLATE, words, label_scoring="vectors")
+    batch = exact.encoder.encode(TRAIN)
+    with torch.no_grad():
+        expected = backbone.forward(batch, exact.encoder.label_token_ids, scoring="vectors").label_log_probs
+    got = vectors.embed(TRAIN)
+    np.testing.assert_allclose(got.lm_log_probs, expected.numpy(), atol=1e-6)
+    np.testing.assert_allclose(got.vectors, exact.embed(TRAIN).vectors, atol=1e-6)  # keys do not change
+    assert not np.allclose(got.lm_log_probs, exact.embed(TRAIN).lm_log_probs, atol=1e-3)
+
+
 def test_a_class_without_examples_is_injected_at_the_mean_embedding_the_model_reads(any_backbone):
     """The inputs_embeds the model receives hold, at the placeholder of a class with no examples, the mean
     of the embedding module's outputs (on Gemma 3 the table times sqrt(hidden size), not the raw rows)."""

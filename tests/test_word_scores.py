@@ -191,3 +191,39 @@ def test_a_key_value_prefix_scores_words_as_the_same_virtual_tokens_do(
         scores.append(classifier.embed(TEXTS).lm_log_probs)
     assert max(len(ids) for ids in classifier.encoder.label_token_ids) > 1
     torch.testing.assert_close(torch.from_numpy(scores[0]), torch.from_numpy(scores[1]), atol=1e-4, rtol=0)
+
+
+def test_label_vectors_give_the_exact_distribution_over_single_token_words(any_backbone) -> None:
+    """h · v_c is a one-token word's logit, so over such words `vectors` is the exact P_LM, renormalised."""
+    encoder = any_backbone.encoder(TEMPLATE, Verbalizer.parse("0=bad,1=good,2=great,3=fun"))
+    assert all(len(ids) == 1 for ids in encoder.label_token_ids)
+    batch = encoder.encode(TEXTS)
+    with torch.no_grad():
+        exact = any_backbone.forward(batch, encoder.label_token_ids)
+        vectors = any_backbone.forward(batch, encoder.label_token_ids, scoring="vectors")
+    torch.testing.assert_close(vectors.hidden, exact.hidden)
+    torch.testing.assert_close(
+        vectors.label_log_probs, exact.label_log_probs.log_softmax(-1), atol=1e-5, rtol=0
+    )
+
+
+def test_label_vectors_score_multi_token_words_by_their_mean_row_without_head_or_tree(decoder) -> None:
+    words = label_words(decoder.tokenizer)
+    batch = decoder.encoder(TEMPLATE, Verbalizer.parse("0=bad,1=good")).encode(TEXTS)
+    body, head_rows = [], []
+    hooks = [
+        decoder.model.base_model.register_forward_pre_hook(lambda *_: body.append(1)),
+        decoder.output_head.register_forward_hook(lambda _m, _i, out: head_rows.append(out.shape[1])),
+    ]
+    try:
+        with torch.no_grad():
+            got = decoder.forward(batch, words, scoring="vectors")
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert body == [1] and head_rows == [0]  # one pass, and the head computes no logit
+    weight = decoder.output_head.weight
+    means = torch.stack([weight[ids].mean(0) for ids in words])  # (C, H)
+    # The head's input at a causal slot is the last layer's (normed) state, the slot vector itself.
+    torch.testing.assert_close(got.label_log_probs, (got.hidden @ means.T).log_softmax(-1), atol=1e-5, rtol=0)
+    assert not torch.equal(got.label_log_probs[:, 1], got.label_log_probs[:, 2])  # shared first token

@@ -37,7 +37,7 @@ from openbook.compiled import LENGTH_STEP, ROWS_BASE, CompiledForward, buckets, 
 from openbook.models import DEFAULT_BACKBONE, resolve_backbone
 from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
 from openbook.prompting.encoder import BackboneKind, DemoLayout
-from openbook.word_scores import word_log_probs, word_tree
+from openbook.word_scores import LabelScoring, label_vector_log_probs, word_log_probs, word_tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -225,29 +225,41 @@ class Backbone:
         label_token_ids: list[list[int]],
         demo_vectors: torch.Tensor | None = None,  # (B, C, H), already in input-embedding space
         prompt: InputPrompt | None = None,  # trainable prompt vectors (see `soft_prompts.py`)
+        *,
+        scoring: LabelScoring = "exact",
     ) -> SlotOutput:
         """The slot vector and every label's score: one forward, and for a causal LM's multi-token words
-        one more call over their token tree (`word_scores.py`), whatever the number of labels."""
+        one more call over their token tree (`word_scores.py`), whatever the number of labels.
+
+        `scoring="vectors"` scores the labels by their vectors in the slot's space instead (see
+        `word_scores.py`): no tree pass, no LM head. A prompt that scores the labels itself overrides both.
+        """
         own_label_head = prompt is not None and prompt.scores_labels
-        words = word_tree(label_token_ids) if self.kind == "causal" and not own_label_head else None
+        reads_head_input = own_label_head or scoring == "vectors"  # the labels are scored from h, not logits
+        words = word_tree(label_token_ids) if self.kind == "causal" and not reads_head_input else None
         tails = words is not None and words.has_tails  # multi-token words: a pass over their tree follows
-        run = self._prepare(batch, demo_vectors, prompt, compilable=not tails)
+        # A hook on the head reads its input: the compiled forward, recorded without it, is left aside.
+        run = self._prepare(batch, demo_vectors, prompt, compilable=not tails and not reads_head_input)
         batch, kwargs, real = run.batch, run.kwargs, run.real
         if self.kind == "causal":
             kwargs["use_cache"] = tails or "past_key_values" in kwargs
             if self._keeps_last_logits:
                 kwargs["logits_to_keep"] = 1  # the slot is the last position: skip the LM head elsewhere
-        features: list[torch.Tensor] = []  # the LM head's input, read when the prompt scores the labels
+        features: list[torch.Tensor] = []  # the LM head's input, read when the labels are scored from it
         caller = threading.get_ident()
 
-        def read_head_input(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        def read_head_input(
+            _module: nn.Module, args: tuple[torch.Tensor, ...]
+        ) -> tuple[torch.Tensor, ...] | None:
             # Tasks whose methods keep the backbone frozen share it across threads: another task's
             # forward passes this hook too, and must not be read as this one's.
-            if threading.get_ident() == caller:
-                features.append(args[0])
+            if threading.get_ident() != caller:
+                return None
+            features.append(args[0])
+            return (args[0][:, :0],)  # no logit is read: the head runs on no position
 
         head = self.output_head
-        hook = head.register_forward_pre_hook(read_head_input) if own_label_head else None
+        hook = head.register_forward_pre_hook(read_head_input) if reads_head_input else None
         rows, slots = torch.arange(real, device=self.device), batch.slot_index[:real]
         with run.lock:
             try:
@@ -256,11 +268,16 @@ class Backbone:
                 if hook is not None:
                     hook.remove()
             hidden = out.hidden_states[self.config.layer][rows, slots].float()  # (B, H)
-            if own_label_head:
-                assert prompt is not None
+            if reads_head_input:
                 head_input = features[-1]  # (B, T or 1, H)
-                slot_features = head_input[:, -1] if self.kind == "causal" else head_input[rows, slots]
-                return SlotOutput(hidden=hidden, label_log_probs=prompt.label_logits(slot_features.float()))
+                slot_features = (
+                    head_input[:, -1] if self.kind == "causal" else head_input[rows, slots]
+                ).float()
+                if own_label_head:
+                    assert prompt is not None
+                    return SlotOutput(hidden=hidden, label_log_probs=prompt.label_logits(slot_features))
+                scores = label_vector_log_probs(head, label_token_ids, slot_features)
+                return SlotOutput(hidden=hidden, label_log_probs=scores)
             slot_logits = out.logits[:real, -1] if self.kind == "causal" else out.logits[rows, slots]
             log_probs = F.log_softmax(slot_logits.float(), dim=-1)  # (B, V)
         if words is not None:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import get_args
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from openbook.backbone import Backbone
+from openbook.backbone import Backbone, SlotOutput
 from openbook.calibration import CalibrationMode, calibrated_p_lm, label_bias, with_temperature
 from openbook.demonstrations import (
     DemoConfig,
@@ -39,6 +40,7 @@ from openbook.prompting import EncodedBatch, PromptEncoder, PromptError, Templat
 from openbook.prompting.encoder import DemoLayout
 from openbook.soft_prompts import SoftPrompt
 from openbook.store import KnowledgeStore, SearchResult
+from openbook.word_scores import LabelScoring
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,13 @@ class Classifier:
     # P = softmax(log P / T) after the interpolation: temperature scaling fitted on dev (quality.calibrate)
     confidence_temperature: float = 1.0
     batch_size: int = 32
+    # How P_LM scores the label words (`word_scores.py`): exactly, or by label vectors in the slot's space
+    label_scoring: LabelScoring = "exact"
 
     def __post_init__(self) -> None:
+        if self.label_scoring not in get_args(LabelScoring):
+            choices = ", ".join(get_args(LabelScoring))
+            raise ValueError(f"label_scoring must be one of {choices}, got {self.label_scoring!r}")
         self.encoder = self.backbone.encoder(self.template, self.verbalizer)
         self.demo_encoder: PromptEncoder | None = None
         if self.demos is not None:
@@ -154,7 +161,7 @@ class Classifier:
                     log_probs, demo_cut = self.label_scores(chunk, hidden, skip)
                     cut = cut | demo_cut
                 else:  # one forward for both the kNN query and P_LM
-                    out = self.backbone.forward(batch, self.encoder.label_token_ids, prompt=self.prompt)
+                    out = self._forward(batch, self.encoder.label_token_ids)
                     hidden, log_probs = self._unit(out.hidden), out.label_log_probs
                 vectors.append(hidden)
                 scores.append(log_probs.cpu().numpy())
@@ -211,7 +218,7 @@ class Classifier:
         """
         if self.demo_encoder is None or self.demos is None or len(self.store) == 0:
             batch = self.encoder.encode(texts)
-            out = self.backbone.forward(batch, self.encoder.label_token_ids, prompt=self.prompt)
+            out = self._forward(batch, self.encoder.label_token_ids)
             return out.label_log_probs, batch.truncated
         if queries is None:
             raise ValueError("demonstrations need query vectors to retrieve them")
@@ -219,7 +226,7 @@ class Classifier:
         if self.demos.mode == "text":
             shown = retrieve_texts(self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids)
             batch = self.demo_encoder.encode(texts, demos=shown)
-            out = self.backbone.forward(batch, label_ids, prompt=self.prompt)
+            out = self._forward(batch, label_ids)
             return out.label_log_probs, batch.truncated
         demos = retrieve_demonstrations(
             self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids
@@ -231,8 +238,15 @@ class Classifier:
             if self.demos.mode == "words"
             else to_input_space(demos.vectors, table, scale)
         )
-        out = self.backbone.forward(batch, label_ids, demo_vectors=injected, prompt=self.prompt)
+        out = self._forward(batch, label_ids, injected)
         return out.label_log_probs, batch.truncated
+
+    def _forward(
+        self, batch: EncodedBatch, label_ids: list[list[int]], demo_vectors: torch.Tensor | None = None
+    ) -> SlotOutput:
+        return self.backbone.forward(
+            batch, label_ids, demo_vectors, prompt=self.prompt, scoring=self.label_scoring
+        )
 
     def score(
         self, embeddings: Embeddings, *, knn: KnnConfig | None = None, exclude_ids: np.ndarray | None = None

@@ -26,6 +26,21 @@ others take the 4D tensor, which transformers uses as given.
 The LM head runs only where a score is read: at each node, over the whole vocabulary in chunks of
 rows (the normaliser needs every logit; a chunk bounds the (rows, V) logits held at once, and under
 autograd each chunk is recomputed in the backward pass rather than kept).
+
+The pass still runs the body on every node and the full-vocabulary normaliser at each, so on a CPU
+150 multi-token labels cost several times two labels (docs: `openbook bench labels`). The cheap
+alternative, an option and not the default (`LabelScoring`, `Classifier.label_scoring`), is DART's
+idea of label vectors in the slot's space (Zhang et al., ICLR 2022):
+
+    P_LM(c | x) = softmax_c(h · v_c + b_c)
+
+with h the LM head's input at the slot and v_c the mean of the head's rows of the word's tokens (b_c
+the mean of their biases), as `soft_prompts.word_output_embedding` starts DART's trainable label
+vectors. The mean, not the first token's row: words that share their first token ("book flight",
+"book hotel") would otherwise score alike. For a one-token word h · v_c is its logit, so the
+distribution over single-token labels is the exact one; for longer words it is an approximation
+(the tokens' logits at the slot, averaged, instead of their conditional probabilities). It costs one
+(B, H) x (H, C) product, and neither the head's vocabulary nor the tree pass runs.
 """
 
 from __future__ import annotations
@@ -33,13 +48,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+LabelScoring = Literal["exact", "vectors"]  # what `Backbone.forward` scores labels with (see above)
 LOGIT_BUDGET = 1 << 26  # logits (float32: 256 MiB) one chunk of the head's full-vocabulary pass may hold
 
 
@@ -214,3 +230,25 @@ def _children_log_probs(
         else:
             parts.append(chunk_log_probs(states, tokens))
     return torch.cat(parts)
+
+
+def label_vector_log_probs(
+    head: nn.Module, label_token_ids: Sequence[Sequence[int]], features: torch.Tensor
+) -> torch.Tensor:
+    """(B, C) log-softmax over the labels of h · v_c + b_c, from (B, H) head inputs at the slot."""
+    weight = head.weight  # (V, H)
+    assert isinstance(weight, torch.Tensor)
+    device, count = weight.device, len(label_token_ids)
+    lengths = torch.tensor([len(ids) for ids in label_token_ids], device=device)  # (C,)
+    tokens = torch.tensor([t for ids in label_token_ids for t in ids], device=device)  # (sum L,)
+    owner = torch.repeat_interleave(torch.arange(count, device=device), lengths)  # (sum L,) its label
+
+    def mean_per_label(values: torch.Tensor) -> torch.Tensor:  # (sum L, ...) -> (C, ...)
+        sums = values.new_zeros((count, *values.shape[1:])).index_add(0, owner, values)
+        return sums / lengths.view(-1, *[1] * (values.dim() - 1))
+
+    logits = features.float() @ mean_per_label(weight[tokens].float()).T  # (B, C)
+    bias = getattr(head, "bias", None)
+    if bias is not None:
+        logits = logits + mean_per_label(bias[tokens].float())
+    return F.log_softmax(logits, dim=-1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from openbook.cli.common import add_prompt_arguments
+from openbook.cli.common import add_label_scoring_argument, add_prompt_arguments
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -33,6 +33,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--data", help="the folder that holds k-shot/clinc150 (bench labels; default: $OPENBOOK_DATA)"
     )
     add_prompt_arguments(bench)
+    add_label_scoring_argument(bench)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:

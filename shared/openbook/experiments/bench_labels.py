@@ -9,8 +9,9 @@ names, e.g. "book flight": mostly two to six tokens each) and on a task of two o
 2. add examples: `Classifier.add_examples` of `--examples` texts into an empty store, the path a
    POST of examples takes (store keys only);
 
-each as the median of `--repeats` timed runs after one warm-up, and the ratio many / two. Prints the
-backbone, device, dtype and thread count it ran with.
+each as the median of `--repeats` timed runs after one warm-up, and the ratio many / two, with the
+labels scored as `--label-scoring` says (exact, the default, or label vectors). Prints the backbone,
+device, dtype and thread count it ran with.
 """
 
 from __future__ import annotations
@@ -95,13 +96,15 @@ def run_labels_bench(args: argparse.Namespace) -> None:
 
     def task(words: Sequence[str]) -> Classifier:
         verbalizer = Verbalizer(tuple(str(i) for i in range(len(words))), tuple(words))
-        return Classifier(backbone, template, verbalizer, batch_size=args.batch_size)
+        return Classifier(
+            backbone, template, verbalizer, batch_size=args.batch_size, label_scoring=args.label_scoring
+        )
 
     many, two = task(data.label_words), task(data.label_words[:TWO])
     dtype = str(backbone.dtype).removeprefix("torch.")
     print(
         f"backbone {args.backbone} on {backbone.device} ({dtype}), {torch.get_num_threads()} thread(s); "
-        f"template {template.source!r}; data: {data.source}"
+        f"template {template.source!r}; label scoring {args.label_scoring}; data: {data.source}"
     )
     for classifier in (many, two):
         lengths = [len(ids) for ids in classifier.encoder.label_token_ids]
