@@ -92,8 +92,9 @@ def _save_masked(directory: Path) -> Path:
     return directory
 
 
-def _save_gemma(directory: Path, tokenizer_dir: Path) -> Path:
-    """A tiny Gemma 3 on the tiny Llama's tokenizer: its embedding module scales by sqrt(hidden size)."""
+def _save_gemma(directory: Path, tokenizer_dir: Path, **overrides) -> Path:
+    """A tiny Gemma 3 on the tiny Llama's tokenizer: its embedding module scales by sqrt(hidden size).
+    `overrides` replace config entries (window, layer types, ...)."""
     from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -101,11 +102,10 @@ def _save_gemma(directory: Path, tokenizer_dir: Path) -> Path:
     config = Gemma3TextConfig(
         vocab_size=len(tokenizer),
         head_dim=8,
-        sliding_window=16,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        **TINY_DECODER,
+        **(TINY_DECODER | {"sliding_window": 16} | overrides),
     )
     Gemma3ForCausalLM(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -143,6 +143,19 @@ def masked_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def gemma_dir(causal_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _save_gemma(tmp_path_factory.mktemp("tiny-gemma3"), causal_dir)
+
+
+@pytest.fixture(scope="session")
+def mixed_gemma_dir(causal_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Gemma 3 with a sliding layer, window 4 (every prompt outgrows it), then a full one; peaked
+    attention (initializer_range 0.3), so that a position seen or not changes the outputs."""
+    return _save_gemma(
+        tmp_path_factory.mktemp("tiny-gemma3-mixed"),
+        causal_dir,
+        sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+        initializer_range=0.3,
+    )
 
 
 def _load(directory: Path):

@@ -62,6 +62,31 @@ def test_gemma_scales_its_embeddings_and_the_slot_scores_are_its_own(gemma_backb
     torch.testing.assert_close(out.label_log_probs, F.log_softmax(logits, -1)[:, words])
 
 
+def test_slot_vectors_are_the_forward_hidden_and_score_no_label(any_backbone):
+    """The vector-only path gives `forward`'s slot vectors, running the body once and never the LM head
+    (so no label word, single or multi-token, is scored)."""
+    backbone = any_backbone
+    encoder = backbone.encoder(TEMPLATE, Verbalizer.parse("0=boring,1=wonderful,2=great"))
+    assert max(len(ids) for ids in encoder.label_token_ids) > 1
+    batch = encoder.encode(["a bad film", "the movie was great and fun , a good film"])  # padded rows
+    with torch.no_grad():
+        out = backbone.forward(batch, encoder.label_token_ids)
+    body, head = [], []
+    hooks = [
+        backbone.model.base_model.register_forward_pre_hook(lambda *_: body.append(1)),
+        backbone.output_head.register_forward_pre_hook(lambda *_: head.append(1)),
+    ]
+    try:
+        with torch.no_grad():
+            vectors = backbone.slot_vectors(batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert vectors.dtype == torch.float32
+    torch.testing.assert_close(vectors, out.hidden, atol=1e-6, rtol=0)
+    assert (len(body), len(head)) == (1, 0)
+
+
 def _reference_sequence_log_prob(backbone, prompt_ids: list[int], word_ids: list[int]) -> float:
     """log P(word | prompt) by a plain full forward over prompt + word (no cache, no padding)."""
     ids = torch.tensor([prompt_ids + word_ids], device=backbone.device)

@@ -154,7 +154,7 @@ def test_only_a_frozen_backbone_checkpoint_of_the_same_backbone_loads_onto_a_sha
     assert not loads_onto(tmp_path / "nothing", backbone)
 
 
-def test_a_checkpoint_keeps_how_its_store_scores_neighbours(
+def test_a_checkpoint_keeps_how_its_store_scores_neighbours_and_its_labels(
     causal_dir: Path, tmp_path: Path, toy, fresh_classifier
 ) -> None:
     import json
@@ -166,13 +166,17 @@ def test_a_checkpoint_keeps_how_its_store_scores_neighbours(
     base_sha = weights_sha256(classifier.backbone.model)
     train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, CONFIG, progress=False)
     classifier.knn = KnnConfig(8, 1.0, 0.3, similarity="centred", standardise=True)
+    classifier.label_scoring = "vectors"
     record = {"train_config": CONFIG, "training_data_sha256": "0" * 64, "dev_metrics": {}}
     path = save_classifier(tmp_path / "ckpt", classifier, method, base_weights_sha256=base_sha, **record)
     loaded, _ = load_classifier(path)
-    assert loaded.knn == classifier.knn
-    # A manifest written before the scoring options were saved scored by cosine, unstandardised.
+    assert loaded.knn == classifier.knn and loaded.label_scoring == "vectors"
+    # A manifest written before the scoring options were saved scored by cosine, unstandardised, and
+    # its label words exactly.
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["knn"] = {"k": 8, "temperature": 0.1, "lam": 0.3}
+    del manifest["label_scoring"]
     (path / "manifest.json").write_text(json.dumps(manifest))
     loaded, _ = load_classifier(path)  # a fresh backbone: the one above now holds the trained weights
     assert loaded.knn == KnnConfig(8, 0.1, 0.3, similarity="cosine", standardise=False)
+    assert loaded.label_scoring == "exact"

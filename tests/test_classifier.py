@@ -91,6 +91,57 @@ def test_demonstrations_change_p_lm_but_not_the_store_keys(backbone):
     assert not np.allclose(a.lm_log_probs, b.lm_log_probs)
 
 
+def test_store_keys_are_embedded_without_scoring_a_label(backbone, monkeypatch):
+    """`embed_vectors` gives `embed`'s vectors, and adding examples never asks for label scores."""
+    task = Classifier(backbone, TEMPLATE, Verbalizer.parse("neg=boring,pos=wonderful"), batch_size=3)
+    embedded = task.embed(TRAIN)
+    keys = task.embed_vectors(TRAIN)
+    np.testing.assert_allclose(keys.vectors, embedded.vectors, atol=1e-6, rtol=0)
+    np.testing.assert_array_equal(keys.truncated, embedded.truncated)
+
+    def no_scoring(*_args, **_kwargs):
+        raise AssertionError("label scores were computed for store keys")
+
+    monkeypatch.setattr(backbone, "forward", no_scoring)
+    ids = task.add_examples(TRAIN, TRAIN_LABELS)
+    np.testing.assert_allclose(task.store.vectors_of(ids), embedded.vectors, atol=1e-6, rtol=0)
+
+
+def test_with_demonstrations_only_the_demonstration_pass_scores_labels(backbone, monkeypatch):
+    """The first pass only finds the retrieval query; the labels are scored once, with the demonstrations."""
+    from openbook.demonstrations import DemoConfig
+
+    task = Classifier(backbone, TEMPLATE, VERBALIZER, demos=DemoConfig(m=2, temperature=0.5), batch_size=2)
+    task.add_examples(TRAIN, TRAIN_LABELS)
+    expected = task.embed(TRAIN)
+    scored = []
+    forward = backbone.forward
+
+    def counted(batch, *args, **kwargs):
+        scored.append(batch)
+        return forward(batch, *args, **kwargs)
+
+    monkeypatch.setattr(backbone, "forward", counted)
+    got = task.embed(TRAIN)
+    assert len(scored) == 2 and all(b.demo_index is not None for b in scored)  # 2 batches, demo layout
+    np.testing.assert_allclose(got.lm_log_probs, expected.lm_log_probs, atol=1e-6)
+
+
+def test_label_scoring_is_a_checked_option_that_reaches_the_backbone(backbone):
+    with pytest.raises(ValueError, match="label_scoring must be one of exact, vectors"):
+        Classifier(backbone, TEMPLATE, VERBALIZER, label_scoring="approximate")  # type: ignore[arg-type]
+    words = Verbalizer.parse("neg=boring,pos=wonderful")
+    exact = Classifier(backbone, TEMPLATE, words)
+    vectors = Classifier(backbone, TEMPLATE, words, label_scoring="vectors")
+    batch = exact.encoder.encode(TRAIN)
+    with torch.no_grad():
+        expected = backbone.forward(batch, exact.encoder.label_token_ids, scoring="vectors").label_log_probs
+    got = vectors.embed(TRAIN)
+    np.testing.assert_allclose(got.lm_log_probs, expected.numpy(), atol=1e-6)
+    np.testing.assert_allclose(got.vectors, exact.embed(TRAIN).vectors, atol=1e-6)  # keys do not change
+    assert not np.allclose(got.lm_log_probs, exact.embed(TRAIN).lm_log_probs, atol=1e-3)
+
+
 def test_a_class_without_examples_is_injected_at_the_mean_embedding_the_model_reads(any_backbone):
     """The inputs_embeds the model receives hold, at the placeholder of a class with no examples, the mean
     of the embedding module's outputs (on Gemma 3 the table times sqrt(hidden size), not the raw rows)."""

@@ -97,6 +97,10 @@ def test_only_lora_tasks_on_this_base_mix(
     assert not mixer.mixes(prompted)  # a trainable prompt changes the input, not the projections
     other = causal_backbone if backbone is masked_backbone else masked_backbone
     assert not mixer.mixes(lora_task(other, "{text} It was {mask}", "neg=bad,pos=good", seed=1))
+    adapted = lora_task(backbone, "{text} It was {mask}", "neg=bad,pos=good", seed=1)
+    assert mixer.mixes(adapted)
+    adapted.label_scoring = "vectors"
+    assert not mixer.mixes(adapted)  # the shared forward scores every part's words exactly
 
 
 def test_stack_pads_each_batch_to_the_widest(backbone: Backbone, tasks: list[Classifier]) -> None:

@@ -93,7 +93,8 @@ def test_domain_bias_comes_from_the_untrained_weights(
 
     reference, _ = fresh_classifier(causal_dir, spec)
     reference.store = KnowledgeStore(reference.backbone.hidden_size)
-    plain = reembed(reference, toy.texts, toy.labels).lm_log_probs  # the store pass scores the plain prompt
+    plain = reembed(reference, toy.texts, toy.labels, scored=True)  # the store pass scores the plain prompt
+    assert plain is not None
     with_demos = reference.embed(toy.texts, exclude_ids=np.arange(len(toy.texts))).lm_log_probs
     assert (reference.demo_encoder is None) == np.array_equal(plain, with_demos)
     classifier, method = fresh_classifier(causal_dir, spec)

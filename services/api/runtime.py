@@ -200,7 +200,7 @@ class TaskRuntime:
         """What demonstrations would retrieve for `text`: per class, neighbours and their weights in the
         class vector (textual demonstrations write the same neighbours out, nearest first)."""
         with self.lock:
-            query = self.classifier.embed([text], vectors_only=True).vectors
+            query = self.classifier.embed_vectors([text]).vectors
             config = self.classifier.demos or DemoConfig()
             return retrieve_demonstrations(self.classifier.store, query, len(self.classifier.labels), config)
 

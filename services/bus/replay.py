@@ -19,7 +19,7 @@ def replay(
     """Apply log entries in order (adds are embedded a run at a time); returns the last offset applied.
 
     `lm_scores`, when given, is kept up to date with each stored example's label scores (id -> (C,)),
-    which the embedding of an add computes anyway.
+    computed by the same forward as its store key; without it no label is scored.
 
     An add that a later entry for its id supersedes is skipped: the end state is the same, nothing is
     embedded for nothing, and an example of a label since removed from the task (it had to be deleted
@@ -34,9 +34,11 @@ def replay(
             texts = [cast(TextInput, e.text) for e in batch]  # an add always carries text and label
             labels = [cast(str, e.label) for e in batch]
             classifier.label_indices(labels)  # unknown labels fail before the forward passes
-            embedded = classifier.embed(texts, vectors_only=True)
-            classifier.add_embeddings(embedded, labels, ids, texts=texts)
-            if lm_scores is not None:
+            if lm_scores is None:  # only the store keys: no label is scored
+                classifier.add_embeddings(classifier.embed_vectors(texts), labels, ids, texts=texts)
+            else:
+                embedded = classifier.embed(texts, vectors_only=True)
+                classifier.add_embeddings(embedded, labels, ids, texts=texts)
                 lm_scores.update(zip(ids.tolist(), embedded.lm_log_probs, strict=True))
         else:
             classifier.store.remove(ids)

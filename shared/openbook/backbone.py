@@ -9,10 +9,14 @@ For a batch of prompts the backbone returns, at the slot:
 - log P(label word | prompt) for every label.
 
 Multi-token label words. For a causal LM the score is exact:
-log P(w1..wL | x) = sum_t log p(w_t | x, w_<t), computed with one extra pass
-over the word's remaining tokens that reuses the prompt's KV cache. A masked
-LM has one slot, so a multi-token word is scored by the mean log-probability
-of its pieces at that slot (an approximation; prefer single-token words).
+log P(w1..wL | x) = sum_t log p(w_t | x, w_<t), computed with one extra call
+that feeds every label's remaining tokens at once, as a token tree over the
+prompt's KV cache (`word_scores.py`). A masked LM has one slot, so a
+multi-token word is scored by the mean log-probability of its pieces at that
+slot (an approximation; prefer single-token words).
+
+What needs only the slot vector (store keys, retrieval queries) calls
+`slot_vectors`, which scores no label and runs no LM head.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import inspect
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, get_args
 
@@ -33,6 +37,7 @@ from openbook.compiled import LENGTH_STEP, ROWS_BASE, CompiledForward, buckets, 
 from openbook.models import DEFAULT_BACKBONE, resolve_backbone
 from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
 from openbook.prompting.encoder import BackboneKind, DemoLayout
+from openbook.word_scores import LabelScoring, label_vector_log_probs, word_log_probs, word_tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -117,6 +122,18 @@ class InputPrompt(Protocol):
 class SlotOutput:
     hidden: torch.Tensor  # (B, H) slot representation
     label_log_probs: torch.Tensor  # (B, C) log P(label word | prompt), or a prompt's own label scores
+
+
+@dataclass
+class _PreparedRun:
+    """What `Backbone._prepare` hands a forward: the model to call, its inputs, and their bookkeeping."""
+
+    model: Any  # the eager model, or the compiled one when the batch was padded to a bucket
+    kwargs: dict[str, Any]
+    batch: EncodedBatch  # as the model reads it (padded to the bucket, prompted)
+    real: int  # rows to answer: the rows given, before any padding to a bucket
+    compiled: bool
+    lock: AbstractContextManager[Any]  # held while calling the model and reading its outputs
 
 
 class Backbone:
@@ -208,19 +225,127 @@ class Backbone:
         label_token_ids: list[list[int]],
         demo_vectors: torch.Tensor | None = None,  # (B, C, H), already in input-embedding space
         prompt: InputPrompt | None = None,  # trainable prompt vectors (see `soft_prompts.py`)
+        *,
+        scoring: LabelScoring = "exact",
     ) -> SlotOutput:
+        """The slot vector and every label's score: one forward, and for a causal LM's multi-token words
+        one more call over their token tree (`word_scores.py`), whatever the number of labels.
+
+        `scoring="vectors"` scores the labels by their vectors in the slot's space instead (see
+        `word_scores.py`): no tree pass, no LM head. A prompt that scores the labels itself overrides both.
+        """
+        own_label_head = prompt is not None and prompt.scores_labels
+        reads_head_input = own_label_head or scoring == "vectors"  # the labels are scored from h, not logits
+        words = word_tree(label_token_ids) if self.kind == "causal" and not reads_head_input else None
+        tails = words is not None and words.has_tails  # multi-token words: a pass over their tree follows
+        # A hook on the head reads its input: the compiled forward, recorded without it, is left aside.
+        run = self._prepare(batch, demo_vectors, prompt, compilable=not tails and not reads_head_input)
+        batch, kwargs, real = run.batch, run.kwargs, run.real
+        if self.kind == "causal":
+            kwargs["use_cache"] = tails or "past_key_values" in kwargs
+            if self._keeps_last_logits:
+                kwargs["logits_to_keep"] = 1  # the slot is the last position: skip the LM head elsewhere
+        features: list[torch.Tensor] = []  # the LM head's input, read when the labels are scored from it
+        caller = threading.get_ident()
+
+        def read_head_input(
+            _module: nn.Module, args: tuple[torch.Tensor, ...]
+        ) -> tuple[torch.Tensor, ...] | None:
+            # Tasks whose methods keep the backbone frozen share it across threads: another task's
+            # forward passes this hook too, and must not be read as this one's.
+            if threading.get_ident() != caller:
+                return None
+            features.append(args[0])
+            return (args[0][:, :0],)  # no logit is read: the head runs on no position
+
+        head = self.output_head
+        hook = head.register_forward_pre_hook(read_head_input) if reads_head_input else None
+        rows, slots = torch.arange(real, device=self.device), batch.slot_index[:real]
+        with run.lock:
+            try:
+                out = run.model(**kwargs)
+            finally:
+                if hook is not None:
+                    hook.remove()
+            hidden = out.hidden_states[self.config.layer][rows, slots].float()  # (B, H)
+            if reads_head_input:
+                head_input = features[-1]  # (B, T or 1, H)
+                slot_features = (
+                    head_input[:, -1] if self.kind == "causal" else head_input[rows, slots]
+                ).float()
+                if own_label_head:
+                    assert prompt is not None
+                    return SlotOutput(hidden=hidden, label_log_probs=prompt.label_logits(slot_features))
+                scores = label_vector_log_probs(head, label_token_ids, slot_features)
+                return SlotOutput(hidden=hidden, label_log_probs=scores)
+            slot_logits = out.logits[:real, -1] if self.kind == "causal" else out.logits[rows, slots]
+            log_probs = F.log_softmax(slot_logits.float(), dim=-1)  # (B, V)
+        if words is not None:
+            assert batch.position_ids is not None  # a causal batch carries them
+            scores = word_log_probs(
+                self.model,
+                words,
+                log_probs,
+                out.past_key_values,
+                batch.attention_mask,
+                batch.position_ids[:, -1],
+            )
+        else:
+            scores = torch.stack(
+                [log_probs[:, torch.tensor(ids, device=self.device)].mean(-1) for ids in label_token_ids],
+                dim=-1,
+            )
+        return SlotOutput(hidden=hidden, label_log_probs=scores)
+
+    def slot_vectors(
+        self,
+        batch: EncodedBatch,
+        prompt: InputPrompt | None = None,
+        demo_vectors: torch.Tensor | None = None,  # (B, C, H), already in input-embedding space
+    ) -> torch.Tensor:
+        """(B, H) float32: `forward(...).hidden` alone, for what reads no label score (store keys, queries).
+
+        No label is scored. Eagerly the transformer body runs without its LM head (`base_model`); the
+        compiled forward, recorded with the head at the slot, is used as it is when the batch fits a bucket
+        (one position of the head costs less than leaving the recorded graph).
+        """
+        run = self._prepare(batch, demo_vectors, prompt, compilable=True)
+        kwargs, model = run.kwargs, run.model
+        if self.kind == "causal":
+            kwargs["use_cache"] = "past_key_values" in kwargs  # a prefix prompt's cache is read, not kept
+            if run.compiled and self._keeps_last_logits:
+                kwargs["logits_to_keep"] = 1
+        if not run.compiled:
+            model = self.model.base_model  # the body alone: the same hidden states, no LM head
+        rows, slots = torch.arange(run.real, device=self.device), run.batch.slot_index[: run.real]
+        with run.lock:
+            out = model(**kwargs)
+            return out.hidden_states[self.config.layer][rows, slots].float()  # (B, H)
+
+    def _prepare(
+        self,
+        batch: EncodedBatch,
+        demo_vectors: torch.Tensor | None,
+        prompt: InputPrompt | None,
+        *,
+        compilable: bool,
+    ) -> _PreparedRun:
+        """The model to call and its inputs: demonstrations injected, the prompt applied, and the batch
+        padded to a compiled bucket when `compilable`, no prompt, and one fits."""
         batch = batch.to(self.device)
         real = batch.input_ids.shape[0]  # rows to answer; a compiled forward pads to its bucket
-        own_label_head = prompt is not None and prompt.scores_labels
-        multi_token = any(len(ids) > 1 for ids in label_token_ids) and not own_label_head
         model: Any = self.model
         bucket = None
-        if self.compiled is not None and prompt is None and not multi_token:
+        if self.compiled is not None and prompt is None and compilable:
             bucket = self.compiled.shape(batch)
+        lock: AbstractContextManager[Any] = nullcontext()
         if bucket is not None:
             assert self.compiled is not None
             batch = pad_batch(batch, *bucket, left=self.kind == "causal")
             model = self.compiled.model
+            # A compiled forward's outputs live in memory its next call overwrites (CUDA graphs): one
+            # thread at a time calls it and copies out what it reads.
+            lock = self.compiled.lock
             if demo_vectors is not None and (more := bucket[0] - real):  # padded rows repeat the last
                 demo_vectors = torch.cat([demo_vectors, demo_vectors[-1:].expand(more, -1, -1)])
         embeds = self.input_embeddings(batch.input_ids)  # (B, T, H)
@@ -240,74 +365,8 @@ class Backbone:
             **extra,
         }
         if self.kind == "causal":
-            kwargs.update(
-                position_ids=batch.position_ids, use_cache=multi_token or "past_key_values" in extra
-            )
-            if self._keeps_last_logits:
-                kwargs["logits_to_keep"] = 1  # the slot is the last position: skip the LM head elsewhere
-        features: list[torch.Tensor] = []  # the LM head's input, read when the prompt scores the labels
-        caller = threading.get_ident()
-
-        def read_head_input(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
-            # Tasks whose methods keep the backbone frozen share it across threads: another task's
-            # forward passes this hook too, and must not be read as this one's.
-            if threading.get_ident() == caller:
-                features.append(args[0])
-
-        head = self.output_head
-        hook = head.register_forward_pre_hook(read_head_input) if own_label_head else None
-        rows, slots = torch.arange(real, device=self.device), batch.slot_index[:real]
-        # A compiled forward's outputs live in memory its next call overwrites (CUDA graphs): one
-        # thread at a time calls it and copies out what it reads.
-        with self.compiled.lock if bucket is not None and self.compiled is not None else nullcontext():
-            try:
-                out = model(**kwargs)
-            finally:
-                if hook is not None:
-                    hook.remove()
-            hidden = out.hidden_states[self.config.layer][rows, slots].float()  # (B, H)
-            if own_label_head:
-                assert prompt is not None
-                head_input = features[-1]  # (B, T or 1, H)
-                slot_features = head_input[:, -1] if self.kind == "causal" else head_input[rows, slots]
-                return SlotOutput(hidden=hidden, label_log_probs=prompt.label_logits(slot_features.float()))
-            slot_logits = out.logits[:real, -1] if self.kind == "causal" else out.logits[rows, slots]
-            log_probs = F.log_softmax(slot_logits.float(), dim=-1)  # (B, V)
-        if self.kind == "causal" and multi_token:
-            scores = self._causal_word_scores(batch, log_probs, label_token_ids, out.past_key_values)
-        else:
-            scores = torch.stack(
-                [log_probs[:, torch.tensor(ids, device=self.device)].mean(-1) for ids in label_token_ids],
-                dim=-1,
-            )
-        return SlotOutput(hidden=hidden, label_log_probs=scores)
-
-    def _causal_word_scores(
-        self, batch: EncodedBatch, log_probs: torch.Tensor, label_token_ids: list[list[int]], cache: Any
-    ) -> torch.Tensor:
-        """log P(w1..wL | prompt) per label, teacher-forcing each word's tail on the prompt's KV cache."""
-        assert batch.position_ids is not None
-        columns = []
-        for ids in label_token_ids:
-            score = log_probs[:, ids[0]]  # (B,)
-            if len(ids) > 1:
-                tail = torch.tensor(ids, device=self.device)
-                steps = len(ids) - 1
-                feed = tail[:-1].expand(len(score), steps)  # (B, L-1): w1..w_{L-1}
-                mask = torch.cat([batch.attention_mask, batch.attention_mask.new_ones(len(score), steps)], 1)
-                positions = batch.position_ids[:, -1:] + torch.arange(1, steps + 1, device=self.device)
-                out = self.model(
-                    input_ids=feed,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                tail_log_probs = F.log_softmax(out.logits.float(), dim=-1)  # (B, L-1, V)
-                score = score + tail_log_probs[:, torch.arange(steps), tail[1:]].sum(-1)
-                cache.crop(-steps)  # drop this word's tokens before scoring the next
-            columns.append(score)
-        return torch.stack(columns, dim=-1)  # (B, C)
+            kwargs["position_ids"] = batch.position_ids
+        return _PreparedRun(model, kwargs, batch, real, bucket is not None, lock)
 
 
 @contextmanager

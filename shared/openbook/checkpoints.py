@@ -75,6 +75,7 @@ def save_classifier(
         "knn": dataclasses.asdict(classifier.knn),
         "confidence_temperature": classifier.confidence_temperature,
         "demos": None if classifier.demos is None else dataclasses.asdict(classifier.demos),
+        "label_scoring": classifier.label_scoring,
         "training_data_sha256": training_data_sha256,
         "dev_metrics": dev_metrics,
         **(extra or {}),
@@ -168,6 +169,7 @@ def load_classifier(
             confidence_temperature=float(
                 manifest.get("confidence_temperature", 1.0)
             ),  # 1: before it was kept
+            label_scoring=manifest.get("label_scoring", "exact"),  # exact: before there was a choice
         )
     except (KeyError, TypeError) as error:
         raise CheckpointError(f"{path}: manifest is missing or has a malformed entry: {error}") from None

@@ -10,19 +10,23 @@ prediction carries both, and the neighbours it used, as its explanation.
 Store keys and kNN queries are the slot vectors of the plain prompt. With
 demonstrations on (vectors or texts, `demonstrations.py`), a second pass
 shows them and only P_LM is read from it, so the store never depends on what
-was retrieved into it.
+was retrieved into it. What reads the vectors alone (store keys, the first pass
+before demonstrations) asks `embed_vectors` / `Backbone.slot_vectors`, which
+score no label: with many multi-token label words the scoring is most of a
+forward's cost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import get_args
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from openbook.backbone import Backbone
+from openbook.backbone import Backbone, SlotOutput
 from openbook.calibration import CalibrationMode, calibrated_p_lm, label_bias, with_temperature
 from openbook.demonstrations import (
     DemoConfig,
@@ -32,10 +36,11 @@ from openbook.demonstrations import (
     to_words,
 )
 from openbook.knn import KnnConfig, knn_mixture, knn_search
-from openbook.prompting import PromptEncoder, PromptError, Template, TextInput, Verbalizer
+from openbook.prompting import EncodedBatch, PromptEncoder, PromptError, Template, TextInput, Verbalizer
 from openbook.prompting.encoder import DemoLayout
 from openbook.soft_prompts import SoftPrompt
 from openbook.store import KnowledgeStore, SearchResult
+from openbook.word_scores import LabelScoring
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,14 @@ class Embeddings:
 
 
 @dataclass(frozen=True)
+class SlotVectors:
+    """The slot vectors alone, without label scores: what a store key needs (`Classifier.embed_vectors`)."""
+
+    vectors: np.ndarray  # (N, H) unit-norm slot representations
+    truncated: np.ndarray  # (N,) bool
+
+
+@dataclass(frozen=True)
 class Scores:
     p_lm: np.ndarray  # (N, C)
     p_knn: np.ndarray  # (N, C); all-zero rows where no neighbour was found
@@ -83,8 +96,13 @@ class Classifier:
     # P = softmax(log P / T) after the interpolation: temperature scaling fitted on dev (quality.calibrate)
     confidence_temperature: float = 1.0
     batch_size: int = 32
+    # How P_LM scores the label words (`word_scores.py`): exactly, or by label vectors in the slot's space
+    label_scoring: LabelScoring = "exact"
 
     def __post_init__(self) -> None:
+        if self.label_scoring not in get_args(LabelScoring):
+            choices = ", ".join(get_args(LabelScoring))
+            raise ValueError(f"label_scoring must be one of {choices}, got {self.label_scoring!r}")
         self.encoder = self.backbone.encoder(self.template, self.verbalizer)
         self.demo_encoder: PromptEncoder | None = None
         if self.demos is not None:
@@ -129,38 +147,62 @@ class Classifier:
         """Slot vectors and label scores for `texts`, in batches, without gradients.
 
         Texts are batched in order of length, so a batch pads to similar lengths; results come back
-        in the order given. `vectors_only` skips the demonstration pass (store keys never need it).
+        in the order given. `vectors_only` skips the demonstration pass: the label scores are then the
+        plain prompt's, from the forward that gave the vectors. Only the vectors needed? `embed_vectors`.
         """
+        vectors, scores, truncated = [], [], []
+        with torch.inference_mode():
+            for rows, chunk, batch in self._batches(texts, progress):
+                cut = batch.truncated
+                if self.demo_encoder is not None and len(self.store) > 0 and not vectors_only:
+                    # The demonstration pass gives the label scores: the first pass only finds the query.
+                    hidden = self._unit(self.backbone.slot_vectors(batch, prompt=self.prompt))
+                    skip = None if exclude_ids is None else exclude_ids[rows]
+                    log_probs, demo_cut = self.label_scores(chunk, hidden, skip)
+                    cut = cut | demo_cut
+                else:  # one forward for both the kNN query and P_LM
+                    out = self._forward(batch, self.encoder.label_token_ids)
+                    hidden, log_probs = self._unit(out.hidden), out.label_log_probs
+                vectors.append(hidden)
+                scores.append(log_probs.cpu().numpy())
+                truncated.append(cut.numpy())
+        return Embeddings(*self._in_given_order(texts, vectors, scores, truncated))
+
+    def embed_vectors(self, texts: Sequence[TextInput], *, progress: bool | str = False) -> SlotVectors:
+        """The unit slot vectors of the plain prompt, as `embed` gives them, with no label scored:
+        store keys (`add_examples`, re-embedding after training) and retrieval queries."""
+        vectors, truncated = [], []
+        with torch.inference_mode():
+            for _, _, batch in self._batches(texts, progress):
+                vectors.append(self._unit(self.backbone.slot_vectors(batch, prompt=self.prompt)))
+                truncated.append(batch.truncated.numpy())
+        return SlotVectors(*self._in_given_order(texts, vectors, truncated))
+
+    def _batches(
+        self, texts: Sequence[TextInput], progress: bool | str
+    ) -> Iterator[tuple[np.ndarray, list[TextInput], EncodedBatch]]:
+        """(rows, texts, encoded batch) of `batch_size` texts at a time, in order of length."""
         if not texts:
             raise PromptError("no texts given")
         for position, text in enumerate(texts):
             self.template.check_input(text, position)
         order = np.argsort([_length(text) for text in texts], kind="stable")
-        vectors, scores, truncated = [], [], []
         starts = range(0, len(texts), self.batch_size)
         bar = tqdm(starts, desc=progress if isinstance(progress, str) else "embed", disable=not progress)
-        with torch.inference_mode():
-            for start in bar:
-                rows = order[start : start + self.batch_size]
-                chunk = [texts[i] for i in rows]
-                batch = self.encoder.encode(chunk)
-                out = self.backbone.forward(batch, self.encoder.label_token_ids, prompt=self.prompt)
-                hidden = torch.nn.functional.normalize(out.hidden, dim=-1).cpu().numpy()
-                log_probs = out.label_log_probs
-                cut = batch.truncated
-                if self.demo_encoder is not None and len(self.store) > 0 and not vectors_only:
-                    skip = None if exclude_ids is None else exclude_ids[rows]
-                    log_probs, demo_cut = self.label_scores(chunk, hidden, skip)
-                    cut = cut | demo_cut
-                vectors.append(hidden)
-                scores.append(log_probs.cpu().numpy())
-                truncated.append(cut.numpy())
-        inverse = np.argsort(order)
-        return Embeddings(
-            np.concatenate(vectors)[inverse],
-            np.concatenate(scores)[inverse],
-            np.concatenate(truncated)[inverse],
-        )
+        for start in bar:
+            rows = order[start : start + self.batch_size]
+            chunk = [texts[i] for i in rows]
+            yield rows, chunk, self.encoder.encode(chunk)
+
+    @staticmethod
+    def _in_given_order(texts: Sequence[TextInput], *parts: list[np.ndarray]) -> list[np.ndarray]:
+        """Each part's batches joined and put back in the order `texts` were given (`_batches` sorts)."""
+        inverse = np.argsort(np.argsort([_length(text) for text in texts], kind="stable"))
+        return [np.concatenate(part)[inverse] for part in parts]
+
+    @staticmethod
+    def _unit(hidden: torch.Tensor) -> np.ndarray:
+        return torch.nn.functional.normalize(hidden, dim=-1).cpu().numpy()
 
     def label_scores(
         self,
@@ -176,7 +218,7 @@ class Classifier:
         """
         if self.demo_encoder is None or self.demos is None or len(self.store) == 0:
             batch = self.encoder.encode(texts)
-            out = self.backbone.forward(batch, self.encoder.label_token_ids, prompt=self.prompt)
+            out = self._forward(batch, self.encoder.label_token_ids)
             return out.label_log_probs, batch.truncated
         if queries is None:
             raise ValueError("demonstrations need query vectors to retrieve them")
@@ -184,7 +226,7 @@ class Classifier:
         if self.demos.mode == "text":
             shown = retrieve_texts(self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids)
             batch = self.demo_encoder.encode(texts, demos=shown)
-            out = self.backbone.forward(batch, label_ids, prompt=self.prompt)
+            out = self._forward(batch, label_ids)
             return out.label_log_probs, batch.truncated
         demos = retrieve_demonstrations(
             self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids
@@ -196,8 +238,15 @@ class Classifier:
             if self.demos.mode == "words"
             else to_input_space(demos.vectors, table, scale)
         )
-        out = self.backbone.forward(batch, label_ids, demo_vectors=injected, prompt=self.prompt)
+        out = self._forward(batch, label_ids, injected)
         return out.label_log_probs, batch.truncated
+
+    def _forward(
+        self, batch: EncodedBatch, label_ids: list[list[int]], demo_vectors: torch.Tensor | None = None
+    ) -> SlotOutput:
+        return self.backbone.forward(
+            batch, label_ids, demo_vectors, prompt=self.prompt, scoring=self.label_scoring
+        )
 
     def score(
         self, embeddings: Embeddings, *, knn: KnnConfig | None = None, exclude_ids: np.ndarray | None = None
@@ -253,11 +302,11 @@ class Classifier:
         if len(texts) != len(labels):
             raise PromptError("texts and labels must have the same length")
         self.label_indices(labels)  # unknown labels fail before the forward passes
-        return self.add_embeddings(self.embed(texts, vectors_only=True), labels, ids, texts=texts)
+        return self.add_embeddings(self.embed_vectors(texts), labels, ids, texts=texts)
 
     def add_embeddings(
         self,
-        embeddings: Embeddings,
+        embeddings: Embeddings | SlotVectors,
         labels: Sequence[str],
         ids: Sequence[int] | np.ndarray | None = None,
         *,

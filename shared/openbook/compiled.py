@@ -18,8 +18,10 @@ the CPU gains nothing, docs/benchmarks.md) and on CUDA.
 Neural and word demonstrations go through the compiled forward too: they are vectors written into
 the input embeddings at the batch's demonstration slots before the model reads them, so the shapes
 stay a bucket's (their slots move with a causal prompt's left padding; padded rows repeat the last
-row's vectors). A trainable prompt, multi-token label words of a causal model (their extra pass
-reuses the KV cache) or a shape over every bucket runs eagerly, as it always did.
+row's vectors). A trainable prompt, multi-token label words of a causal model (the pass over their
+token tree reads the prompt's KV cache, `word_scores.py`) or a shape over every bucket runs eagerly,
+as it always did. `Backbone.slot_vectors` (store keys) goes through the compiled forward too, whatever
+the label words, since it scores none.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ row's prediction is the one its task alone would give, up to the float rounding 
 padding width brings (`tests/test_mixed.py` checks this on the tiny model).
 
 A task joins a mixed batch if its classifier runs on adapters over this base, with no trainable
-prompt and no demonstration pass (those change the input, not the projections); `mixes` says which.
+prompt and no demonstration pass (those change the input, not the projections) and scores its label
+words exactly (the words of every part are scored in one pass over their token tree); `mixes` says
+which.
 """
 
 from __future__ import annotations
@@ -120,8 +122,11 @@ class MixedForward:
         self._seen: weakref.WeakKeyDictionary[Backbone, dict[str, Update]] = weakref.WeakKeyDictionary()
 
     def mixes(self, classifier: Classifier) -> bool:
-        """Whether `classifier` can share a forward here: LoRA adapters over this base, nothing else."""
+        """Whether `classifier` can share a forward here: LoRA adapters over this base, nothing else (its
+        label words scored exactly, as the shared forward scores every part's)."""
         if classifier.prompt is not None or (classifier.demos is not None and len(classifier.store) > 0):
+            return False
+        if classifier.label_scoring != "exact":
             return False
         return bool(self._updates(classifier))
 

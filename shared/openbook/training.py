@@ -49,7 +49,7 @@ from tqdm.auto import tqdm
 
 from openbook.backbone import float32_weights
 from openbook.calibration import CalibrationMode, calibrated_p_lm, mean_prediction_bias
-from openbook.classifier import Classifier, Embeddings
+from openbook.classifier import Classifier
 from openbook.methods.base import Method, TrainBatch, only_these_train
 from openbook.prompting import PromptError, TextInput
 from openbook.store import KnowledgeStore
@@ -200,11 +200,11 @@ def train(
     with float32_weights(classifier.backbone.model, classifier.prompt):
         classifier.store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
         classifier.label_bias = None
-        store_pass = reembed(classifier, train_texts, train_labels, progress=progress)
+        # Domain calibration on the plain prompt reads the store pass's own label scores.
+        plain = config.calibration == "domain" and classifier.demo_encoder is None
+        log_probs = reembed(classifier, train_texts, train_labels, progress=progress, scored=plain)
         if config.calibration == "domain":
-            if classifier.demo_encoder is None:  # the plain prompt: the store pass has already scored it
-                log_probs = store_pass.lm_log_probs
-            else:
+            if log_probs is None:  # with demonstrations shown, as the classifier will be asked
                 bar = "calibrate" if progress and len(train_texts) > _QUIET_EMBED else False
                 log_probs = classifier.embed(train_texts, exclude_ids=ids, progress=bar).lm_log_probs
             classifier.label_bias = mean_prediction_bias(log_probs)
@@ -286,19 +286,29 @@ def train(
 
 
 def reembed(
-    classifier: Classifier, texts: Sequence[TextInput], labels: np.ndarray, *, progress: bool = False
-) -> Embeddings:
+    classifier: Classifier,
+    texts: Sequence[TextInput],
+    labels: np.ndarray,
+    *,
+    progress: bool = False,
+    scored: bool = False,
+) -> np.ndarray | None:
     """Replace the store's keys (ids 0..N-1) with the slot vectors under the current weights; the texts
     are kept with them (textual demonstrations write them out).
 
-    Returns the pass itself: its label scores are those of the plain prompt (no demonstrations).
-    A progress bar is shown for a large set (the full-data runs), where a pass takes minutes.
+    No label is scored unless `scored`: then the same forward scores them, and the plain prompt's
+    (N, C) label scores (no demonstrations) are returned. A progress bar is shown for a large set (the
+    full-data runs), where a pass takes minutes.
     """
     classifier.backbone.model.eval()
     bar = "embed store" if progress and len(texts) > _QUIET_EMBED else False
-    embedded = classifier.embed(texts, vectors_only=True, progress=bar)
-    classifier.store.add(np.arange(len(texts), dtype=np.int64), embedded.vectors, labels, texts)
-    return embedded
+    if scored:
+        embedded = classifier.embed(texts, vectors_only=True, progress=bar)
+        vectors, log_probs = embedded.vectors, embedded.lm_log_probs
+    else:
+        vectors, log_probs = classifier.embed_vectors(texts, progress=bar).vectors, None
+    classifier.store.add(np.arange(len(texts), dtype=np.int64), vectors, labels, texts)
+    return log_probs
 
 
 def evaluate_dev(

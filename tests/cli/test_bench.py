@@ -44,3 +44,21 @@ def test_bench_mixed_prints_mixed_and_separate_throughput_beside_one_task(causal
     assert "   1 task: " in out and "texts/s" in out
     assert "   4 tasks: separate" in out and "x one task" in out and "x separate" in out
     assert main([*args, "--method", "dart"]) != 0  # a prompt, not adapters: nothing to mix
+
+
+def test_bench_labels_prints_many_labels_beside_two(causal_dir, tmp_path, capsys):
+    """On a clinc150-shaped folder: intent names with underscores, test queries and seed-13 train texts."""
+    clinc = tmp_path / "k-shot" / "clinc150"
+    (clinc / "10-13").mkdir(parents=True)
+    intents = ["book_flight", "book_hotel", "what_is_the_answer", "who", "cast"]
+    (clinc / "labels.txt").write_text("".join(f"{i}={name}\n" for i, name in enumerate(intents)))
+    rows = "".join(f'{i % 5},"{text}"\n' for i, text in enumerate(["a good film", "who wrote it", "fun"] * 4))
+    (clinc / "test.csv").write_text(rows)
+    (clinc / "10-13" / "train.csv").write_text(rows)
+    args = ["bench", "labels", "--backbone", str(causal_dir), "--data", str(tmp_path), "--repeats", "1"]
+    assert main([*args, "--texts", "4", "--examples", "6", "--batch-size", "4", "--max-length", "48"]) == 0
+    out = capsys.readouterr().out
+    assert f"data: clinc150 ({clinc})" in out and "thread(s)" in out and "(float32)" in out
+    assert "2 labels: " in out and "(book flight, book hotel)" in out  # underscores read as spaces
+    assert "classify 4 texts" in out and "add 6 examples to the store" in out
+    assert out.count("5 labels") == 3 and out.count("x\n") == 2  # the label line, then two ratio rows

@@ -9,8 +9,10 @@ import pytest
 from openbook.cli import main
 from openbook.cli.common import (
     add_data_argument,
+    add_label_scoring_argument,
     add_prompt_arguments,
     add_training_arguments,
+    build_classifier,
     checked_settings,
     data_dir,
     train_config,
@@ -105,3 +107,28 @@ def test_the_settings_record_the_budget_as_it_was_given(tmp_path: Path) -> None:
     # the cap spelled out; no eval_every: a check every epoch (so results checked every 8 steps do not resume)
     assert (by_epochs["max_steps"], by_epochs["eval_every"]) == (DEFAULT_MAX_STEPS, None)
     assert "epochs" not in checked_settings(parser.parse_args(["--steps", "64"]))
+
+
+def test_label_scoring_reaches_the_classifier_and_the_settings(causal_dir: Path, tmp_path: Path) -> None:
+    import json
+
+    parser = argparse.ArgumentParser()
+    add_prompt_arguments(parser)
+    add_label_scoring_argument(parser)
+    add_training_arguments(parser)
+    parser.add_argument("--out", default=str(tmp_path))
+    for name in ("data", "shots", "calibration"):
+        parser.add_argument(f"--{name}")
+    argv = ["--backbone", str(causal_dir), "--template", "{text} It was {mask}", "--labels", "0=bad,1=good"]
+    assert build_classifier(parser.parse_args(argv), None).label_scoring == "exact"
+    args = parser.parse_args([*argv, "--label-scoring", "vectors"])
+    assert build_classifier(args, None).label_scoring == "vectors"
+    assert checked_settings(args)["label_scoring"] == "vectors"
+    # results recorded before the option scored exactly: they resume as exact, and only as exact
+    (tmp_path / "settings.json").write_text(json.dumps(checked_settings(parser.parse_args(argv))))
+    saved = json.loads((tmp_path / "settings.json").read_text())
+    del saved["label_scoring"]
+    (tmp_path / "settings.json").write_text(json.dumps(saved))
+    assert checked_settings(parser.parse_args(argv))["label_scoring"] == "exact"
+    with pytest.raises(ValueError, match="label_scoring: 'exact' -> 'vectors'"):
+        checked_settings(args)

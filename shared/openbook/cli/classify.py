@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from openbook.calibration import CALIBRATION_MODES, CalibrationMode
-from openbook.cli.common import add_prompt_arguments, build_classifier
+from openbook.cli.common import add_label_scoring_argument, add_prompt_arguments, build_classifier
 from openbook.data import read_split
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="default: domain (over the --examples texts) when examples are given, else content-free",
     )
     add_prompt_arguments(classify)
+    add_label_scoring_argument(classify)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from openbook.training import TrainConfig
 
 # Settings recorded in settings.json since some date: a directory written before holds runs made with these.
-RECORDED_SINCE = {"knn": {"similarity": "cosine", "standardise": False, "temperature": 0.1}}
+RECORDED_SINCE = {
+    "knn": {"similarity": "cosine", "standardise": False, "temperature": 0.1},
+    "label_scoring": "exact",
+}
 
 # Errors that are the user's to fix: printed in one line, exit status 2 (MethodError and
 # CheckpointError are ValueErrors).
@@ -50,6 +53,17 @@ def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
         "--device", type=device_name, default="auto", help="cpu, cuda, cuda:N; auto: cuda when present"
+    )
+
+
+def add_label_scoring_argument(parser: argparse.ArgumentParser) -> None:
+    """--label-scoring: how P_LM scores the label words (see openbook/word_scores.py)."""
+    parser.add_argument(
+        "--label-scoring",
+        choices=["exact", "vectors"],
+        default="exact",
+        help="exact: log P(word | prompt) over every token of a multi-token word; vectors: label vectors in "
+        "the slot's space (the mean of the word's LM-head rows), one product, cheaper for many long words",
     )
 
 
@@ -189,7 +203,9 @@ def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
         BackboneConfig(name=args.backbone, layer=args.layer, max_length=args.max_length, device=args.device)
     )
     template, verbalizer = prompt_for(task, args.template, args.labels, backbone.kind)
-    return Classifier(backbone, template, verbalizer, batch_size=args.batch_size)
+    return Classifier(
+        backbone, template, verbalizer, batch_size=args.batch_size, label_scoring=args.label_scoring
+    )
 
 
 def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
@@ -205,6 +221,8 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
     # `eval --full` only (continual shares this); recorded only when used, so older results still resume
     if getattr(args, "full", False):
         settings |= {"full": True, "full_dev_size": args.full_dev_size}
+    if hasattr(args, "label_scoring"):  # the commands that build their classifier from the arguments
+        settings["label_scoring"] = args.label_scoring
     settings |= extra or {}
     path = Path(args.out) / "settings.json"
     if path.exists():

@@ -15,6 +15,7 @@ from openbook.calibration import CALIBRATION_MODES
 from openbook.cli.common import (
     add_data_argument,
     add_knn_arguments,
+    add_label_scoring_argument,
     add_prompt_arguments,
     add_training_arguments,
     build_classifier,
@@ -74,6 +75,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         " GPU shared); each unit's output goes to OUT/logs/",
     )
     add_prompt_arguments(evaluate)
+    add_label_scoring_argument(evaluate)
     add_training_arguments(evaluate)
 
 

@@ -9,7 +9,12 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from openbook.cli.common import add_data_argument, add_prompt_arguments, build_classifier
+from openbook.cli.common import (
+    add_data_argument,
+    add_label_scoring_argument,
+    add_prompt_arguments,
+    build_classifier,
+)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -27,6 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--per-class", default="1,2,4,8", help="examples per class in the store, e.g. 1,2,4,8")
     check.add_argument("--out", required=True, help="directory for results.json and results.md")
     add_prompt_arguments(check)
+    add_label_scoring_argument(check)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from openbook.calibration import CALIBRATION_MODES
 from openbook.cli.common import (
     add_data_argument,
+    add_label_scoring_argument,
     add_prompt_arguments,
     add_training_arguments,
     build_classifier,
@@ -45,6 +46,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     check.add_argument("--out", required=True, help="directory for the cached embeddings and the table")
     add_prompt_arguments(check)
+    add_label_scoring_argument(check)
     add_training_arguments(check)
 
 

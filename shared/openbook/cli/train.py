@@ -9,6 +9,7 @@ from pathlib import Path
 
 from openbook.cli.common import (
     add_data_argument,
+    add_label_scoring_argument,
     add_prompt_arguments,
     add_training_arguments,
     build_classifier,
@@ -32,6 +33,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         training.add_argument(f"--no-{flag}", action="append_const", const=f"no-{flag}", dest="options")
     training.add_argument("--knn-loss", action="append_const", const="knn-loss", dest="options")
     add_prompt_arguments(training)
+    add_label_scoring_argument(training)
     add_training_arguments(training)
 
 

@@ -269,7 +269,7 @@ def _run_sequence(
         if method.inference == "knn-interp" or classifier.demos is not None:
             earlier = [e for stage_data in data[:t] for e in stage_data.train]
             if earlier:  # the open book keeps every earlier stage's examples, keyed by the new weights
-                vectors = classifier.embed([e.text for e in earlier], vectors_only=True)
+                vectors = classifier.embed_vectors([e.text for e in earlier])
                 classifier.add_embeddings(
                     vectors, [e.label for e in earlier], texts=[e.text for e in earlier]
                 )
