@@ -124,7 +124,7 @@ def test_a_first_candidate_worse_than_the_untrained_task_is_not_served(server, r
     api, _ = replicas
     client = redis.Redis.from_url(server.url)
     untrained = api.post("/v1/tasks/reviews/classify", json={"texts": ["fun"]}).json()["model_version"]
-    worse = train(api, Worker(client, artifacts, max_length=48), WORSE)
+    worse = train(api, Worker(client, artifacts, max_length=48, untrained_gate=True), WORSE)
     gate = worse["gate"]
     # the untrained task (its prompt and kNN over the train examples) is the serving side of the first gate
     assert gate["verdict"] == "rejected" and gate["serving_version"] is None and gate["dev"] == 5, gate
