@@ -133,10 +133,10 @@ def test_walkthrough_from_a_new_task_to_a_trained_version(console: Console, stac
     ]
     console.shot("suggestions")
 
-    # Forced past the first gate: two steps of prompt-ft need not beat the untrained task.
-    body = {"method": "prompt-ft", "steps": 2, "force": True}
-    assert stack.http.post("/v1/tasks/reviews/train", json=body).status_code == 202
     console.tab("Training")
+    page.locator("#train-method").fill("prompt-ft")
+    page.locator("#train-steps").fill("2")
+    page.get_by_role("button", name="Start training").click()
     job = page.locator("#jobs tbody tr").first
     expect(job).to_have_attribute("data-state", "succeeded", timeout=TRAINING_WAIT_MS)
     version = job.locator(".job-version").inner_text()
