@@ -110,11 +110,11 @@ def test_relabelling_a_suspect_and_choosing_a_threshold(console: Console, stack:
     expect(page.locator("#quality-min-confidence")).to_contain_text("never abstains")
     assert stack.http.get("/v1/tasks/clusters").json()["min_confidence"] is None
 
-    # A trained version: the panel reports on its dev split, and lists it across versions. Forced past
-    # the first gate: two steps of prompt-ft need not beat the untrained task, which the store judges well.
-    body = {"method": "prompt-ft", "steps": 2, "force": True}
-    assert stack.http.post("/v1/tasks/clusters/train", json=body).status_code == 202
+    # A trained version: the panel reports on its dev split, and lists it across versions.
     console.tab("Training")
+    page.locator("#train-method").fill("prompt-ft")
+    page.locator("#train-steps").fill("2")
+    page.get_by_role("button", name="Start training").click()
     job = page.locator("#jobs tbody tr").first
     expect(job).to_have_attribute("data-state", "succeeded", timeout=TRAINING_WAIT_MS)
     version = job.locator(".job-version").inner_text()
