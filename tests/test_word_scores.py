@@ -81,7 +81,7 @@ def decoder(request: pytest.FixtureRequest) -> Backbone:
 
 def test_tree_shares_prefixes_and_keeps_each_words_factors(causal_backbone) -> None:
     words = label_words(causal_backbone.tokenizer)
-    tree = word_tree(words)
+    (tree,) = word_tree(words).trees
     prefixes = {tuple(w[:d]) for w in words for d in range(1, len(w))}
     assert len(tree.tokens) == len(prefixes) < sum(len(w) - 1 for w in words)  # shared once
     assert tree.edge_label.bincount(minlength=len(words)).tolist() == [len(w) - 1 for w in words]
@@ -103,6 +103,31 @@ def test_one_pass_matches_the_per_label_loop(decoder: Backbone) -> None:
         want = per_label_loop(decoder, batch, words)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
     torch.testing.assert_close(got[:, 1], got[:, 8])  # the same word, the same score
+
+
+def test_a_label_set_past_the_node_budget_is_split_into_trees_each_on_its_own_cache(
+    decoder: Backbone, monkeypatch
+) -> None:
+    """Trees of at most MAX_TREE_NODES nodes (a longer word alone in its own), every word's factors in
+    exactly one, the same scores as the per-label loop, and the prompt's cache as each pass found it."""
+    monkeypatch.setattr(word_scores, "MAX_TREE_NODES", 3)
+    encoder = decoder.encoder(TEMPLATE, Verbalizer.parse("0=bad,1=good"))
+    batch = encoder.encode(TEXTS)
+    words = label_words(decoder.tokenizer)
+    split = word_scores._label_words(tuple(tuple(w) for w in words), 3)
+    assert len(split.trees) > 2
+    assert all(len(tree.tokens) <= 3 or tree.edge_label.unique().numel() == 1 for tree in split.trees)
+    factors = torch.cat([tree.edge_label for tree in split.trees]).bincount(minlength=len(words))
+    assert factors.tolist() == [len(w) - 1 for w in words]
+    calls = []
+    handle = decoder.model.base_model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with torch.no_grad():
+            got = decoder.forward(batch, words).label_log_probs
+    finally:
+        handle.remove()
+    assert len(calls) == 1 + len(split.trees)
+    torch.testing.assert_close(got, per_label_loop(decoder, batch, words), atol=1e-4, rtol=0)
 
 
 def test_model_calls_do_not_grow_with_the_label_count(causal_backbone, monkeypatch) -> None:

@@ -23,6 +23,12 @@ gives its kept span (`Cache.get_mask_sizes`), and the mask covers that span only
 config lists `layer_types` take one mask per type as a dict (Gemma 3, as its own forward does);
 others take the 4D tensor, which transformers uses as given.
 
+A tree of N nodes costs an (N, N) path table and (rows, N, prompt + N) masks, so a label set whose
+words have more than MAX_TREE_NODES distinct prefixes (a thousand labels of long words) is split into
+several trees, words sharing a first token kept together where they fit; each tree's pass runs on its
+own fork of the prompt's cache (`_fork`), so the passes never see each other's nodes. Memory stays
+bounded whatever the labels, at one more call per tree.
+
 The LM head runs only where a score is read: at each node, over the whole vocabulary in chunks of
 rows (the normaliser needs every logit; a chunk bounds the (rows, V) logits held at once, and under
 autograd each chunk is recomputed in the backward pass rather than kept).
@@ -45,6 +51,7 @@ distribution over single-token labels is the exact one; for longer words it is a
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,46 +64,78 @@ from torch.utils.checkpoint import checkpoint
 
 LabelScoring = Literal["exact", "vectors"]  # what `Backbone.forward` scores labels with (see above)
 LOGIT_BUDGET = 1 << 26  # logits (float32: 256 MiB) one chunk of the head's full-vocabulary pass may hold
+MAX_TREE_NODES = 512  # nodes one pass feeds: bounds its (N, N) path table and (rows, N, K + N) masks
 
 
 @dataclass(frozen=True)
 class WordTree:
-    """The label words' proper prefixes as a token tree: the nodes one pass feeds, and where each word's
-    factors are read. N nodes, C labels, E = sum over words of (length - 1) factors after the first."""
+    """Proper prefixes of some label words as a token tree: the nodes one pass feeds, and where each word's
+    factors are read. N nodes; E = sum over its words of (length - 1) factors after the first."""
 
-    first: torch.Tensor  # (C,) each word's first token, scored at the slot
     tokens: torch.Tensor  # (N,) each node's last token, the one fed
     depth: torch.Tensor  # (N,) its prefix length: 1 for a word's first token
     on_path: torch.Tensor  # (N, N) bool: [i, j] node j is node i or one of its ancestors
     children: torch.Tensor  # (N, M) tokens scored at each node's output, padded with 0
     edge_node: torch.Tensor  # (E,) the node whose output scores a factor
     edge_child: torch.Tensor  # (E,) which of that node's children it is
-    edge_label: torch.Tensor  # (E,) the label whose word the factor belongs to
-
-    @property
-    def has_tails(self) -> bool:
-        return len(self.tokens) > 0
+    edge_label: torch.Tensor  # (E,) the label (in the whole label set) whose word the factor belongs to
 
     def to(self, device: torch.device) -> WordTree:
         return WordTree(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))
 
 
-def word_tree(label_token_ids: Sequence[Sequence[int]]) -> WordTree:
-    """The tree of `label_token_ids` (one token list per label), built once per label set."""
+@dataclass(frozen=True)
+class LabelWords:
+    """Every label word's first token, read at the slot, and its tails' prefixes as trees of at most
+    MAX_TREE_NODES nodes each (a word longer than that alone in its own); no tree when every word is
+    one token."""
+
+    first: torch.Tensor  # (C,)
+    trees: tuple[WordTree, ...]
+
+    @property
+    def has_tails(self) -> bool:
+        return bool(self.trees)
+
+    def to(self, device: torch.device) -> LabelWords:
+        return LabelWords(self.first.to(device), tuple(tree.to(device) for tree in self.trees))
+
+
+def word_tree(label_token_ids: Sequence[Sequence[int]]) -> LabelWords:
+    """The trees of `label_token_ids` (one token list per label), built once per label set."""
     # Kept across calls, so never built as inference tensors, which a later training step cannot read.
     with torch.inference_mode(False):
-        return _word_tree(tuple(tuple(ids) for ids in label_token_ids))
+        return _label_words(tuple(tuple(ids) for ids in label_token_ids), MAX_TREE_NODES)
 
 
 @functools.lru_cache(maxsize=64)
-def _word_tree(words: tuple[tuple[int, ...], ...]) -> WordTree:
+def _label_words(words: tuple[tuple[int, ...], ...], max_nodes: int) -> LabelWords:
     if any(len(ids) == 0 for ids in words):
         raise ValueError("a label word has no tokens")
+    groups: list[list[int]] = []  # labels per tree, in token order so that shared prefixes sit together
+    prefixes: set[tuple[int, ...]] = set()
+    for label in sorted((i for i, ids in enumerate(words) if len(ids) > 1), key=words.__getitem__):
+        ids = words[label]
+        new = {ids[:depth] for depth in range(1, len(ids))} - prefixes
+        if not groups or len(prefixes) + len(new) > max_nodes:
+            groups.append([])
+            prefixes = {ids[:depth] for depth in range(1, len(ids))}
+        else:
+            prefixes |= new
+        groups[-1].append(label)
+    return LabelWords(
+        first=torch.tensor([ids[0] for ids in words], dtype=torch.long),
+        trees=tuple(_word_tree(words, group) for group in groups),
+    )
+
+
+def _word_tree(words: tuple[tuple[int, ...], ...], labels: list[int]) -> WordTree:
     nodes: dict[tuple[int, ...], int] = {}
     parents: list[int] = []
     children: list[list[int]] = []
     edges: list[tuple[int, int, int]] = []  # (node, child slot, label)
-    for label, ids in enumerate(words):
+    for label in labels:
+        ids = words[label]
         for depth in range(1, len(ids)):
             prefix = ids[:depth]
             if prefix not in nodes:  # a prefix's parent was met before it: parents precede children
@@ -116,7 +155,6 @@ def _word_tree(words: tuple[tuple[int, ...], ...]) -> WordTree:
     padded = [c + [0] * (width - len(c)) for c in children]
     edge = torch.tensor(edges, dtype=torch.long).reshape(-1, 3)
     return WordTree(
-        first=torch.tensor([ids[0] for ids in words], dtype=torch.long),
         tokens=torch.tensor([prefix[-1] for prefix in nodes], dtype=torch.long),
         depth=torch.tensor([len(prefix) for prefix in nodes], dtype=torch.long),
         on_path=on_path,
@@ -129,25 +167,33 @@ def _word_tree(words: tuple[tuple[int, ...], ...]) -> WordTree:
 
 def word_log_probs(
     model: Any,
-    tree: WordTree,
+    words: LabelWords,
     slot_log_probs: torch.Tensor,
     cache: Any,
     context_mask: torch.Tensor,
     last_position: torch.Tensor,
 ) -> torch.Tensor:
-    """(B, C) log P(word | prompt) per label, from the prompt's pass and one pass over `tree`'s nodes.
+    """(B, C) log P(word | prompt) per label, from the prompt's pass and one pass per tree of `words`.
 
     `model` is the causal LM (`base_model` runs the body, its output embeddings the head); the prompt's
     pass left `slot_log_probs` (B, V) at the slot and its KV `cache`; `context_mask` (B, K) is the
     attention mask the cache was built under (prefix tokens included) and `last_position` (B,) the
     position id of the slot.
     """
-    device = slot_log_probs.device
-    tree = tree.to(device)
-    scores = slot_log_probs[:, tree.first]  # (B, C)
-    if not tree.has_tails:
-        return scores
-    rows, count = len(slot_log_probs), len(tree.tokens)
+    words = words.to(slot_log_probs.device)
+    scores = slot_log_probs[:, words.first]  # (B, C)
+    for i, tree in enumerate(words.trees):
+        last = i == len(words.trees) - 1  # the last pass may extend the prompt's own cache
+        factors = _tree_factors(model, tree, cache if last else _fork(cache), context_mask, last_position)
+        scores = scores.index_add(1, tree.edge_label, factors)
+    return scores
+
+
+def _tree_factors(
+    model: Any, tree: WordTree, cache: Any, context_mask: torch.Tensor, last_position: torch.Tensor
+) -> torch.Tensor:
+    """(B, E) log p(w_d+1 | x, w1..wd) for every factor of `tree`, from one call over its nodes."""
+    rows, count = len(context_mask), len(tree.tokens)
     dtype = model.get_input_embeddings().weight.dtype
     out = model.base_model(
         input_ids=tree.tokens.expand(rows, count),
@@ -158,12 +204,24 @@ def word_log_probs(
     )
     hidden = out.last_hidden_state.reshape(rows * count, -1)  # (B*N, H) the head's input at each node
     children = tree.children.repeat(rows, 1)  # (B*N, M)
-    vocabulary = slot_log_probs.shape[1]
+    vocabulary = model.get_output_embeddings().weight.shape[0]
     child_log_probs = _children_log_probs(model, hidden, children, vocabulary).view(
         rows, count, -1
     )  # (B, N, M)
-    factors = child_log_probs[:, tree.edge_node, tree.edge_child]  # (B, E)
-    return scores.index_add(1, tree.edge_label, factors)
+    return child_log_probs[:, tree.edge_node, tree.edge_child]  # (B, E)
+
+
+def _fork(cache: Any) -> Any:
+    """A cache to run a pass on that leaves `cache` as it was. A dynamic cache's layers rebind their
+    key and value tensors on update (a concatenation, never a write into them), so copying the layer
+    objects suffices; any other cache is copied whole."""
+    from transformers.cache_utils import DynamicLayer
+
+    if not all(isinstance(layer, DynamicLayer) for layer in getattr(cache, "layers", [None])):
+        return copy.deepcopy(cache)
+    fork = copy.copy(cache)
+    fork.layers = [copy.copy(layer) for layer in cache.layers]
+    return fork
 
 
 def tail_attention_masks(
