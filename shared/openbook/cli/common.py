@@ -63,7 +63,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         "training (trainable methods)",
         f"The budget: --steps or --epochs; given neither, {DEFAULT_EPOCHS:g} epochs, at least "
         f"{DEFAULT_MIN_STEPS} and at most {DEFAULT_MAX_STEPS} steps, a dev check every {DEFAULT_EVAL_EVERY} "
-        "steps.",
+        "steps; on a large set, at least one epoch, its dev checks at least an epoch / patience apart.",
     )
     budget = group.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=int, help="most optimiser steps per run, whatever the training set")
