@@ -225,6 +225,39 @@ def sharp_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     return _sharpen(source, tmp_path_factory.mktemp(f"sharp-{request.param}"))
 
 
+# Intent names of one to three corpus words, as an assistant's intents read ("book the movie", "good film").
+_INTENT_HEADS = ("book", "answer", "cast", "light", "plot", "wrote", "good", "bad", "great", "awful", "okay")
+_INTENT_OBJECTS = (
+    "movie",
+    "film",
+    "book",
+    "city",
+    "river",
+    "light",
+    "question",
+    "answer",
+    "cast",
+    "plot",
+    "fun",
+)
+
+
+def _intent_names(tokenizer, count: int = 150) -> list[str]:
+    """`count` distinct readable intent names whose label words take 1 to 3 tokens on `tokenizer`."""
+    names = [f"{head} {obj}" for head in _INTENT_HEADS for obj in _INTENT_OBJECTS if head != obj]
+    names += [f"{head} the {obj}" for head in _INTENT_HEADS[:6] for obj in _INTENT_OBJECTS if head != obj]
+    names = [*_INTENT_HEADS, *names]
+    fitting = [n for n in names if 1 <= len(tokenizer(" " + n, add_special_tokens=False)["input_ids"]) <= 3]
+    assert len(fitting) >= count, f"only {len(fitting)} intent names of 1 to 3 tokens"
+    return fitting[:count]
+
+
+@pytest.fixture
+def intent_names() -> Callable:
+    """`intent_names(tokenizer, count=150)`: a many-label task's label words, each of 1 to 3 tokens."""
+    return _intent_names
+
+
 @dataclass(frozen=True)
 class Toy:
     """The sentiment toy set the method tests train on (four sentences, twice over), with its prompt."""

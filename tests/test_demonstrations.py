@@ -3,6 +3,7 @@ import pytest
 import torch
 from openbook.demonstrations import (
     DemoConfig,
+    nearest_classes,
     retrieve_demonstrations,
     retrieve_texts,
     to_input_space,
@@ -112,3 +113,79 @@ def test_word_mapping_places_the_input_embedding_of_the_head_argmax_word():
     for c, word in enumerate([2, 3, 4]):
         torch.testing.assert_close(mapped[0, c], table[word])
     torch.testing.assert_close(mapped[0, 3], table.mean(0))
+
+
+def _nearest_classes_one_by_one(p_knn, nearest, count):
+    """The reference `nearest_classes` must match: each row sorted by (-P_kNN, -nearest, label) in Python."""
+    chosen = []
+    for p_row, near_row in zip(p_knn.tolist(), nearest.tolist(), strict=True):
+        ranked = sorted(range(len(p_row)), key=lambda c: (-p_row[c], -near_row[c], c))
+        chosen.append(sorted(ranked[:count]))
+    return np.array(chosen)
+
+
+def test_nearest_classes_rank_by_p_knn_then_nearest_example_then_label():
+    rng = np.random.default_rng(7)
+    rows, labels = 64, 150
+    p_knn = np.zeros((rows, labels), dtype=np.float32)
+    for row in range(rows):  # a handful of classes voted for, some with equal shares
+        voted = rng.choice(labels, size=rng.integers(1, 9), replace=False)
+        p_knn[row, voted] = rng.choice([0.125, 0.25, 0.5], size=len(voted))
+    nearest = rng.uniform(-1, 1, (rows, labels)).astype(np.float32)
+    nearest[rng.random((rows, labels)) < 0.1] = -np.inf  # classes with no example
+    nearest[:, 100:110] = 0.5  # ties among the unvoted too: label order breaks them
+    for count in (1, 5, 16, 149):
+        got = nearest_classes(p_knn, nearest, count)
+        assert got.shape == (rows, count)
+        np.testing.assert_array_equal(got, _nearest_classes_one_by_one(p_knn, nearest, count))
+    shown = nearest_classes(p_knn, nearest, 16)  # at most 8 voted: every class P_kNN weighs is shown
+    assert all(set(np.flatnonzero(p)) <= set(row) for p, row in zip(p_knn, shown, strict=True))
+
+
+def _many_label_store(rows=40, labels=30, dim=8, seed=3):
+    rng = np.random.default_rng(seed)
+    vectors = _unit(rng.standard_normal((rows * 3, dim))).astype(np.float32)
+    store = KnowledgeStore(dim)
+    store.add(
+        np.arange(len(vectors)),
+        vectors,
+        np.arange(len(vectors)) % labels,
+        texts=[f"t{i}" for i in range(len(vectors))],
+    )
+    queries = _unit(rng.standard_normal((rows, dim))).astype(np.float32)
+    p_knn = rng.dirichlet(np.ones(labels), size=rows).astype(np.float32)
+    return store, queries, p_knn, labels
+
+
+def test_showing_fewer_classes_keeps_those_classes_demonstrations():
+    store, queries, p_knn, labels = _many_label_store()
+    config = DemoConfig(m=2, temperature=0.2)
+    every = retrieve_demonstrations(store, queries, labels, config)
+    assert every.classes.shape == (len(queries), labels) and (every.classes == np.arange(labels)).all()
+    shown = retrieve_demonstrations(store, queries, labels, config, shown=5, p_knn=p_knn)
+    per_label = store.search_per_label(queries, 2, labels)
+    expected = nearest_classes(p_knn, per_label.similarities[:, :, 0], 5)
+    np.testing.assert_array_equal(shown.classes, expected)
+    at = expected[:, :, None]
+    np.testing.assert_allclose(shown.vectors, np.take_along_axis(every.vectors, at, axis=1), atol=1e-6)
+    np.testing.assert_array_equal(shown.ids, np.take_along_axis(every.ids, at, axis=1))
+    np.testing.assert_array_equal(shown.weights, np.take_along_axis(every.weights, at, axis=1))
+    with pytest.raises(ValueError, match="needs each query's P_kNN"):
+        retrieve_demonstrations(store, queries, labels, config, shown=5)
+    same = retrieve_demonstrations(
+        store, queries, labels, config, shown=labels, p_knn=p_knn
+    )  # all: no ranking
+    np.testing.assert_array_equal(same.vectors, every.vectors)
+
+
+def test_written_out_demonstrations_of_fewer_classes_are_theirs_rank_by_rank():
+    store, queries, p_knn, labels = _many_label_store()
+    config = DemoConfig(m=2, mode="text")
+    written = retrieve_texts(store, queries, labels, config, shown=4, p_knn=p_knn)
+    nearest = store.search_per_label(queries, 2, labels)
+    classes = nearest_classes(p_knn, nearest.similarities[:, :, 0], 4)
+    for row, demos in enumerate(written):
+        expected_labels = [int(c) for c in classes[row]] * 2  # every class's nearest, then its second
+        assert [label for _, label in demos] == expected_labels
+        nearest_texts = store.texts_of(nearest.ids[row, classes[row], 0])
+        assert [text for text, _ in demos[:4]] == nearest_texts

@@ -162,12 +162,51 @@ def test_the_default_budget_is_8_epochs_of_at_least_32_steps_checked_every_8() -
         "max_steps": DEFAULT_MAX_STEPS,
         "min_steps": DEFAULT_MIN_STEPS,
         "eval_every": DEFAULT_EVAL_EVERY,
+        "first_pass": True,
     }
     # spelled out, it runs the same
     assert TrainConfig(**default.budget()).budget() == default.budget()
     assert TrainConfig(**default.budget()).total_steps(8) == default.total_steps(8)
     assert TrainConfig(max_steps=40).total_steps(96) == 40  # a cap given caps the default too
     assert TrainConfig(eval_every=3).budget()["eval_every"] == 3
+
+
+# 16 shots per class of 2 to 6 classes (the benchmarks' k-shot tasks), and of 8
+SIXTEEN_SHOT_SETS = [16 * classes for classes in (2, 3, 4, 5, 6, 8)]
+
+
+def test_the_default_budget_of_a_16_shot_task_is_as_before_first_pass() -> None:
+    """The whole-pass rule binds on no 16-shot task of up to 8 classes: their steps and dev checks are those
+    of the budget without it (8 epochs, 32 to 120 steps, a check every 8 steps)."""
+    default = TrainConfig()
+    without = TrainConfig(epochs=DEFAULT_EPOCHS, min_steps=DEFAULT_MIN_STEPS, eval_every=DEFAULT_EVAL_EVERY)
+    assert not without.makes_first_pass() and default.makes_first_pass()
+    for num_train in SIXTEEN_SHOT_SETS:
+        assert (
+            default.total_steps(num_train) == without.total_steps(num_train) == min(120, max(32, num_train))
+        )
+        assert default.check_every(num_train) == without.check_every(num_train) == DEFAULT_EVAL_EVERY
+    assert [default.total_steps(n) for n in (32, 96)] == [32, 96]  # SST-2 and trec, as documented
+
+
+def test_the_default_budget_sees_1500_examples_once() -> None:
+    default = TrainConfig()
+    # 150 intents x 10 examples: an epoch is 188 steps, over the plain cap of 120
+    assert default.total_steps(1500) == 188 > DEFAULT_MAX_STEPS
+    assert default.check_every(1500) == 94  # two checks without gain span the epoch: no early stop inside it
+    # the service holds one example in four out as dev: 1,125 to train on
+    assert (default.total_steps(1125), default.check_every(1125)) == (141, 71)
+    # spelled out as a job records it, it runs the same
+    assert TrainConfig(**default.budget()).total_steps(1500) == 188
+    assert TrainConfig(**default.budget()).check_every(1500) == 94
+    # a budget given keeps its cap and checks unless it asks for the whole pass
+    assert TrainConfig(epochs=8).total_steps(1500) == DEFAULT_MAX_STEPS
+    assert TrainConfig(epochs=8, max_steps=50, first_pass=True).total_steps(1500) == 188
+    assert TrainConfig(epochs=8, first_pass=True, patience=4).check_every(1500) == 188  # every epoch already
+    assert TrainConfig(first_pass=False).total_steps(1500) == DEFAULT_MAX_STEPS
+    assert "first_pass" not in TrainConfig(epochs=8).budget() | TrainConfig(first_pass=False).budget()
+    with pytest.raises(ValueError, match="first_pass belongs to an epoch budget"):
+        TrainConfig(steps=10, first_pass=True)
 
 
 def test_a_step_budget_ignores_the_training_set_size() -> None:

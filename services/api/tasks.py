@@ -18,7 +18,7 @@ from openbook.artifacts import CheckpointError
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.classifier import Classifier
 from openbook.labels import fit_to_labels
-from openbook.methods import build_method
+from openbook.methods import build_method, check_prompt_fits
 from openbook.mixed import MixedForward
 from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
 from openbook.prompting import PromptError, Template, Verbalizer
@@ -215,6 +215,7 @@ class TaskRegistry:
         try:
             method.check_backbone(backbone)
             classifier = build_classifier(task, backbone)
+            check_prompt_fits(backbone, classifier.template, classifier.verbalizer, method)  # demos too
         except ValueError as error:
             raise InvalidSpec("", str(error)) from None
         self._check_training(task, backbone)

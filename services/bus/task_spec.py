@@ -161,7 +161,8 @@ class TrainOptions(BaseModel):
         le=100_000,
         description=f"optimiser steps; null with null epochs: the default budget, {DEFAULT_EPOCHS:g} epochs "
         f"of at least {DEFAULT_MIN_STEPS} and at most {DEFAULT_MAX_STEPS} steps in all, a dev check every "
-        f"{DEFAULT_EVAL_EVERY}",
+        f"{DEFAULT_EVAL_EVERY}; on a large set, at least one epoch, its dev checks at least an epoch / "
+        "patience apart, so every example is seen once",
     )
     epochs: float | None = Field(
         None,

@@ -208,7 +208,12 @@ class Backbone:
         return self.compiled
 
     def encoder(
-        self, template: Template, verbalizer: Verbalizer, *, demonstrations: DemoLayout = "none"
+        self,
+        template: Template,
+        verbalizer: Verbalizer,
+        *,
+        demonstrations: DemoLayout = "none",
+        demo_classes: int | None = None,
     ) -> PromptEncoder:
         return PromptEncoder(
             self.tokenizer,
@@ -217,6 +222,7 @@ class Backbone:
             self.kind,
             self.config.max_length,
             demonstrations=demonstrations,
+            demo_classes=demo_classes,
         )
 
     def forward(

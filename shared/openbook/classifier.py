@@ -13,7 +13,8 @@ shows them and only P_LM is read from it, so the store never depends on what
 was retrieved into it. What reads the vectors alone (store keys, the first pass
 before demonstrations) asks `embed_vectors` / `Backbone.slot_vectors`, which
 score no label: with many multi-token label words the scoring is most of a
-forward's cost.
+forward's cost. A task with more labels than a row shows (`DemoConfig.classes`)
+shows each row its nearest classes by P_kNN, under the classifier's kNN settings.
 """
 
 from __future__ import annotations
@@ -35,9 +36,8 @@ from openbook.demonstrations import (
     to_input_space,
     to_words,
 )
-from openbook.knn import KnnConfig, knn_mixture, knn_search
+from openbook.knn import KnnConfig, knn_distribution, knn_mixture, knn_search
 from openbook.prompting import EncodedBatch, PromptEncoder, PromptError, Template, TextInput, Verbalizer
-from openbook.prompting.encoder import DemoLayout
 from openbook.soft_prompts import SoftPrompt
 from openbook.store import KnowledgeStore, SearchResult
 from openbook.word_scores import LabelScoring
@@ -106,8 +106,12 @@ class Classifier:
         self.encoder = self.backbone.encoder(self.template, self.verbalizer)
         self.demo_encoder: PromptEncoder | None = None
         if self.demos is not None:
-            layout: DemoLayout = "text" if self.demos.mode == "text" else "vectors"
-            self.demo_encoder = self.backbone.encoder(self.template, self.verbalizer, demonstrations=layout)
+            self.demo_encoder = self.backbone.encoder(
+                self.template,
+                self.verbalizer,
+                demonstrations=self.demos.layout,
+                demo_classes=self.demos.classes,
+            )
         if self.store is None:
             self.store = self.empty_store()
         elif self.store.dim != self.backbone.hidden_size:
@@ -223,17 +227,20 @@ class Classifier:
         if queries is None:
             raise ValueError("demonstrations need query vectors to retrieve them")
         label_ids = self.demo_encoder.label_token_ids
+        # the classes a row shows: as many as asked for the written-out demonstrations (the encoder drops
+        # what does not fit), as many as the encoder fits for the vector pairs
+        shown = self.demos.classes if self.demos.mode == "text" else self.demo_encoder.demo_classes
+        p_knn = self._p_knn(queries, exclude_ids) if shown < len(self.labels) else None
+        retrieval = (self.store, queries, len(self.labels), self.demos)
         if self.demos.mode == "text":
-            shown = retrieve_texts(self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids)
-            batch = self.demo_encoder.encode(texts, demos=shown)
+            written = retrieve_texts(*retrieval, exclude_ids=exclude_ids, shown=shown, p_knn=p_knn)
+            batch = self.demo_encoder.encode(texts, demos=written)
             out = self._forward(batch, label_ids)
             return out.label_log_probs, batch.truncated
-        demos = retrieve_demonstrations(
-            self.store, queries, len(self.labels), self.demos, exclude_ids=exclude_ids
-        )
-        batch = self.demo_encoder.encode(texts)
+        demos = retrieve_demonstrations(*retrieval, exclude_ids=exclude_ids, shown=shown, p_knn=p_knn)
+        batch = self.demo_encoder.encode(texts, classes=demos.classes)
         table, scale = self.backbone.input_embedding_table(), self.backbone.input_embedding_scale
-        injected = (  # (B, C, E), as the model reads its input embeddings
+        injected = (  # (B, K, E), as the model reads its input embeddings
             to_words(demos.vectors, self.backbone.output_head, table) * scale
             if self.demos.mode == "words"
             else to_input_space(demos.vectors, table, scale)
@@ -247,6 +254,17 @@ class Classifier:
         return self.backbone.forward(
             batch, label_ids, demo_vectors, prompt=self.prompt, scoring=self.label_scoring
         )
+
+    def _p_knn(self, queries: np.ndarray, exclude_ids: np.ndarray | None) -> np.ndarray:
+        """(B, C) each query's P_kNN under the classifier's kNN settings, as `score` interpolates it."""
+        hits = knn_search(self.store, queries, self.knn.k, self.knn.similarity, exclude_ids=exclude_ids)
+        return knn_distribution(
+            torch.from_numpy(hits.similarities),
+            torch.from_numpy(hits.labels),
+            len(self.labels),
+            self.knn.temperature,
+            self.knn.standardise,
+        ).numpy()
 
     def score(
         self, embeddings: Embeddings, *, knn: KnnConfig | None = None, exclude_ids: np.ndarray | None = None

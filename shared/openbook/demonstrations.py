@@ -14,6 +14,17 @@ Three ways to show them (`DemoConfig.mode`):
   written out, the template filled with the example and its label word
   (`retrieve_texts`; the layout and the length budget are `PromptEncoder`'s).
 
+Many labels. Showing every class does not fit a prompt of a few hundred
+tokens once a task has dozens of labels (150 intents' pairs alone take about
+450 tokens on Gemma 3's tokenizer). A row then shows its `DemoConfig.classes`
+nearest classes only: the most probable under the query's P_kNN (`knn.py`, the
+distribution the prediction interpolates), ties, such as the classes no
+neighbour votes for, broken by each class's nearest example, then by label
+order (`nearest_classes`). They are shown in label order. The label words
+are still scored for every class; only the demonstrations are limited. The
+default, 16, is the default kNN's k: every class P_kNN can put weight on is
+shown, and a task of at most 16 labels shows all of them, as before.
+
 Mapping into the input space. Store vectors are unit-norm slot states from
 the model's top layer, while the input layer expects token embeddings. The
 paper injects the representations as they are. Here that failed: a causal
@@ -35,11 +46,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from openbook.prompting.encoder import Demo
-from openbook.store import KnowledgeStore
+from openbook.prompting.encoder import Demo, DemoLayout
+from openbook.store import KnowledgeStore, SearchResult
 
 DemoMode = Literal["neural", "words", "text"]
 _HEAD_ROWS = 1024  # class vectors scored against the vocabulary at once: (1024, V) float32 logits
+# The most classes a row shows: the default kNN's k (knn.KnnConfig), so every class P_kNN can weigh is shown.
+DEFAULT_DEMO_CLASSES = 16
 
 
 @dataclass(frozen=True)
@@ -47,10 +60,18 @@ class DemoConfig:
     m: int = 4  # neighbours per class: averaged into one vector (neural, words) or each written out (text)
     temperature: float = 0.1  # of the averaging weights (neural, words)
     mode: DemoMode = "neural"
+    classes: int = DEFAULT_DEMO_CLASSES  # the most classes a row shows: its nearest by P_kNN
+
+    @property
+    def layout(self) -> DemoLayout:
+        """How `PromptEncoder` lays the demonstrations out: written out (text), or a vector per class."""
+        return "text" if self.mode == "text" else "vectors"
 
     def __post_init__(self) -> None:
         if self.m < 1:
             raise ValueError(f"m must be at least 1, got {self.m}")
+        if self.classes < 1:
+            raise ValueError(f"classes must be at least 1, got {self.classes}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
         if self.mode not in get_args(DemoMode):
@@ -59,10 +80,33 @@ class DemoConfig:
 
 @dataclass(frozen=True)
 class Demonstrations:
-    vectors: np.ndarray  # (B, C, H) weighted mean of each class's neighbours (unit-norm slot space)
-    ids: np.ndarray  # (B, C, m) neighbour ids, -1 where the class has fewer than m examples
-    weights: np.ndarray  # (B, C, m) softmax weights, 0 where there is no neighbour
-    similarities: np.ndarray  # (B, C, m)
+    """Per row, one class vector for each class shown (K of them: every class, or the nearest)."""
+
+    vectors: np.ndarray  # (B, K, H) weighted mean of each class's neighbours (unit-norm slot space)
+    ids: np.ndarray  # (B, K, m) neighbour ids, -1 where the class has fewer than m examples
+    weights: np.ndarray  # (B, K, m) softmax weights, 0 where there is no neighbour
+    similarities: np.ndarray  # (B, K, m)
+    classes: np.ndarray  # (B, K) the label index of each class vector, in label order
+
+
+def nearest_classes(p_knn: np.ndarray, nearest: np.ndarray, count: int) -> np.ndarray:
+    """(B, count) the classes each row shows, in label order: the `count` most probable under P_kNN
+    (B, C), ties broken by the class's nearest example's similarity (B, C; -inf where it has none), then
+    by label order."""
+    order = np.lexsort((-nearest, -p_knn), axis=-1)  # stable: equal keys keep label order
+    return np.sort(order[:, :count], axis=-1)
+
+
+def _classes_shown(
+    hits: SearchResult, num_labels: int, shown: int | None, p_knn: np.ndarray | None
+) -> np.ndarray:
+    """(B, K) the classes each row shows: every class when `shown` covers them, else `nearest_classes`."""
+    rows = len(hits.ids)
+    if shown is None or shown >= num_labels:
+        return np.broadcast_to(np.arange(num_labels), (rows, num_labels))
+    if p_knn is None or p_knn.shape != (rows, num_labels):
+        raise ValueError(f"showing {shown} of {num_labels} classes needs each query's P_kNN, (B, C)")
+    return nearest_classes(p_knn, hits.similarities[:, :, 0], shown)
 
 
 def retrieve_demonstrations(
@@ -72,26 +116,41 @@ def retrieve_demonstrations(
     config: DemoConfig,
     *,
     exclude_ids: np.ndarray | None = None,
+    shown: int | None = None,  # classes a row shows; None: every class
+    p_knn: np.ndarray | None = None,  # (B, C) each query's P_kNN, which ranks the classes when not all show
 ) -> Demonstrations:
-    hits = store.search_per_label(queries, config.m, num_labels, exclude_ids=exclude_ids)  # (B, C, m)
+    """Per query, the class vector of each class shown (`nearest_classes` when fewer than all)."""
+    every = store.search_per_label(queries, config.m, num_labels, exclude_ids=exclude_ids)  # (B, C, m)
+    classes = _classes_shown(every, num_labels, shown, p_knn)  # (B, K)
+    hits = _of_classes(every, classes)  # (B, K, m)
     present = hits.ids >= 0
     logits = np.where(present, hits.similarities / config.temperature, -np.inf)
     logits = logits - np.max(np.where(present, logits, -np.inf), axis=-1, keepdims=True, initial=-1e30)
     weights = np.where(present, np.exp(logits), 0.0)
-    weights /= np.maximum(weights.sum(-1, keepdims=True), 1e-12)  # (B, C, m)
-    neighbour_vectors = np.zeros((*hits.ids.shape, store.dim), dtype=np.float32)  # (B, C, m, H)
+    weights /= np.maximum(weights.sum(-1, keepdims=True), 1e-12)  # (B, K, m)
+    neighbour_vectors = np.zeros((*hits.ids.shape, store.dim), dtype=np.float32)  # (B, K, m, H)
     if present.any():
         neighbour_vectors[present] = store.vectors_of(hits.ids[present])
-    vectors = np.einsum("bcm,bcmh->bch", weights.astype(np.float32), neighbour_vectors)  # (B, C, H)
-    return Demonstrations(vectors, hits.ids, weights.astype(np.float32), hits.similarities)
+    vectors = np.einsum("bcm,bcmh->bch", weights.astype(np.float32), neighbour_vectors)  # (B, K, H)
+    return Demonstrations(vectors, hits.ids, weights.astype(np.float32), hits.similarities, classes)
+
+
+def _of_classes(hits: SearchResult, classes: np.ndarray) -> SearchResult:
+    """Per-label hits (B, C, m) narrowed to each row's `classes` (B, K): (B, K, m)."""
+    if classes.shape[1] == hits.ids.shape[1]:
+        return hits  # every class, in label order
+    at = classes[:, :, None]
+    return SearchResult(
+        *(np.take_along_axis(a, at, axis=1) for a in (hits.ids, hits.labels, hits.similarities))
+    )
 
 
 def to_input_space(
     vectors: np.ndarray, embedding_weight: torch.Tensor, embedding_scale: float
 ) -> torch.Tensor:
-    """Map demonstration vectors (B, C, H) into the token-embedding distribution.
+    """Map demonstration vectors (B, K, H) into the token-embedding distribution.
 
-    Each query's class vectors are centred on their mean over the classes present, so what is left
+    Each query's class vectors are centred on their mean over the classes shown and present, so what is left
     is what tells the classes apart; that direction is placed at the mean token embedding, at the
     typical distance of a token from it. Token embeddings are the table as the model reads it: the
     weights times `embedding_scale` (`Backbone.input_embedding_scale`; sqrt(hidden size) on Gemma 3).
@@ -105,18 +164,18 @@ def to_input_space(
     raw_mean = table.mean(0)  # (H,)
     token_mean = raw_mean * embedding_scale
     token_spread = (table - raw_mean).norm(dim=-1).mean() * embedding_scale
-    demo = torch.from_numpy(vectors).to(table.device)  # (B, C, H)
-    present = demo.norm(dim=-1, keepdim=True) > 0  # (B, C, 1)
+    demo = torch.from_numpy(vectors).to(table.device)  # (B, K, H)
+    present = demo.norm(dim=-1, keepdim=True) > 0  # (B, K, 1)
     count = present.sum(1, keepdim=True).clamp(min=1)
     centre = (demo * present).sum(1, keepdim=True) / count  # (B, 1, H)
     offset = demo - centre
     direction = offset / offset.norm(dim=-1, keepdim=True).clamp(min=1e-12)
     placed = token_mean + direction * token_spread
-    return torch.where(present, placed, token_mean.expand_as(demo))  # (B, C, H)
+    return torch.where(present, placed, token_mean.expand_as(demo))  # (B, K, H)
 
 
 def to_words(vectors: np.ndarray, head: nn.Linear, embedding_table: torch.Tensor) -> torch.Tensor:
-    """Each class vector (B, C, H) read as a word: the input embedding of the token the LM head ranks first.
+    """Each class vector (B, K, H) read as a word: the input embedding of the token the LM head ranks first.
 
     The word is argmax over the vocabulary of v·Wᵀ (+ the head's bias), W the output head's rows, and the
     result is that token's row of the input table: a real token embedding, so the untrained model reads a
@@ -129,7 +188,7 @@ def to_words(vectors: np.ndarray, head: nn.Linear, embedding_table: torch.Tensor
     table = embedding_table.detach()
     weight = head.weight.detach()  # (V, H)
     bias = getattr(head, "bias", None)
-    demo = torch.from_numpy(vectors).to(weight.device)  # (B, C, H)
+    demo = torch.from_numpy(vectors).to(weight.device)  # (B, K, H)
     flat = demo.reshape(-1, demo.shape[-1])  # (B*C, H)
     words = torch.empty(len(flat), dtype=torch.long, device=weight.device)
     for start in range(0, len(flat), _HEAD_ROWS):  # bounds the (rows, V) logits on large batches
@@ -137,8 +196,8 @@ def to_words(vectors: np.ndarray, head: nn.Linear, embedding_table: torch.Tensor
         if bias is not None:
             logits = logits + bias.detach()
         words[start : start + _HEAD_ROWS] = logits.argmax(-1)
-    placed = table[words.to(table.device)].float().reshape(*demo.shape[:-1], table.shape[-1])  # (B, C, E)
-    present = (demo.norm(dim=-1, keepdim=True) > 0).to(table.device)  # (B, C, 1)
+    placed = table[words.to(table.device)].float().reshape(*demo.shape[:-1], table.shape[-1])  # (B, K, E)
+    present = (demo.norm(dim=-1, keepdim=True) > 0).to(table.device)  # (B, K, 1)
     return torch.where(present, placed, table.float().mean(0).expand_as(placed))
 
 
@@ -149,18 +208,25 @@ def retrieve_texts(
     config: DemoConfig,
     *,
     exclude_ids: np.ndarray | None = None,
+    shown: int | None = None,  # classes a row shows; None: every class
+    p_knn: np.ndarray | None = None,  # (B, C) each query's P_kNN, which ranks the classes when not all show
 ) -> list[list[Demo]]:
     """Per query, its textual demonstrations in prompt order: (text, label index) pairs.
 
-    The m nearest neighbours of each class, ordered rank by rank (every class's nearest, then every
-    class's second nearest, ...) and by label order within a rank, so the order is deterministic and the
-    length budget (`PromptEncoder`, which drops demonstrations from the end) takes the farthest first.
-    A class with fewer than m examples in the store shows what it has. `exclude_ids[b]` is never shown to
-    row b (leave-one-out in training).
+    The m nearest neighbours of each class shown (`nearest_classes` when fewer than all), ordered rank
+    by rank (every class's nearest, then every class's second nearest, ...) and by label order within a
+    rank, so the order is deterministic and the length budget (`PromptEncoder`, which drops
+    demonstrations from the end) takes the farthest first. A class with fewer than m examples in the
+    store shows what it has. `exclude_ids[b]` is never shown to row b (leave-one-out in training).
     """
-    hits = store.search_per_label(queries, config.m, num_labels, exclude_ids=exclude_ids)  # (B, C, m)
-    ordered = hits.ids.transpose(0, 2, 1).reshape(len(queries), -1)  # (B, m*C): rank-major
-    classes = np.tile(np.arange(num_labels), config.m)  # (m*C,)
+    every = store.search_per_label(queries, config.m, num_labels, exclude_ids=exclude_ids)  # (B, C, m)
+    classes = _classes_shown(every, num_labels, shown, p_knn)  # (B, K)
+    hits = _of_classes(every, classes)  # (B, K, m)
+    ordered = hits.ids.transpose(0, 2, 1).reshape(len(queries), -1)  # (B, m*K): rank-major
+    labels = np.tile(classes, config.m)  # (B, m*K)
     found = ordered >= 0
     texts = iter(store.texts_of(ordered[found]))
-    return [[(next(texts), int(c)) for c in classes[row]] for row in found]
+    return [
+        [(next(texts), int(c)) for c in row_labels[row]]
+        for row_labels, row in zip(labels, found, strict=True)
+    ]

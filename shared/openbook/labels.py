@@ -10,8 +10,9 @@ examples; the open book does not: the new label can be served at once.
   the new label's row from the word's LM-head row (`SoftPrompt.with_label`); every other method
   (prompt-ft, retroprompt, IPT, L2P, the PEFT prompts) reads no label but through its words.
 - Demonstrations are retrieved per class from the store: with vectors (neural, words) the new
-  class has its block in the prompt and, until it has examples, sits at the mean token embedding
-  (no evidence either way, `demonstrations.to_input_space`); textual ones show it once it has one.
+  class has its pair in the prompt (in a row's nearest classes, once the task has more labels than
+  a row shows) and, until it has examples, sits at the mean token embedding (no evidence either
+  way, `demonstrations.to_input_space`); textual ones show it once it has one.
 - The calibration log-prior (`label_bias`) takes the mean of the existing labels' values: the
   new label is corrected as much as a typical label, neither favoured nor held back.
 - P_kNN: the store keys each example by its label's index, and the old labels keep theirs, so the

@@ -27,6 +27,20 @@ epochs, at least DEFAULT_MIN_STEPS and at most DEFAULT_MAX_STEPS steps, a dev
 check every DEFAULT_EVAL_EVERY steps. 16 shots per class are 32 steps on
 SST-2 and 96 on trec.
 
+The default budget also makes one whole pass over the training set
+(`first_pass`): its cap never cuts the first epoch, and its dev checks are at
+least ceil(steps_per_epoch / patience) steps apart, so early stopping cannot
+end a run before every example has been seen once. Up to 128 training
+examples (16 shots of 8 classes: an epoch of at most 16 steps at batch 8)
+neither binds, so such a run is what it was; the cap binds only above 960.
+On large sets they do: 150 intents of 10 examples (1,500, an epoch of 188
+steps) get 188 steps with dev checked at steps 94 and 188, where the plain
+cap would have stopped at step 120 with 540 examples unseen, and checks every
+8 steps would have let two checks without gain stop the run at step 16.
+Spacing the checks also bounds their cost: a check scores every dev example
+(a third as many as the training examples in the service), twice with
+demonstrations, so a check every 8 steps would cost more than the steps.
+
 Whatever the budget, the last step is always checked.
 
 Before the first step the training examples are embedded into the store (ids
@@ -79,6 +93,9 @@ class TrainConfig:
     epochs: float | None = None  # or an epoch budget: ceil(epochs * steps_per_epoch); neither: the default
     max_steps: int | None = None  # the most steps; None: DEFAULT_MAX_STEPS for an epoch budget, else no cap
     min_steps: int | None = None  # a given epoch budget's floor in steps (under the cap); None: none
+    # An epoch budget's run sees every example once: the cap is at least an epoch, and dev checks at least
+    # ceil(steps_per_epoch / patience) steps apart. None: True for the default budget, False for one given.
+    first_pass: bool | None = None
     batch_size: int = 8
     lr: float = 1e-5
     weight_decay: float = 0.01
@@ -103,6 +120,8 @@ class TrainConfig:
             raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
         if self.min_steps is not None and (self.epochs is None or self.min_steps < 1):
             raise ValueError(f"min_steps is a positive floor of an epoch budget, got {self.min_steps}")
+        if self.first_pass and self.steps is not None:
+            raise ValueError("first_pass belongs to an epoch budget: a step budget runs its steps")
         if min(self.batch_size, self.patience, 1 if self.eval_every is None else self.eval_every) < 1:
             raise ValueError("batch_size, eval_every and patience must be at least 1")
         if self.lr <= 0 or not 0 <= self.warmup_ratio < 1:
@@ -121,29 +140,43 @@ class TrainConfig:
         if self.steps is not None:
             return self.steps if self.max_steps is None else min(self.steps, self.max_steps)
         epochs, floor = self._epochs()
+        epoch = self.steps_per_epoch(num_train)
         # rounded first, so that float noise (0.1 * 30 = 3.0000000000000004) does not add a step
-        planned = max(math.ceil(round(epochs * self.steps_per_epoch(num_train), 9)), floor or 1)
-        return max(1, min(planned, self.max_steps or DEFAULT_MAX_STEPS))
+        planned = max(math.ceil(round(epochs * epoch, 9)), floor or 1)
+        cap = self.max_steps or DEFAULT_MAX_STEPS
+        return max(1, min(planned, max(cap, epoch) if self.makes_first_pass() else cap))
 
     def check_every(self, num_train: int) -> int:
         """Steps between two dev checks, for a training set of `num_train` examples."""
         if self.eval_every is not None:
-            return self.eval_every
-        return self.steps_per_epoch(num_train) if self.epochs is not None else DEFAULT_EVAL_EVERY
+            every = self.eval_every
+        else:
+            every = self.steps_per_epoch(num_train) if self.epochs is not None else DEFAULT_EVAL_EVERY
+        if self.makes_first_pass():  # `patience` checks without gain span at least an epoch
+            return max(every, -(-self.steps_per_epoch(num_train) // self.patience))
+        return every
 
-    def budget(self) -> dict[str, int | float]:
+    def makes_first_pass(self) -> bool:
+        """Whether the run sees every example once before its cap or early stopping ends it."""
+        return (
+            self.first_pass if self.first_pass is not None else (self.steps is None and self.epochs is None)
+        )
+
+    def budget(self) -> dict[str, int | float | bool]:
         """The budget's settings as they run, with the defaults that do not depend on the data spelled
         out: `steps` and `eval_every` (and `max_steps` only when given), or `epochs`, `max_steps` and
         `min_steps` when there is one (and `eval_every` when given or by default; else a dev check every
-        epoch). The default budget reads as the epoch budget it is."""
+        epoch; and `first_pass` when it holds). The default budget reads as the epoch budget it is."""
         if self.steps is not None:
             every = self.eval_every or DEFAULT_EVAL_EVERY
-            spelled: dict[str, int | float] = {"steps": self.steps, "eval_every": every}
+            spelled: dict[str, int | float | bool] = {"steps": self.steps, "eval_every": every}
             return spelled if self.max_steps is None else spelled | {"max_steps": self.max_steps}
         epochs, floor = self._epochs()
         spelled = {"epochs": epochs, "max_steps": self.max_steps or DEFAULT_MAX_STEPS}
         if floor is not None:
             spelled["min_steps"] = floor
+        if self.makes_first_pass():
+            spelled["first_pass"] = True
         eval_every = self.eval_every or (None if self.epochs is not None else DEFAULT_EVAL_EVERY)
         return spelled if eval_every is None else spelled | {"eval_every": eval_every}
 

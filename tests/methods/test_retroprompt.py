@@ -131,3 +131,168 @@ def test_each_demos_mode_trains_predicts_and_round_trips(
     # demos=text reads the neighbours' texts from the reloaded store (a missing one is a KeyError)
     for a, b in zip(loaded.predict(toy.texts[:4]), before, strict=True):
         assert a.label == b.label and a.p_lm == pytest.approx(b.p_lm, abs=HALF_PROBABILITY_ATOL)
+
+
+MANY_LABELS_LENGTH = 128  # a tiny backbone's prompt room: 150 intents' pairs alone take over 400 tokens
+
+
+def _intent_task(directory: Path, intent_names, spec: str = "retroprompt"):
+    """A 150-intent task on a fresh tiny backbone at MANY_LABELS_LENGTH, prepared by `spec`'s method."""
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.classifier import Classifier
+    from openbook.methods import build_method
+    from openbook.prompting import Template, Verbalizer
+
+    backbone = load_backbone(BackboneConfig(name=str(directory), max_length=MANY_LABELS_LENGTH))
+    names = intent_names(backbone.tokenizer)
+    verbalizer = Verbalizer(tuple(name.replace(" ", "_") for name in names), tuple(names))
+    method = build_method(spec)
+    return method.prepare(Classifier(backbone, Template("{text} It was {mask}"), verbalizer)), method, names
+
+
+@pytest.mark.parametrize("kind", ["masked", "causal"])
+def test_the_default_method_trains_and_classifies_150_intents(kind: str, request, intent_names, monkeypatch):
+    """150 intents at max_length 128: each row shows its 16 nearest classes (every class its neighbours
+    vote for among them), training steps and classifies with every label scored."""
+    from openbook.knn import knn_distribution, knn_search
+
+    classifier, method, names = _intent_task(request.getfixturevalue(f"{kind}_dir"), intent_names)
+    assert classifier.demo_encoder is not None and classifier.demo_encoder.demo_classes == 16
+    texts = [f"please {name}" for name in names]  # one example per intent
+    labels = np.arange(len(names))
+    dev = [f"{name} now" for name in names[::15]]
+    shown: list[tuple[list, np.ndarray]] = []
+    encode = classifier.demo_encoder.encode
+
+    def recording(texts, demos=None, classes=None):
+        shown.append((list(texts), classes))
+        return encode(texts, demos=demos, classes=classes)
+
+    monkeypatch.setattr(classifier.demo_encoder, "encode", recording)
+    result = train(classifier, method, texts, labels, dev, labels[::15], QUICK, progress=False)
+    assert len(result.losses) == QUICK.steps and np.isfinite(result.losses).all()
+    assert shown and all(classes.shape == (len(rows), 16) for rows, classes in shown)
+    shown.clear()
+    queries = ["please book the movie", "good film now", "who wrote the book"]
+    predictions = classifier.predict(queries)
+    assert all(len(p.probabilities) == len(p.p_lm) == 150 for p in predictions)
+    assert all(
+        p.label in classifier.labels and sum(p.probabilities.values()) == pytest.approx(1)
+        for p in predictions
+    )
+    ((encoded, classes),) = shown
+    assert sorted(encoded) == sorted(queries)
+    order = [queries.index(text) for text in encoded]
+    vectors = classifier.embed(queries, vectors_only=True).vectors[order]
+    knn = classifier.knn
+    hits = knn_search(classifier.store, vectors, knn.k, knn.similarity)
+    p_knn = knn_distribution(
+        torch.from_numpy(hits.similarities),
+        torch.from_numpy(hits.labels),
+        150,
+        knn.temperature,
+        knn.standardise,
+    )
+    for row, p in enumerate(p_knn.numpy()):
+        assert (np.diff(classes[row]) > 0).all()  # 16 distinct classes, in label order
+        assert set(np.flatnonzero(p)) <= set(classes[row].tolist())  # every class P_kNN weighs is shown
+
+
+def test_a_task_of_few_labels_shows_every_class_as_before(
+    model_dir: Path, toy, fresh_classifier, monkeypatch
+):
+    """Up to `demo_classes` labels the demonstration pass is the one every class always had: no class is
+    ranked, each label's pair in label order, each class vector the full retrieval's."""
+    from openbook.classifier import Classifier
+    from openbook.demonstrations import retrieve_demonstrations, to_input_space
+
+    classifier, method = fresh_classifier(model_dir, "retroprompt")
+    train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, QUICK, progress=False)
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("a task of few labels ranks no class")
+
+    monkeypatch.setattr(Classifier, "_p_knn", never)
+    queries = classifier.embed(toy.texts[:4], vectors_only=True).vectors
+    with torch.inference_mode():
+        got, _ = classifier.label_scores(toy.texts[:4], queries)
+        demos = retrieve_demonstrations(classifier.store, queries, 2, classifier.demos)  # every class
+        assert classifier.demo_encoder is not None
+        batch = classifier.demo_encoder.encode(toy.texts[:4])  # every class, in label order
+        backbone = classifier.backbone
+        injected = to_input_space(
+            demos.vectors, backbone.input_embedding_table(), backbone.input_embedding_scale
+        )
+        expected = backbone.forward(batch, classifier.demo_encoder.label_token_ids, demo_vectors=injected)
+    assert torch.equal(got, expected.label_log_probs)  # bit for bit
+
+
+def test_demo_classes_option_and_the_prompt_check(causal_dir: Path, intent_names) -> None:
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.methods import build_method, check_prompt_fits
+    from openbook.methods.base import MethodError
+    from openbook.prompting import PromptError, Template, Verbalizer
+
+    assert build_method("retroprompt").config.demo_config() == DemoConfig(classes=16)
+    assert build_method("retroprompt/demo-classes=4").config.demo_config() == DemoConfig(classes=4)
+    assert build_method("retroprompt/demos=text/demo-classes=4").config.demo_config() == DemoConfig(
+        m=1, mode="text", classes=4
+    )
+    for bad, match in [
+        ("retroprompt/demo-classes=0", "classes must be at least 1"),
+        ("retroprompt/demos=none/demo-classes=4", "demos=none switches off"),
+    ]:
+        with pytest.raises(MethodError, match=match):
+            build_method(bad)
+    backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))
+    names = intent_names(backbone.tokenizer)
+    many = Verbalizer(tuple(map(str, range(150))), tuple(names))
+    template = Template("{text} It was {mask}")
+    for spec in ("retroprompt", "retroprompt/demos=text", "prompt-ft"):  # 150 labels fit by showing fewer
+        check_prompt_fits(backbone, template, many, build_method(spec))
+    plain_budget = backbone.encoder(template, many).text_budget
+    crowded = Template(" ".join(["the"] * (plain_budget - 2)) + " {text} It was {mask}")  # no room for a pair
+    with pytest.raises(PromptError, match="template and one demonstration take"):
+        check_prompt_fits(backbone, crowded, many, build_method("retroprompt"))
+    for spec in ("retroprompt/demos=none", "retroprompt/demos=text", "prompt-ft"):  # no pair to fit
+        check_prompt_fits(backbone, crowded, many, build_method(spec))
+    with pytest.raises(PromptError, match="no room for the input"):  # the template alone does not fit
+        check_prompt_fits(
+            backbone, Template(" ".join(["the"] * 60) + " {text} {mask}"), many, build_method("prompt-ft")
+        )
+
+
+@pytest.mark.real_backbone
+def test_clinc150_builds_its_prompt_and_classifies_on_the_default_backbone(datasets_root: Path, monkeypatch):
+    """clinc150's 150 intents on gemma3-270m at max_length 256: the default method's prompt (which showed
+    every class's pair, 457 tokens, before) is built, and texts are classified with demonstrations."""
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.classifier import Classifier
+    from openbook.data import read_split
+    from openbook.methods import build_method
+    from openbook.prompting import Template, Verbalizer
+
+    root = datasets_root / "k-shot" / "clinc150"
+    intents = dict(line.split("=", 1) for line in (root / "labels.txt").read_text().splitlines() if line)
+    verbalizer = Verbalizer(tuple(intents), tuple(intents.values()))
+    backbone = load_backbone(BackboneConfig(max_length=256))
+    classifier = build_method("retroprompt").prepare(
+        Classifier(backbone, Template("Query: {text}\nIntent: {mask}"), verbalizer)
+    )
+    assert classifier.demo_encoder is not None and classifier.demo_encoder.demo_classes == 16
+    train = read_split(root / "10-13" / "train.csv")[:2]  # two examples of two intents: P_kNN weighs both
+    classifier.add_examples([e.text for e in train], [e.label for e in train])
+    encoded = []
+    encode = classifier.demo_encoder.encode
+    monkeypatch.setattr(
+        classifier.demo_encoder,
+        "encode",
+        lambda texts, classes=None: encoded.append(classes) or encode(texts, classes=classes),
+    )
+    texts = [e.text for e in read_split(root / "test.csv")[:2]]
+    predictions = classifier.predict(texts)
+    (classes,) = encoded
+    assert classes.shape == (2, 16)
+    stored = set(classifier.label_indices([e.label for e in train]).tolist())
+    assert all(stored <= set(row.tolist()) for row in classes)  # the neighbours' intents are all shown
+    assert all(len(p.probabilities) == 150 and p.label in intents for p in predictions)

@@ -246,10 +246,113 @@ def test_padding_a_batch_at_once_matches_padding_row_by_row(backbone):
     rows = [rng.integers(5, 90, size=n).tolist() for n in lengths]
     literals = [sorted(rng.choice(n, size=rng.integers(0, n + 1), replace=False).tolist()) for n in lengths]
     slots = [int(rng.integers(0, n)) for n in lengths]
-    batch = encoder._pad(rows, slots, [0] * len(rows), literals, [False] * len(rows))
+    batch = encoder._pad(rows, slots, [0] * len(rows), literals, [False] * len(rows), None)
     ids, mask, template_mask, slot_index = _padded_row_by_row(encoder, rows, slots, literals)
     assert torch.equal(batch.input_ids, ids)
     assert torch.equal(batch.attention_mask, mask)
     assert torch.equal(batch.template_mask, template_mask)
     assert torch.equal(batch.slot_index, slot_index)
     assert (batch.position_ids is not None) == (encoder.kind == "causal")
+
+
+def _pairs_block(encoder, classes):
+    """The `vectors` block as each class's placeholder then label word, for `classes` in the order given."""
+    return [t for c in classes for t in (encoder.pad_id, *encoder.label_token_ids[c])]
+
+
+def _block_of(batch, row, length):
+    """Row `row`'s `length` tokens from its first demonstration placeholder on."""
+    at = int(batch.demo_index[row, 0])
+    return batch.input_ids[row, at : at + length].tolist()
+
+
+def _fields(batch):
+    return [batch.input_ids, batch.attention_mask, batch.slot_index, batch.demo_index, batch.template_mask]
+
+
+@pytest.mark.parametrize("labels", ["0=bad,1=good", "0=bad,1=good,2=okay,3=what,4=who,5=where"])
+def test_every_class_shown_is_each_labels_pair_in_label_order(backbone, labels):
+    """A task of no more labels than `demo_classes` gets the block it always had: every label's pair, in
+    label order, in one place (before the causal body, after the masked one), the text cut to fit."""
+    verbalizer, template = Verbalizer.parse(labels), Template("{text} It was {mask}")
+    encoder = backbone.encoder(template, verbalizer, demonstrations="vectors", demo_classes=16)
+    plain = backbone.encoder(template, verbalizer)
+    texts = ["a bad film", "the movie was great and fun", " ".join(["it was awful"] * 30)]
+    batch = encoder.encode(texts)
+    count = len(verbalizer.labels)
+    block = _pairs_block(encoder, range(count))
+    assert encoder.demo_classes == count and encoder.text_budget == plain.text_budget - len(block)
+    assert batch.demo_index is not None
+    for row, text in enumerate(texts):
+        got, own = _row(batch, row), _row(plain.encode([text]))
+        at = int(batch.demo_index[row, 0]) - (
+            batch.input_ids.shape[1] - len(got) if backbone.kind == "causal" else 0
+        )
+        assert got[at : at + len(block)] == block
+        if backbone.kind == "causal":
+            assert at == len(encoder.prefix)
+        else:
+            assert got[at + len(block) :] == encoder.suffix
+        assert len(got) == min(len(own) + len(block), backbone.config.max_length)
+    sizes = [1 + len(ids) for ids in encoder.label_token_ids]
+    offsets = (batch.demo_index - batch.demo_index[:, :1]).tolist()
+    assert offsets == [[sum(sizes[:c]) for c in range(count)]] * len(texts)
+    # every class given, in label order: the same rows
+    given = encoder.encode(texts, classes=np.tile(np.arange(count), (len(texts), 1)))
+    assert all(torch.equal(a, b) for a, b in zip(_fields(given), _fields(batch), strict=True))
+
+
+def test_each_row_shows_the_pairs_of_its_own_classes(backbone):
+    verbalizer = Verbalizer.parse("0=bad,1=good,2=okay,3=what,4=who")
+    template = Template("{text} It was {mask}")
+    encoder = backbone.encoder(template, verbalizer, demonstrations="vectors", demo_classes=2)
+    assert encoder.demo_classes == 2
+    longest_two = sorted((1 + len(ids) for ids in encoder.label_token_ids), reverse=True)[:2]
+    assert encoder.text_budget == backbone.encoder(template, verbalizer).text_budget - sum(longest_two)
+    classes = np.array([[0, 3], [4, 1]])
+    batch = encoder.encode(["a bad film", "who wrote the book"], classes=classes)
+    assert batch.demo_index is not None and batch.demo_index.shape == (2, 2)
+    for row in range(2):
+        block = _pairs_block(encoder, classes[row])
+        assert _block_of(batch, row, len(block)) == block
+        second = int(batch.demo_index[row, 1])  # the second class's placeholder follows the first's word
+        assert second == int(batch.demo_index[row, 0]) + 1 + len(encoder.label_token_ids[classes[row, 0]])
+    with pytest.raises(ValueError, match="give each row's classes"):
+        encoder.encode(["a bad film"])
+    with pytest.raises(ValueError, match=r"classes must be \(1, K\) with 1 <= K <= 2"):
+        encoder.encode(["a bad film"], classes=np.array([[0, 1, 2]]))
+    with pytest.raises(ValueError, match="label indices below 5"):
+        encoder.encode(["a bad film"], classes=np.array([[0, 5]]))
+    with pytest.raises(ValueError, match="only an encoder with the vectors layout"):
+        backbone.encoder(template, verbalizer).encode(["a bad film"], classes=classes[:1])
+
+
+def test_many_labels_show_as_many_classes_as_fit(causal_backbone, intent_names):
+    """150 intents' pairs cannot fit max_length 48: the encoder shows the most classes whose longest pairs
+    still leave a token for the text, and a row of any of them fits."""
+    names = intent_names(causal_backbone.tokenizer)
+    verbalizer = Verbalizer(tuple(map(str, range(150))), tuple(names))
+    template = Template("{text} It was {mask}")
+    with pytest.raises(ValueError, match="demo_classes must be at least 1"):
+        causal_backbone.encoder(template, verbalizer, demonstrations="vectors", demo_classes=0)
+    encoder = causal_backbone.encoder(template, verbalizer, demonstrations="vectors", demo_classes=16)
+    room = causal_backbone.encoder(template, verbalizer).text_budget - 1  # one token left for the text
+    widest = np.sort([1 + len(ids) for ids in encoder.label_token_ids])[::-1]
+    shown = encoder.demo_classes
+    assert 1 <= shown < 16 and widest[:shown].sum() <= room < widest[: shown + 1].sum()
+    longest = np.argsort([-len(ids) for ids in encoder.label_token_ids], kind="stable")[:shown]
+    batch = encoder.encode([" ".join(["the movie was great and fun"] * 20)], classes=np.sort(longest)[None])
+    assert int(batch.attention_mask.sum()) == causal_backbone.config.max_length and batch.truncated.all()
+    assert len(_row(batch)) == causal_backbone.config.max_length
+
+
+def test_a_template_with_no_room_for_one_demonstration_is_refused(causal_backbone):
+    verbalizer = Verbalizer.parse("0=bad,1=good")
+    plain_budget = causal_backbone.encoder(Template("{text} It was {mask}"), verbalizer).text_budget
+    filler = " ".join(["the"] * (plain_budget - 2))  # leaves the text 2 tokens: no room for a pair and text
+    template = Template(filler + " {text} It was {mask}")
+    assert causal_backbone.encoder(template, verbalizer).text_budget >= 1  # the plain prompt fits
+    with pytest.raises(PromptError, match=r"template and one demonstration take .* no room for the input"):
+        causal_backbone.encoder(template, verbalizer, demonstrations="vectors")
+    texts = causal_backbone.encoder(template, verbalizer, demonstrations="text")  # drops what does not fit
+    assert texts.text_budget >= 1

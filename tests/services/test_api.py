@@ -283,3 +283,23 @@ def test_a_task_chooses_how_its_neighbours_are_scored(api: TestClient) -> None:
     )  # two keys
     bad = api.post("/v1/tasks", json={**TASK, "name": "bad", "knn": {"similarity": "euclid"}})
     assert bad.status_code == 422 and api.get("/v1/tasks/bad").status_code == 404
+
+
+def test_a_prompt_with_no_room_for_its_demonstrations_is_refused_before_it_is_stored(
+    api: TestClient, causal_dir: Path
+) -> None:
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.prompting import Template, Verbalizer
+
+    backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))  # the harness's
+    budget = backbone.encoder(Template(TASK["template"]), Verbalizer.parse("0=bad,1=good")).text_budget
+    # the plain prompt leaves the text 2 tokens; a label's demonstration pair would take them
+    crowded = {
+        **TASK,
+        "name": "crowded",
+        "template": " ".join(["the"] * (budget - 2)) + " " + TASK["template"],
+    }
+    refused = api.post("/v1/tasks", json=crowded)
+    assert refused.status_code == 422 and "template and one demonstration take" in refused.text
+    assert api.get("/v1/tasks/crowded").status_code == 404  # nothing written
+    assert api.post("/v1/tasks", json={**crowded, "method": "retroprompt/demos=none"}).status_code == 201

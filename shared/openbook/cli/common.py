@@ -81,7 +81,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         "training (trainable methods)",
         f"The budget: --steps or --epochs; given neither, {DEFAULT_EPOCHS:g} epochs, at least "
         f"{DEFAULT_MIN_STEPS} and at most {DEFAULT_MAX_STEPS} steps, a dev check every {DEFAULT_EVAL_EVERY} "
-        "steps.",
+        "steps; on a large set, at least one epoch, its dev checks at least an epoch / patience apart.",
     )
     budget = group.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=int, help="most optimiser steps per run, whatever the training set")
@@ -228,6 +228,11 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
     if path.exists():
         saved = json.loads(path.read_text())
         saved = RECORDED_SINCE | saved
+        if not saved.get("full") and saved.get("epochs") is not None:
+            # Recorded before `first_pass`: the default budget's whole pass changes nothing up to 128
+            # training examples (16 per class, up to 8 classes: every k-shot split), and only `--full`
+            # runs were larger.
+            saved.setdefault("first_pass", settings.get("first_pass"))
         changed = {
             k: (saved.get(k), v)
             for k, v in settings.items()

@@ -31,7 +31,8 @@ from torch import nn
 
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
-from openbook.prompting import TextInput
+from openbook.demonstrations import DemoConfig
+from openbook.prompting import Template, TextInput, Verbalizer
 
 Inference = Literal["zero-shot", "knn-interp"]
 
@@ -85,6 +86,10 @@ class Method(ABC):
         """Raise MethodError when an option cannot work on this backbone."""
         return None  # every option fits by default
 
+    def demo_config(self) -> DemoConfig | None:
+        """The demonstrations the method's classifier shows (`prepare` switches them on); None: none."""
+        return None
+
     def prepare(self, classifier: Classifier) -> Classifier:
         """The classifier this method trains and predicts with (e.g. with demonstrations switched on)."""
         self.check_backbone(classifier.backbone)
@@ -117,6 +122,20 @@ class Method(ABC):
 
     @abstractmethod
     def loss(self, classifier: Classifier, batch: TrainBatch) -> torch.Tensor: ...
+
+
+def check_prompt_fits(backbone: Backbone, template: Template, verbalizer: Verbalizer, method: Method) -> None:
+    """Raise PromptError where `method`'s prompt would leave no room for the input on `backbone`.
+
+    The plain prompt must fit, and with demonstrations, the template beside at least one class's (a task
+    with many labels shows fewer classes than it has where their pairs do not all fit: `PromptEncoder`).
+    Pure: it tokenizes the template and the label words, and changes nothing; a service calls it where a
+    task is created or its labels change, so a prompt that cannot work is refused before it is stored.
+    """
+    backbone.encoder(template, verbalizer)
+    demos = method.demo_config()
+    if demos is not None:
+        backbone.encoder(template, verbalizer, demonstrations=demos.layout, demo_classes=demos.classes)
 
 
 def calibrated_logits(classifier: Classifier, log_probs: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,10 @@ Three additions to `prompt-ft`, each of which can be switched on or off:
   is the default: on the default backbone's dev sets, under the default
   budget, it scored above no demonstrations
   (docs/experiments/retroprompt-parts-gemma3-270m.md, by 0.03 points, as the
-  rule written before that grid asks); `retroprompt/demos=none` shows none;
+  rule written before that grid asks); `retroprompt/demos=none` shows none. A
+  task with more than `demo_classes` labels (default 16) shows each input its
+  nearest classes by P_kNN only (`demonstrations.py`), so that 150 intents'
+  demonstrations still leave room for the input;
 - kNN interpolation at inference, with k, T and lambda chosen on dev;
 - a contrastive loss on the slot space (`contrastive=W`, off by default; `contrastive.py`): SupCon
   over each example's plain-prompt slot vector against the store's keys, after Jian et al. (NAACL
@@ -54,7 +57,7 @@ import torch
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.contrastive import store_contrastive_loss
-from openbook.demonstrations import DemoConfig
+from openbook.demonstrations import DEFAULT_DEMO_CLASSES, DemoConfig
 from openbook.knn import knn_distribution
 from openbook.methods.base import (
     EmbeddingOptions,
@@ -94,6 +97,7 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
     demo_m: int = 4  # neighbours per class averaged into one demonstration (neural, words)
     demo_temperature: float = 0.1  # of that average
     demo_texts: int = 1  # neighbours per class written out (text)
+    demo_classes: int = DEFAULT_DEMO_CLASSES  # the most classes an input is shown: its nearest by P_kNN
     backbone: str = "full"  # full: every weight trains; lora: LoRA adapters on a frozen backbone
     # The contrastive loss on the slot space, against the store (`contrastive.py`): its weight beside
     # the cross-entropy (0: off) and its temperature (Jian et al.'s 0.07). Off until chosen on dev.
@@ -134,7 +138,7 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
             raise ValueError("k must be at least 1 and temperature positive")
         if not 0 < self.min_p_knn <= 1:
             raise ValueError(f"min_p_knn must be in (0, 1], got {self.min_p_knn}")
-        DemoConfig(self.demo_m, self.demo_temperature)  # validates
+        DemoConfig(self.demo_m, self.demo_temperature, classes=self.demo_classes)  # validates
 
     def _check_demo_options(self) -> None:
         defaults = RetroPromptConfig
@@ -143,6 +147,8 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
             raise ValueError(f"{', '.join(averaged)} apply to neural and words demonstrations only")
         if self.demos != "text" and self.demo_texts != defaults.demo_texts:
             raise ValueError("demo_texts applies to textual demonstrations only: add demos=text")
+        if self.demos == "none" and self.demo_classes != defaults.demo_classes:
+            raise ValueError("demo_classes applies to demonstrations, which demos=none switches off")
 
     def _check_loss_options(self) -> None:
         defaults = RetroPromptConfig
@@ -158,8 +164,8 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
         if self.demos == "none":
             return None
         if self.demos == "text":
-            return DemoConfig(self.demo_texts, self.demo_temperature, "text")
-        return DemoConfig(self.demo_m, self.demo_temperature, self.demos)  # type: ignore[arg-type]
+            return DemoConfig(self.demo_texts, self.demo_temperature, "text", self.demo_classes)
+        return DemoConfig(self.demo_m, self.demo_temperature, self.demos, self.demo_classes)  # type: ignore[arg-type]
 
 
 def knn_guided_weights(
@@ -214,9 +220,12 @@ class RetroPrompt(TrainsLora, FullFineTuning):
                 "or retroprompt/demos=none, which shows none"
             )
 
+    def demo_config(self) -> DemoConfig | None:
+        return self.config.demo_config()
+
     def prepare(self, classifier: Classifier) -> Classifier:
         classifier = super().prepare(classifier)  # checks the backbone; attaches adapters with backbone=lora
-        return dataclasses.replace(classifier, demos=self.config.demo_config())
+        return dataclasses.replace(classifier, demos=self.demo_config())
 
     def loss(self, classifier: Classifier, batch: TrainBatch) -> torch.Tensor:
         queries = classifier.store.vectors_of(batch.ids)  # each example's key from the last re-embedding

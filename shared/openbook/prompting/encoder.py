@@ -5,9 +5,14 @@ Layout of one row (demonstrations optional):
     masked:  [prefix specials] body-with-[MASK] [demo block] [suffix specials]
     causal:  [prefix specials] [demo block] body            <- slot = last position
 
-The demo block comes in two layouts. `vectors`: for each class, one
+The demo block comes in two layouts. `vectors`: for each class shown, one
 placeholder position (its embedding is overwritten by the class's
-demonstration vector) followed by the class's label-word tokens. `text`
+demonstration vector) followed by the class's label-word tokens. A task with
+many labels shows only some of its classes per row (`demo_classes`; which ones
+is the caller's choice, `encode(classes=...)`): the block is budgeted for the
+longest label words, so any choice fits, and the encoder shows as many classes
+as fit when fewer than asked do. With every class shown the block is each
+label's pair in label order. `text`
 (LM-BFF): each demonstration is the template filled with an example's text(s)
 and its label word in the slot, e.g. `a gem It was great`; the template
 instances of a row (demonstrations and the input's own prompt) are separated
@@ -20,7 +25,8 @@ convention): a literal's trailing space moves onto the next text or label
 word, so " great" is scored as the single token the LM would really emit.
 
 Truncation only ever shortens the input texts (longest first for pairs), never
-the template, the slot or a `vectors` block. Textual demonstrations take the
+the template, the slot or a `vectors` block; a template that leaves no room
+for the input beside even one class's `vectors` pair is a PromptError. Textual demonstrations take the
 room the input's prompt leaves within max_length: while even one token per
 demonstration text would not fit, the last demonstration is dropped; then the
 demonstration texts are shortened, longest first. The input is never cut for
@@ -50,7 +56,7 @@ class EncodedBatch:
     attention_mask: torch.Tensor  # (B, T)
     position_ids: torch.Tensor | None  # (B, T); causal rows are left-padded, so positions start per row
     slot_index: torch.Tensor  # (B,) position whose hidden state and next-token scores are read
-    demo_index: torch.Tensor | None  # (B, C) placeholder positions of the demonstration vectors
+    demo_index: torch.Tensor | None  # (B, K) placeholder positions of the demonstration vectors
     truncated: torch.Tensor  # (B,) bool: some input text was cut to fit max_length
     template_mask: torch.Tensor | None = None  # (B, T) bool: the template's own tokens (not text, slot, pad)
 
@@ -97,6 +103,7 @@ class PromptEncoder:
         max_length: int,
         *,
         demonstrations: DemoLayout = "none",
+        demo_classes: int | None = None,  # vectors: at most this many classes' pairs a row; None: every one
     ) -> None:
         if kind == "causal":
             template.require_slot_at_end()
@@ -117,19 +124,42 @@ class PromptEncoder:
         )
         self._pieces, slot_space = self._plan(template)
         self.label_token_ids = [self._word_ids(word, slot_space) for word in verbalizer.words]
-        self._demo_block = [tok for ids in self.label_token_ids for tok in (self.pad_id, *ids)]
-        self._demo_offsets = np.cumsum([0] + [1 + len(ids) for ids in self.label_token_ids[:-1]]).tolist()
+        # One class's `vectors` pair: its placeholder, then its label word; all of them in one flat array.
+        self._pair_sizes = np.array([1 + len(ids) for ids in self.label_token_ids], dtype=np.int64)  # (C,)
+        self._pair_starts = np.cumsum(self._pair_sizes) - self._pair_sizes  # (C,)
+        self._pair_tokens = np.array(
+            [tok for ids in self.label_token_ids for tok in (self.pad_id, *ids)], dtype=np.int64
+        )
         self._separator = list(tokenizer(DEMO_SEPARATOR, add_special_tokens=False)["input_ids"])
         self._text_pieces = [p for p in self._pieces if p.kind == "text"]
         fixed = len(self.prefix) + len(self.suffix) + sum(len(p.ids) for p in self._pieces)
         fixed += 1 if kind == "masked" else 0
-        fixed += len(self._demo_block) if demonstrations == "vectors" else 0
+        self.demo_classes = 0  # the classes whose pairs a `vectors` row shows
+        if demonstrations == "vectors":
+            self.demo_classes = self._classes_that_fit(demo_classes, max_length - fixed)
+            fixed += int(self._widest_pairs(self.demo_classes).sum())  # any choice of classes fits
         self.text_budget = max_length - fixed
         if self.text_budget < len(self._text_pieces):
+            shown = ""
+            if demonstrations == "vectors":
+                shown = " and demonstrations" if self.demo_classes > 1 else " and one demonstration"
             raise PromptError(
-                f"the template{' and demonstrations' if demonstrations == 'vectors' else ''} take {fixed} "
-                f"tokens, leaving no room for the input within max_length={max_length}"
+                f"the template{shown} take {fixed} tokens, leaving no room for the input within "
+                f"max_length={max_length}"
             )
+
+    def _widest_pairs(self, count: int) -> np.ndarray:
+        """The sizes of the `count` longest classes' pairs, longest first."""
+        return np.sort(self._pair_sizes)[::-1][:count]
+
+    def _classes_that_fit(self, asked: int | None, room: int) -> int:
+        """How many classes' pairs a row shows: `asked` (every class for None), fewer where the longest
+        pairs would leave no token for each text; at least one (if none fits, __init__ raises)."""
+        if asked is not None and asked < 1:
+            raise ValueError(f"demo_classes must be at least 1, got {asked}")
+        count = len(self.label_token_ids) if asked is None else min(asked, len(self.label_token_ids))
+        fitting = int((np.cumsum(self._widest_pairs(count)) <= room - len(self._text_pieces)).sum())
+        return max(1, fitting)
 
     def _plan(self, template: Template) -> tuple[list[_Piece], bool]:
         pieces: list[_Piece] = []
@@ -158,13 +188,24 @@ class PromptEncoder:
         return list(ids)
 
     def encode(
-        self, texts: Sequence[TextInput], demos: Sequence[Sequence[Demo]] | None = None
+        self,
+        texts: Sequence[TextInput],
+        demos: Sequence[Sequence[Demo]] | None = None,
+        classes: np.ndarray | None = None,
     ) -> EncodedBatch:
-        """Encode `texts`; with the `text` layout, `demos[b]` are row b's demonstrations, in prompt order."""
+        """Encode `texts`; with the `text` layout, `demos[b]` are row b's demonstrations, in prompt order;
+        with the `vectors` layout, `classes[b]` (B, K) are the label indices whose pairs row b shows, in
+        prompt order (None: every class, in label order, where the encoder shows them all)."""
         if not texts:
             raise PromptError("no texts to encode")
         if (demos is not None) != (self.demonstrations == "text") or (demos and len(demos) != len(texts)):
             raise ValueError("an encoder with the text layout takes one list of demonstrations per text")
+        blocks: list[list[int]] = [[] for _ in texts]
+        offsets = None
+        if self.demonstrations == "vectors":
+            blocks, offsets = self._vector_blocks(self._checked_classes(classes, len(texts)))
+        elif classes is not None:
+            raise ValueError("only an encoder with the vectors layout takes the classes to show")
         for position, text in enumerate(texts):
             self.template.check_input(text, position)
         per_row = len(self._text_pieces)
@@ -176,7 +217,7 @@ class PromptEncoder:
             text_ids, cut = _truncate_longest_first(
                 flat_ids[r * per_row : (r + 1) * per_row], self.text_budget
             )
-            block = self._demo_block if self.demonstrations == "vectors" else []
+            block = blocks[r]
             if demos is not None:
                 row_demos = [(next(demo_rows), label) for _, label in demos[r]]
                 block = self._text_block(row_demos, room=self.text_budget - sum(map(len, text_ids)))
@@ -188,7 +229,37 @@ class PromptEncoder:
             demo_starts.append(demo_start)
             literals.append(literal)
             truncated.append(cut)
-        return self._pad(rows, slots, demo_starts, literals, truncated)
+        return self._pad(rows, slots, demo_starts, literals, truncated, offsets)
+
+    def _checked_classes(self, classes: np.ndarray | None, rows: int) -> np.ndarray:
+        """(B, K) label indices to show: those given, checked, or every class where all are shown."""
+        num_labels = len(self.label_token_ids)
+        if classes is None:
+            if self.demo_classes < num_labels:
+                raise ValueError(
+                    f"this encoder shows {self.demo_classes} of {num_labels} classes' demonstrations a row: "
+                    "give each row's classes"
+                )
+            return np.broadcast_to(np.arange(num_labels), (rows, num_labels))
+        classes = np.asarray(classes)
+        if classes.ndim != 2 or len(classes) != rows or not 1 <= classes.shape[1] <= self.demo_classes:
+            raise ValueError(
+                f"classes must be ({rows}, K) with 1 <= K <= {self.demo_classes}, got {classes.shape}"
+            )
+        if classes.min() < 0 or classes.max() >= num_labels:
+            raise ValueError(f"classes must be label indices below {num_labels}")
+        return classes
+
+    def _vector_blocks(self, classes: np.ndarray) -> tuple[list[list[int]], np.ndarray]:
+        """Each row's `vectors` block for `classes` (B, K), and its placeholders' offsets in it (B, K)."""
+        sizes = self._pair_sizes[classes]  # (B, K)
+        offsets = np.cumsum(sizes, axis=1) - sizes  # (B, K) each pair's start within its row's block
+        flat_sizes = sizes.ravel()  # (B*K,) the rows' pairs, one after another
+        pair_starts = np.repeat(self._pair_starts[classes].ravel(), flat_sizes)  # each token's pair's start
+        within = np.arange(flat_sizes.sum()) - np.repeat(np.cumsum(flat_sizes) - flat_sizes, flat_sizes)
+        tokens = self._pair_tokens[pair_starts + within]  # every row's block, concatenated
+        row_ends = np.cumsum(sizes.sum(1))[:-1]
+        return [block.tolist() for block in np.split(tokens, row_ends)], offsets
 
     def _tokenize_fields(self, texts: Sequence[TextInput]) -> list[list[int]]:
         """Token ids of every text field of `texts`, in template order: one list per (text, field)."""
@@ -258,6 +329,7 @@ class PromptEncoder:
         demo_starts: list[int],
         literals: list[list[int]],
         truncated: list[bool],
+        demo_offsets: np.ndarray | None,  # (B, K) the placeholders' offsets within each row's vectors block
     ) -> EncodedBatch:
         # One array operation per field, not per row: with many concurrent requests a batch has hundreds
         # of rows, and per-row tensor writes were most of the encoder's time on the served path.
@@ -283,9 +355,9 @@ class PromptEncoder:
         shift_t = torch.from_numpy(shifts)
         position_ids = (mask.cumsum(1) - 1).clamp(min=0) if left else None
         demo_index = None
-        if self.demonstrations == "vectors":
-            offsets = torch.tensor(self._demo_offsets)
-            demo_index = (torch.tensor(demo_starts) + shift_t)[:, None] + offsets[None, :]  # (B, C)
+        if demo_offsets is not None:
+            offsets = torch.from_numpy(np.ascontiguousarray(demo_offsets, dtype=np.int64))
+            demo_index = (torch.tensor(demo_starts) + shift_t)[:, None] + offsets  # (B, K)
         return EncodedBatch(
             input_ids=ids,
             attention_mask=mask,
