@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -182,16 +183,26 @@ def device_name(name: str) -> str:
 
 
 def prompt_for(
-    task: str | None, template: str | None, labels: str | None, kind: str
+    task: str | None, template: str | None, labels: str | None, kind: str, task_dir: Path | None = None
 ) -> tuple[Template, Verbalizer]:
+    """The template and labels given, else the task's preset (whose labels may be in `task_dir`)."""
     if template and labels:
         return Template(template), Verbalizer.parse(labels)
     if task is None:
         raise PromptError("give --task with a preset, or both --template and --labels")
     preset = get_preset(task)
     return (Template(template) if template else preset.template(kind)), (
-        Verbalizer.parse(labels) if labels else preset.verbalizer(kind)
+        Verbalizer.parse(labels) if labels else preset.verbalizer(kind, task_dir)
     )
+
+
+def task_dir(args: argparse.Namespace, task: str | None) -> Path | None:
+    """The task's data folder, for a preset whose labels are in its data; None without one."""
+    if task is None or not hasattr(args, "data_layout") or getattr(args, "full", False):
+        return None
+    if args.data is None and DATA_ENV not in os.environ:
+        return None
+    return Path(data_dir(args)) / task
 
 
 def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
@@ -202,7 +213,7 @@ def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
     backbone = load_backbone(
         BackboneConfig(name=args.backbone, layer=args.layer, max_length=args.max_length, device=args.device)
     )
-    template, verbalizer = prompt_for(task, args.template, args.labels, backbone.kind)
+    template, verbalizer = prompt_for(task, args.template, args.labels, backbone.kind, task_dir(args, task))
     return Classifier(
         backbone, template, verbalizer, batch_size=args.batch_size, label_scoring=args.label_scoring
     )
