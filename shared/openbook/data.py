@@ -19,7 +19,7 @@ import csv
 import os
 import random
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -60,6 +60,9 @@ class KShotSplits:
     train: list[Example]
     dev: list[Example]
     test: list[Example] | None  # None: not read (a dev-only evaluation, `openbook eval --no-test`)
+    # Test queries that fit none of the task's labels (its `oos_test` split, read with test): scored for
+    # refusal only (clinc150's out-of-scope set); empty for a task without one.
+    out_of_scope: list[Example] = field(default_factory=list)
 
 
 def _error(path: Path, line: int, problem: str) -> DataError:
@@ -194,13 +197,17 @@ def _is_pair(example: Example) -> bool:
 def load_kshot(
     data_dir: str | Path, task: str, seed: int, shots: int = 16, *, test: bool = True
 ) -> KShotSplits:
-    """Load train/dev of one seed plus the task's shared test split (never opened with `test=False`)."""
+    """Load train/dev of one seed plus the task's shared test split and out-of-scope queries where it has
+    them (`oos_test`; neither opened with `test=False`)."""
     train, dev = load_train_dev(data_dir, task, seed, shots)
-    test_split = None
+    test_split, out_of_scope = None, []
     if test:
         test_split = read_split(find_split(_task_dir(data_dir, task), "test"))
         _check_same_kind(train, test_split)
-    return KShotSplits(train=train, dev=dev, test=test_split)
+        if any((_task_dir(data_dir, task) / f"oos_test{suffix}").is_file() for suffix in SPLIT_SUFFIXES):
+            out_of_scope = read_split(find_split(_task_dir(data_dir, task), "oos_test"))
+            _check_same_kind(train, out_of_scope)
+    return KShotSplits(train=train, dev=dev, test=test_split, out_of_scope=out_of_scope)
 
 
 def load_train_dev(

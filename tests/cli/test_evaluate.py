@@ -322,3 +322,23 @@ def test_a_units_command_is_the_grids_with_its_own_task_and_seed():
     assert unit_argv(grid, {"--task": "b", "--seeds": "2"}) == [
         *["eval", "--out", "o", "--epochs", "20", "--task", "b", "--seeds", "2"]
     ]
+
+
+def test_eval_scores_a_tasks_out_of_scope_queries_for_refusal_only(tmp_path, causal_dir, capsys, toy_dataset):
+    data = toy_dataset(tmp_path / "data")
+    queries = [("-1", "who wrote the book"), ("-1", "where is it")]
+    toy_dataset.write_csv(data / "toy" / "oos_test.csv", queries)
+    out = tmp_path / "out"
+    assert main(_eval_args(data, out, causal_dir, methods="zero-shot,knn-interp")) == 0
+    records = json.loads((out / "results.json").read_text())
+    for record in records:
+        params = record["params"]
+        assert params["test_examples"] == 10 and params["out_of_scope_examples"] == 2
+        refusals = params["out_of_scope"]
+        assert 0.0 <= refusals["threshold"] <= 1.0 and refusals["max_cost"] == 0.03
+        assert refusals["in_scope_accuracy_answering_all"] == record["accuracy"]  # in-scope rows alone
+        assert refusals["in_scope_accuracy"] <= record["accuracy"]
+        assert refusals["recall"] in (0.0, 0.5, 1.0)
+    table = (out / "results.md").read_text()
+    assert "Out-of-scope queries, refused below" in table
+    assert "| toy | knn-interp |" in table.split("Out-of-scope queries")[1]

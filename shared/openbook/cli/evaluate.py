@@ -133,7 +133,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 splits = load_kshot(args.data, task, seed, args.shots, test=with_test)
             if splits.test is None:
                 return splits
-            return dataclasses.replace(splits, test=fixed_sample(splits.test, args.test_size))
+            return dataclasses.replace(
+                splits,
+                test=fixed_sample(splits.test, args.test_size),
+                out_of_scope=fixed_sample(splits.out_of_scope, args.test_size),
+            )
 
         return load
 

@@ -281,7 +281,7 @@ def _run_sequence(
             [e.text for e in tests], progress=f"{stage.task} tests" if progress else False
         )
         inputs = method_inputs(classifier.store, classifier.label_bias, dev, dev_labels, test, test_labels)
-        p_test, chosen = INFERENCE_METHODS[method.inference](inputs)
+        p_test, chosen, _ = INFERENCE_METHODS[method.inference](inputs)
         assert p_test is not None  # the tests were embedded above
         predicted = p_test.argmax(-1)
         bounds = np.cumsum([0, *(len(s.test) for s in seen)])

@@ -23,16 +23,19 @@ accuracy of what was chosen (`params["dev_accuracy"]`) and no test figures.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from openbook.calibration import CalibrationMode, calibrated_p_lm
 from openbook.classifier import Classifier, Embeddings
 from openbook.data import Example, KShotSplits, load_kshot
 from openbook.knn import DEFAULT_KNN, KnnConfig, knn_search
+from openbook.out_of_scope import out_of_scope_scores, threshold_within_cost
 from openbook.prompting import PromptError
 from openbook.selection import (
     K_GRID,
@@ -80,7 +83,18 @@ class MethodInputs:
     knn: KnnConfig = DEFAULT_KNN  # how neighbours were scored; knn-interp's k and T
 
 
-MethodResult = tuple[np.ndarray | None, dict]  # test probabilities (N, C) (None: dev only), chosen params
+class MethodResult(NamedTuple):
+    p_test: np.ndarray | None  # (N_test, C) under the settings chosen (None: a dev-only run)
+    params: dict  # the settings chosen, and dev_accuracy
+    p_dev: np.ndarray  # (N_dev, C) under the same settings: what a refusal threshold is chosen on
+
+
+# The label index of a test query that fits none of the labels (a task's `oos_test` split): such rows
+# follow the in-scope ones in the test arrays, are left out of accuracy and scored for refusal only.
+OUT_OF_SCOPE = -1
+# A refusal threshold may cost in-scope dev accuracy this much, refusals counted as errors (the
+# many-label target: out-of-scope recall for at most 3 points of in-scope accuracy).
+OUT_OF_SCOPE_MAX_COST = 0.03
 INFERENCE_METHODS: dict[str, Callable[[MethodInputs], MethodResult]] = {}
 KNN_ONLY_RULE = SelectionRule(ks=K_GRID, temperatures=TEMPERATURE_GRID, lambdas=(1.0,))
 
@@ -106,13 +120,14 @@ def _select(inputs: MethodInputs, rule: SelectionRule, evidence: Evidence, selec
         "dev_accuracy": accuracy(p_dev.argmax(-1), inputs.dev.labels),  # of the chosen settings, on dev
         "selected_on": selected_on,
     }
-    return p_test, params
+    return MethodResult(p_test, params, p_dev)
 
 
 @inference_method("zero-shot")
 def zero_shot(inputs: MethodInputs) -> MethodResult:
     """The prompt alone: argmax of the (calibrated) label-word distribution."""
-    return inputs.p_lm_test, {"dev_accuracy": accuracy(inputs.p_lm_dev.argmax(-1), inputs.dev.labels)}
+    params = {"dev_accuracy": accuracy(inputs.p_lm_dev.argmax(-1), inputs.dev.labels)}
+    return MethodResult(inputs.p_lm_test, params, inputs.p_lm_dev)
 
 
 @inference_method("knn")
@@ -188,18 +203,50 @@ def method_inputs(
 def scores_on_test(
     p_test: np.ndarray | None, test_labels: np.ndarray | None, num_labels: int
 ) -> tuple[float | None, float | None]:
-    """Accuracy and macro-F1 on test, or (None, None) in a dev-only run."""
+    """Accuracy and macro-F1 on the in-scope test queries, or (None, None) in a dev-only run."""
     if p_test is None or test_labels is None:
         return None, None
-    predicted = p_test.argmax(-1)
-    return accuracy(predicted, test_labels), macro_f1(predicted, test_labels, num_labels)
+    inside = test_labels != OUT_OF_SCOPE
+    predicted = p_test[inside].argmax(-1)
+    return accuracy(predicted, test_labels[inside]), macro_f1(predicted, test_labels[inside], num_labels)
 
 
-def params_on_test(test: Embeddings | None) -> dict:
+def out_of_scope_on_test(
+    result: MethodResult, dev_labels: np.ndarray, test_labels: np.ndarray | None
+) -> dict:
+    """Nothing for a test split without out-of-scope queries. Else the refusal threshold chosen on the
+    in-scope dev examples alone (`out_of_scope.py`: the highest whose dev accuracy, refusals counted as
+    errors, is within OUT_OF_SCOPE_MAX_COST of answering all) and how it does on test."""
+    if result.p_test is None or test_labels is None or not (test_labels == OUT_OF_SCOPE).any():
+        return {}
+    dev_confidence = result.p_dev.max(-1)
+    threshold = threshold_within_cost(
+        dev_confidence, result.p_dev.argmax(-1) == dev_labels, OUT_OF_SCOPE_MAX_COST
+    )
+    inside = test_labels != OUT_OF_SCOPE
+    confidence, correct = result.p_test.max(-1), result.p_test.argmax(-1) == test_labels
+    scores = out_of_scope_scores(confidence[inside], correct[inside], confidence[~inside], threshold)
+    return {"out_of_scope": {**dataclasses.asdict(scores), "max_cost": OUT_OF_SCOPE_MAX_COST}}
+
+
+def scored_queries(classifier: Classifier, splits: KShotSplits) -> tuple[list[Example], np.ndarray] | None:
+    """The test queries, in-scope then out-of-scope, and their label indices (OUT_OF_SCOPE for the
+    latter); None in a dev-only run."""
+    if splits.test is None:
+        return None
+    labels = [example_labels(classifier, splits.test), np.full(len(splits.out_of_scope), OUT_OF_SCOPE)]
+    return [*splits.test, *splits.out_of_scope], np.concatenate(labels).astype(np.int64)
+
+
+def params_on_test(test: Embeddings | None, test_labels: np.ndarray | None = None) -> dict:
     """What a record says of the test examples it was scored on (nothing in a dev-only run)."""
     if test is None:
         return {}
-    return {"test_examples": len(test.truncated), "truncated_test": int(test.truncated.sum())}
+    counts = {"test_examples": len(test.truncated), "truncated_test": int(test.truncated.sum())}
+    if test_labels is not None and (test_labels == OUT_OF_SCOPE).any():
+        counts["out_of_scope_examples"] = int((test_labels == OUT_OF_SCOPE).sum())
+        counts["test_examples"] -= counts["out_of_scope_examples"]
+    return counts
 
 
 def macro_f1(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
@@ -244,17 +291,18 @@ def evaluate_task(
         seed: [example_labels(classifier, getattr(s, part)) for part in ("train", "dev")]
         for seed, s in splits.items()
     }
-    test_examples = splits[seeds[0]].test  # None: a dev-only run
-    test_labels = None if test_examples is None else example_labels(classifier, test_examples)
-    seen = [a for pair in labels.values() for a in pair] + ([] if test_labels is None else [test_labels])
+    test_part = scored_queries(classifier, splits[seeds[0]])  # None: a dev-only run
+    queries, test_labels = (None, None) if test_part is None else test_part
+    seen = [a for pair in labels.values() for a in pair]
+    seen += [] if test_labels is None else [test_labels[test_labels != OUT_OF_SCOPE]]
     if len(np.unique(np.concatenate(seen))) < 2:
         raise PromptError(f"{task}: the data has fewer than 2 classes")
 
     started = time.perf_counter()
     test_embeddings = None
-    if test_examples is not None:
+    if queries is not None:
         test_embeddings = classifier.embed(
-            [e.text for e in test_examples], progress=f"{task} test" if progress else False
+            [e.text for e in queries], progress=f"{task} test" if progress else False
         )
     test_seconds_per_seed = (time.perf_counter() - started) / len(seeds)
     records = []
@@ -280,8 +328,8 @@ def evaluate_task(
         shared_seconds = time.perf_counter() - started + test_seconds_per_seed
         for method in methods:
             method_started = time.perf_counter()
-            p_test, params = INFERENCE_METHODS[method](inputs)
-            test_accuracy, test_macro_f1 = scores_on_test(p_test, test_labels, len(classifier.labels))
+            result = INFERENCE_METHODS[method](inputs)
+            test_accuracy, test_macro_f1 = scores_on_test(result.p_test, test_labels, len(classifier.labels))
             records.append(
                 EvalRecord(
                     task=task,
@@ -289,7 +337,12 @@ def evaluate_task(
                     seed=seed,
                     accuracy=test_accuracy,
                     macro_f1=test_macro_f1,
-                    params={**params, "calibration": calibration, **params_on_test(test_embeddings)},
+                    params={
+                        **result.params,
+                        "calibration": calibration,
+                        **params_on_test(test_embeddings, test_labels),
+                        **out_of_scope_on_test(result, dev_labels, test_labels),
+                    },
                     seconds=round(shared_seconds + time.perf_counter() - method_started, 3),
                 )
             )

@@ -85,6 +85,33 @@ def results_table(records: Sequence[EvalRecord], method_order: Sequence[str] = (
     return "\n".join(lines) + "\n"
 
 
+def out_of_scope_table(records: Sequence[EvalRecord], method_order: Sequence[str] = ()) -> str:
+    """Markdown, for the records scored on out-of-scope queries too (`params.out_of_scope`); "" if none."""
+    scored = [r for r in records if "out_of_scope" in r.params]
+    if not scored:
+        return ""
+    lines = [
+        "| task | method | in-scope accuracy, answering all | with refusals | in-scope refused "
+        "| out-of-scope recall | precision | threshold | cost | seeds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for record in scored:
+        groups.setdefault((record.task, record.method), []).append(record.params["out_of_scope"])
+    methods = list(dict.fromkeys([*method_order, *(method for _, method in groups)]))
+    for (task, method), runs in sorted(groups.items(), key=lambda item: methods.index(item[0][1])):
+        figures = [
+            _mean_std([run[key] for run in runs])
+            for key in ("in_scope_accuracy_answering_all", "in_scope_accuracy", "in_scope_refused")
+        ] + [_mean_std([run[key] for run in runs]) for key in ("recall", "precision")]
+        threshold = np.mean([run["threshold"] for run in runs])
+        cost = 100 * runs[0]["max_cost"]
+        lines.append(
+            f"| {task} | {method} | {' | '.join(figures)} | {threshold:.3f} | {cost:.0f} pts | {len(runs)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _mean_std(fractions: Sequence[float | None] | np.ndarray) -> str:
     percent = 100 * np.array(fractions, dtype=float)
     return f"{percent.mean():.1f} ({percent.std():.1f})"
@@ -201,6 +228,12 @@ def write_results(
                 " on dev (λ, the kept step)."
                 "\n\n" + task_means_table(with_dev, method_order, _dev_figure)
             )
+    refusals = out_of_scope_table(records, method_order)
+    if refusals:
+        table += (
+            "\nOut-of-scope queries, refused below a confidence threshold chosen on in-scope dev alone (the"
+            " highest within the cost in dev accuracy); in %, mean (std) over seeds:\n\n" + refusals
+        )
     target = target_lines(records)
     if target:
         table += "\n" + "\n".join(target) + "\n"

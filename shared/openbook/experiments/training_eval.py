@@ -31,7 +31,9 @@ from openbook.experiments.evaluation import (
     EvalRecord,
     example_labels,
     method_inputs,
+    out_of_scope_on_test,
     params_on_test,
+    scored_queries,
     scores_on_test,
 )
 from openbook.methods import Method, build_method, method_config
@@ -58,9 +60,9 @@ def evaluate_trained(
         method.check_backbone(classifier.backbone)
     load = load or (lambda seed: load_kshot(data_dir, task, seed, shots))
     splits = {seed: load(seed) for seed in seeds}
-    test_split = splits[seeds[0]].test  # None: a dev-only run
-    test_texts = None if test_split is None else [e.text for e in test_split]
-    test_labels = None if test_split is None else example_labels(classifier, test_split)
+    test_part = scored_queries(classifier, splits[seeds[0]])  # None: a dev-only run
+    test_texts = None if test_part is None else [e.text for e in test_part[0]]
+    test_labels = None if test_part is None else test_part[1]
     initial = {name: t.detach().clone() for name, t in classifier.backbone.model.state_dict().items()}
 
     records = []
@@ -97,8 +99,10 @@ def evaluate_trained(
             shared_seconds = time.perf_counter() - started
             for spec in group:
                 inference_started = time.perf_counter()
-                p_test, params = INFERENCE_METHODS[methods[spec].inference](inputs)
-                test_accuracy, test_macro_f1 = scores_on_test(p_test, test_labels, len(classifier.labels))
+                outcome = INFERENCE_METHODS[methods[spec].inference](inputs)
+                test_accuracy, test_macro_f1 = scores_on_test(
+                    outcome.p_test, test_labels, len(classifier.labels)
+                )
                 record = EvalRecord(
                     task=task,
                     method=spec,
@@ -106,7 +110,7 @@ def evaluate_trained(
                     accuracy=test_accuracy,
                     macro_f1=test_macro_f1,
                     params={
-                        **params,
+                        **outcome.params,
                         "inference": methods[spec].inference,
                         "method_config": method_config(spec),  # what the spec meant when this ran
                         "best_step": result.best.step,
@@ -118,7 +122,8 @@ def evaluate_trained(
                         "steps_run": result.steps_run,
                         "train_seconds": round(result.seconds, 1),
                         "shared_training": [s for s in group if s != spec],
-                        **params_on_test(test),
+                        **params_on_test(test, test_labels),
+                        **out_of_scope_on_test(outcome, dev_labels, test_labels),
                     },
                     seconds=round(shared_seconds + time.perf_counter() - inference_started, 3),
                 )
