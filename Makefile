@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 ipt-table bench clean
 
 install: $(STAMP)
 
@@ -268,6 +268,15 @@ contrastive-judge: judged-splits
 	$(BIN)/openbook eval --data $(JUDGE_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods $(JUDGE_METHODS) --seeds $(JUDGE_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/contrastive-judge-$(TABLE_BACKBONE)
+
+# clinc150: 150 intents, 10 examples per intent (--shots 10), the 4,500 in-scope test queries and the
+# 1,000 out-of-scope ones (scored for refusal only: docs/cli.md, "Data layout"). The untrained methods,
+# 5 seeds; each seed's records land as it ends, so the grid resumes seed by seed.
+CLINC_SEEDS = 13,21,42,87,100
+clinc150: install
+	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
+		--methods zero-shot,knn,knn-interp --seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
+		--out docs/results/clinc150-untrained-$(TABLE_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).

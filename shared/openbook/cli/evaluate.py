@@ -184,8 +184,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
                 add_record(record, out, _eval_header(args, argv), method_order=methods)
 
-        if pending_seeds:
-            for record in evaluate_task(
+        def save_new(record):  # a seed re-run for its pending methods scores the done ones again
+            if (record.task, record.method, record.seed) not in done:
+                save(record)
+
+        if pending_seeds:  # each seed's records saved as they come: a long grid resumes seed by seed
+            evaluate_task(
                 classifier,
                 args.data,
                 task,
@@ -194,9 +198,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 calibration=args.calibration,
                 shots=args.shots,
                 load=loader(task),
-            ):
-                if (task, record.method, record.seed) not in done:
-                    save(record)
+                on_record=save_new,
+            )
         if pending_runs:
             evaluate_trained(
                 classifier,

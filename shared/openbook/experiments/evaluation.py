@@ -281,6 +281,7 @@ def evaluate_task(
     shots: int = 16,
     progress: bool = True,
     load: Callable[[int], KShotSplits] | None = None,  # seed -> splits; default: the k-shot layout
+    on_record: Callable[[EvalRecord], None] = lambda record: None,  # each record as soon as it is made
 ) -> list[EvalRecord]:
     unknown = [m for m in methods if m not in INFERENCE_METHODS]
     if unknown:
@@ -330,20 +331,20 @@ def evaluate_task(
             method_started = time.perf_counter()
             result = INFERENCE_METHODS[method](inputs)
             test_accuracy, test_macro_f1 = scores_on_test(result.p_test, test_labels, len(classifier.labels))
-            records.append(
-                EvalRecord(
-                    task=task,
-                    method=method,
-                    seed=seed,
-                    accuracy=test_accuracy,
-                    macro_f1=test_macro_f1,
-                    params={
-                        **result.params,
-                        "calibration": calibration,
-                        **params_on_test(test_embeddings, test_labels),
-                        **out_of_scope_on_test(result, dev_labels, test_labels),
-                    },
-                    seconds=round(shared_seconds + time.perf_counter() - method_started, 3),
-                )
+            record = EvalRecord(
+                task=task,
+                method=method,
+                seed=seed,
+                accuracy=test_accuracy,
+                macro_f1=test_macro_f1,
+                params={
+                    **result.params,
+                    "calibration": calibration,
+                    **params_on_test(test_embeddings, test_labels),
+                    **out_of_scope_on_test(result, dev_labels, test_labels),
+                },
+                seconds=round(shared_seconds + time.perf_counter() - method_started, 3),
             )
+            records.append(record)
+            on_record(record)
     return records
