@@ -342,3 +342,34 @@ def test_eval_scores_a_tasks_out_of_scope_queries_for_refusal_only(tmp_path, cau
     table = (out / "results.md").read_text()
     assert "Out-of-scope queries, refused below" in table
     assert "| toy | knn-interp |" in table.split("Out-of-scope queries")[1]
+
+
+def test_a_resumed_untrained_grid_reads_its_test_embeddings_back(
+    tmp_path, causal_dir, toy_dataset, monkeypatch
+):
+    from openbook.classifier import Classifier
+
+    data, out = toy_dataset(tmp_path / "data", seeds=(1, 2)), tmp_path / "out"
+    args = _eval_args(data, out, causal_dir, methods="zero-shot,knn-interp")
+    assert main(_with_seeds(args, "1")) == 0
+    (cached,) = (out / "cache").glob("embeddings-*.npz")
+    first = json.loads((out / "results.json").read_text())
+    embedded = []
+    real_embed = Classifier.embed
+
+    def counted(self, texts, **options):
+        embedded.append(len(texts))
+        return real_embed(self, texts, **options)
+
+    monkeypatch.setattr(Classifier, "embed", counted)
+    assert main(_with_seeds(args, "1,2")) == 0
+    assert 10 not in embedded and embedded == [8, 8]  # seed 2's train and dev only: test read back
+    records = json.loads((out / "results.json").read_text())
+    assert [r for r in records if r["seed"] == 1] == first
+    assert {r["seed"] for r in records} == {1, 2} and list((out / "cache").glob("*.npz")) == [cached]
+
+
+def _with_seeds(args, seeds):
+    args = list(args)
+    args[args.index("--seeds") + 1] = seeds
+    return args

@@ -199,6 +199,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 shots=args.shots,
                 load=loader(task),
                 on_record=save_new,
+                cache_dir=Path(args.out) / "cache",
             )
         if pending_runs:
             evaluate_trained(

@@ -24,6 +24,8 @@ accuracy of what was chosen (`params["dev_accuracy"]`) and no test figures.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,12 +33,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from openbook.atomic import staging_name
 from openbook.calibration import CalibrationMode, calibrated_p_lm
 from openbook.classifier import Classifier, Embeddings
 from openbook.data import Example, KShotSplits, load_kshot
 from openbook.knn import DEFAULT_KNN, KnnConfig, knn_search
 from openbook.out_of_scope import out_of_scope_scores, threshold_within_cost
-from openbook.prompting import PromptError
+from openbook.prompting import PromptError, TextInput
 from openbook.selection import (
     K_GRID,
     TEMPERATURE_GRID,
@@ -249,6 +252,43 @@ def params_on_test(test: Embeddings | None, test_labels: np.ndarray | None = Non
     return counts
 
 
+def embed_once(
+    classifier: Classifier, texts: list[TextInput], cache_dir: Path | None, *, progress: str | bool
+) -> Embeddings:
+    """`classifier.embed(texts)`, kept in `cache_dir` for the next run of the same grid.
+
+    An untrained classifier embeds the shared test queries the same way every run, and on a task of many
+    labels they are most of a grid's time (clinc150's 5,500 queries at 150 labels: hours on a CPU), so a
+    grid that resumes reads them back instead. The file is named after the texts and everything that
+    shapes the embeddings (backbone, prompt, label words, length, label scoring), and written whole or
+    not at all."""
+    if cache_dir is None:
+        return classifier.embed(texts, progress=progress)
+    identity = json.dumps(
+        [
+            classifier.backbone.config.name,
+            classifier.backbone.config.max_length,
+            classifier.backbone.config.layer,
+            classifier.template.source,
+            list(classifier.verbalizer.labels),
+            list(classifier.verbalizer.words),
+            classifier.label_scoring,
+            texts,
+        ]
+    )
+    path = Path(cache_dir) / f"embeddings-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.npz"
+    if path.is_file():
+        with np.load(path) as stored:
+            return Embeddings(stored["vectors"], stored["lm_log_probs"], stored["truncated"])
+    embedded = classifier.embed(texts, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = staging_name(path)
+    with staging.open("wb") as handle:
+        np.savez(handle, **dataclasses.asdict(embedded))
+    staging.replace(path)
+    return embedded
+
+
 def macro_f1(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
     scores = []
     for label in range(num_labels):
@@ -282,6 +322,7 @@ def evaluate_task(
     progress: bool = True,
     load: Callable[[int], KShotSplits] | None = None,  # seed -> splits; default: the k-shot layout
     on_record: Callable[[EvalRecord], None] = lambda record: None,  # each record as soon as it is made
+    cache_dir: Path | None = None,  # where the test queries' embeddings are kept between runs (see below)
 ) -> list[EvalRecord]:
     unknown = [m for m in methods if m not in INFERENCE_METHODS]
     if unknown:
@@ -302,8 +343,8 @@ def evaluate_task(
     started = time.perf_counter()
     test_embeddings = None
     if queries is not None:
-        test_embeddings = classifier.embed(
-            [e.text for e in queries], progress=f"{task} test" if progress else False
+        test_embeddings = embed_once(
+            classifier, [e.text for e in queries], cache_dir, progress=f"{task} test" if progress else False
         )
     test_seconds_per_seed = (time.perf_counter() - started) / len(seeds)
     records = []
