@@ -12,6 +12,7 @@ from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
 
 if TYPE_CHECKING:
+    from openbook.backbone import Backbone
     from openbook.classifier import Classifier
     from openbook.knn import KnnConfig
     from openbook.training import TrainConfig
@@ -194,18 +195,21 @@ def prompt_for(
     )
 
 
-def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
-    """The backbone and prompt the arguments name, with an empty store."""
+def load_prompt(args: argparse.Namespace, task: str | None) -> tuple[Backbone, Template, Verbalizer]:
+    """The backbone the arguments name, loaded, and the prompt they name for it."""
     from openbook.backbone import BackboneConfig, load_backbone
-    from openbook.classifier import Classifier
 
     backbone = load_backbone(
         BackboneConfig(name=args.backbone, layer=args.layer, max_length=args.max_length, device=args.device)
     )
-    template, verbalizer = prompt_for(task, args.template, args.labels, backbone.kind)
-    return Classifier(
-        backbone, template, verbalizer, batch_size=args.batch_size, label_scoring=args.label_scoring
-    )
+    return backbone, *prompt_for(task, args.template, args.labels, backbone.kind)
+
+
+def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
+    """The backbone and prompt the arguments name, with an empty store."""
+    from openbook.classifier import Classifier
+
+    return Classifier(*load_prompt(args, task), batch_size=args.batch_size, label_scoring=args.label_scoring)
 
 
 def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
