@@ -188,15 +188,18 @@ class TrainOptions(BaseModel):
         le=100_000,
         description="with epochs: at least this many optimiser steps, however few the examples",
     )
-    batch_size: int = Field(8, ge=1, le=1024)
-    lr: float = Field(1e-5, gt=0, lt=1, allow_inf_nan=False)
+    # the knobs' defaults are TrainConfig's, which `openbook.create_classifier(...).fit` trains with too
+    batch_size: int = Field(TrainConfig.batch_size, ge=1, le=1024)
+    lr: float = Field(TrainConfig.lr, gt=0, lt=1, allow_inf_nan=False)
     eval_every: int | None = Field(
         None,
         ge=1,
         description=f"steps between dev checks; null: every epoch with epochs, else {DEFAULT_EVAL_EVERY}",
     )
     patience: int = Field(
-        2, ge=1, description="dev checks without a better score before stopping (epochs, with epochs' checks)"
+        TrainConfig.patience,
+        ge=1,
+        description="dev checks without a better score before stopping (epochs, with epochs' checks)",
     )
 
     @model_validator(mode="after")

@@ -94,6 +94,8 @@ class Estimator:
             raise ValueError("training needs examples of at least 2 labels")
         self.classifier.label_indices(labels)  # an unknown label fails here, before any forward
         config = TrainConfig(steps=steps, epochs=epochs, seed=seed, **train_options)
+        budget: dict[str, Any] = config.budget()
+        config = dataclasses.replace(config, **budget)  # written as it runs, as a service job's is
         examples = dict(zip(ids, zip(texts, labels, strict=True), strict=True))
         train_ids, dev_ids = split_dev(examples, dev)
         base_sha = weights_sha256(self.classifier.backbone.model)  # before training changes them

@@ -61,5 +61,6 @@ def test_a_job_trains_the_classifier_that_fit_trains(server, causal_dir: Path, t
     )
     ours = json.loads((tmp_path / "fit" / "manifest.json").read_text())
     theirs = json.loads((Path(job["published"]["path"]) / "manifest.json").read_text())
-    for key in ("dev_metrics", "dev_scores", "dev_scored_on", "training_data_sha256", "backbone"):
+    keys = ("dev_metrics", "dev_scores", "dev_scored_on", "training_data_sha256", "backbone", "train_config")
+    for key in keys:
         assert ours[key] == theirs[key], key
