@@ -9,7 +9,7 @@ from typing import Annotated, Any, Self
 from annotated_types import GroupedMetadata
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
-from openbook.knn import DEFAULT_KNN, KnnConfig, Similarity
+from openbook.knn import KnnConfig, Similarity
 from openbook.label_names import words_for_names
 from openbook.methods import build_method
 from openbook.prompting import Template, Verbalizer
@@ -20,6 +20,7 @@ from openbook.training import (
     DEFAULT_MIN_STEPS,
     TrainConfig,
 )
+from openbook.untrained import UNTRAINED_KNN, untrained_classifier
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -119,9 +120,12 @@ MinConfidence = Annotated[float | None, Field(ge=0, le=1, allow_inf_nan=False, s
 
 
 class KnnSettings(BaseModel):
-    k: int = Field(16, ge=1, le=1024)
+    """A task's kNN settings; the defaults are the library's for an untrained classifier (openbook.untrained),
+    which `openbook classify` and `openbook.create_classifier` share."""
+
+    k: int = Field(UNTRAINED_KNN.k, ge=1, le=1024)
     # Not finite is not valid: JSON would store infinity as null, a spec that no longer reads back.
-    temperature: float = Field(0.1, gt=0, allow_inf_nan=False)
+    temperature: float = Field(UNTRAINED_KNN.temperature, gt=0, allow_inf_nan=False)
     lam: float | None = Field(
         None,
         ge=0,
@@ -131,7 +135,7 @@ class KnnSettings(BaseModel):
         "examples, each scored leave-one-out (a training job chooses it on dev)",
     )
     similarity: Similarity = Field(
-        DEFAULT_KNN.similarity,
+        UNTRAINED_KNN.similarity,
         description="how neighbours are scored: the cosine after subtracting the store's mean key, or plain",
     )
 
@@ -185,15 +189,18 @@ class TrainOptions(BaseModel):
         le=100_000,
         description="with epochs: at least this many optimiser steps, however few the examples",
     )
-    batch_size: int = Field(8, ge=1, le=1024)
-    lr: float = Field(1e-5, gt=0, lt=1, allow_inf_nan=False)
+    # the knobs' defaults are TrainConfig's, which `openbook.create_classifier(...).fit` trains with too
+    batch_size: int = Field(TrainConfig.batch_size, ge=1, le=1024)
+    lr: float = Field(TrainConfig.lr, gt=0, lt=1, allow_inf_nan=False)
     eval_every: int | None = Field(
         None,
         ge=1,
         description=f"steps between dev checks; null: every epoch with epochs, else {DEFAULT_EVAL_EVERY}",
     )
     patience: int = Field(
-        2, ge=1, description="dev checks without a better score before stopping (epochs, with epochs' checks)"
+        TrainConfig.patience,
+        ge=1,
+        description="dev checks without a better score before stopping (epochs, with epochs' checks)",
     )
 
     @model_validator(mode="after")
@@ -282,17 +289,10 @@ class Task(TaskCreate):
 
 def build_classifier(task: Task, backbone: Backbone) -> Classifier:
     """The untrained classifier a task starts from; bad templates or label words raise PromptError."""
-    verbalizer = Verbalizer(tuple(task.labels), tuple(task.labels.values()))
-    classifier = Classifier(
-        backbone,
-        Template(task.template),
-        verbalizer,
-        knn=KnnConfig(
-            task.knn.k,
-            task.knn.temperature,
-            DEFAULT_KNN.lam if task.knn.lam is None else task.knn.lam,  # None: TaskRuntime chooses it
-            task.knn.similarity,
-        ),
+    knn = KnnConfig(
+        task.knn.k,
+        task.knn.temperature,
+        UNTRAINED_KNN.lam if task.knn.lam is None else task.knn.lam,  # None: TaskRuntime chooses it
+        task.knn.similarity,
     )
-    classifier.label_bias = classifier.calibration_bias("content-free")  # no data yet: calibrate on "N/A"
-    return classifier
+    return untrained_classifier(backbone, Template(task.template), Verbalizer.of(task.labels), knn=knn)

@@ -5,8 +5,8 @@
   task gives none, lambda chosen on the labelled examples each scored leave-one-out, as the service
   chooses it) with a store of the labelled examples;
 - prompt-ft: LM-BFF fine-tuning from the pre-trained weights, with the service jobs' training settings,
-  dev held out as the worker holds it out (`split_dev`, `checked_on`), inference chosen on dev
-  (`fit_classifier`);
+  dev held out as the worker holds it out (`dev_split.split_dev`, `fitting.FitSets`), inference chosen
+  on dev (`fit_classifier`);
 - setfit: SetFit from its pre-trained encoder (`openbook.experiments.setfit_peer`: all-mpnet-base-v2;
   `setfit/encoder=minilm`, all-MiniLM-L6-v2; any option spelled as `openbook eval` takes it), with the
   extra `setfit` installed (`make setfit`).
@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 from openbook.backbone import Backbone
 from openbook.classifier import Embeddings
+from openbook.dev_split import split_dev
 from openbook.experiments.setfit_peer import (
     PeerUnavailable,
     SetFitConfig,
@@ -32,14 +33,13 @@ from openbook.experiments.setfit_peer import (
     peer_spec,
     require_peer,
 )
-from openbook.fitting import LabelledTexts, StoreExamples, fit_classifier
+from openbook.fitting import FitSets, fit_classifier
 from openbook.methods import build_method
 from openbook.selection import lambda_on_store
 from openbook.training import TrainConfig
 
 from services.bus.task_spec import Task, build_classifier
 from services.learning_curve.schedule import CurveData
-from services.trainer.worker import checked_on, split_dev
 
 BASELINES = ("knn-interp", "prompt-ft", "setfit")
 
@@ -103,25 +103,15 @@ class Baselines:
             dataclasses.replace(build_classifier(self.task, self.backbone), label_bias=None)
         )
         examples = {i: (self.data.train[i].text, self.data.train[i].label) for i in ids}
-        train_ids, dev_ids = split_dev(examples)
-
-        def labelled(chosen: list[int]) -> LabelledTexts:
-            return LabelledTexts(
-                [examples[i][0] for i in chosen], classifier.label_indices([examples[i][1] for i in chosen])
-            )
-
-        everything = sorted(examples)
-        store = StoreExamples(
-            [examples[i][0] for i in everything], [examples[i][1] for i in everything], np.array(everything)
-        )
+        sets = FitSets.of(classifier, examples, *split_dev(examples))  # as the service's jobs do
         try:
             fit_classifier(
                 classifier,
                 method,
-                labelled(train_ids),
-                labelled(checked_on(train_ids, dev_ids)),  # as the service's jobs do
+                sets.train,
+                sets.dev,
                 self.config,
-                store_examples=store,
+                store_examples=sets.store,
                 progress=False,
             )
             return classifier.score(classifier.embed(self.test_texts)).probabilities.argmax(-1)

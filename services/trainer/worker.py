@@ -1,8 +1,9 @@
 """One training job: read the task's examples from the log, train, re-embed, write, publish.
 
 The examples are the log folded up to its last entry (adds minus deletes).
-One in four is held out as dev, chosen by a hash of its id (`split_dev`), so
-the dev set grows with the log but never reshuffles; dev serves the dev checks
+One in four is held out as dev, chosen by a hash of its id (`openbook.dev_split`,
+the split `Estimator.fit` makes too), so the dev set grows with the log but
+never reshuffles; dev serves the dev checks
 that keep the best weights, the choice of k, T and lambda, and the promotion
 gate (gate.py), and is never trained on. After training, the store is rebuilt
 from all the examples, under their log ids, with the trained weights. The
@@ -26,18 +27,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import shutil
 import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import redis
 from openbook.artifacts import MANIFEST_NAME, sha256_file
 from openbook.backbone import BackboneConfig, load_backbone
-from openbook.fitting import LabelledTexts, StoreExamples, fit_and_save
+from openbook.dev_split import split_dev
+from openbook.fitting import FitSets, fit_and_save
 from openbook.methods import build_method, weights_sha256
 from openbook.prompting import TextInput
 from openbook.training import TrainConfig
@@ -69,32 +69,6 @@ def fold_log(log: ExampleLog) -> tuple[dict[int, tuple[TextInput, str]], str | N
         else:
             examples.pop(entry.id, None)
     return examples, entries[-1].offset if entries else None
-
-
-def in_dev(example_id: int) -> bool:
-    """One id in four, by sha256 of its decimal form: the same answer whatever else the log holds."""
-    return int.from_bytes(hashlib.sha256(str(example_id).encode()).digest()[:8], "big") % 4 == 0
-
-
-def split_dev(examples: dict[int, tuple[TextInput, str]]) -> tuple[list[int], list[int]]:
-    """(train ids, dev ids) by `in_dev`.
-
-    A label whose every example falls in dev (two examples do, one time in sixteen) trains on them
-    instead, and is left out of dev until it has an example to train on: a label the model never saw
-    cannot be learnt, and a few-shot start is exactly when users label two of each. The dev set may be
-    empty, or lack a label: see gate.py for what the gate does then.
-    """
-    train_ids = [i for i in sorted(examples) if not in_dev(i)]
-    trained = {examples[i][1] for i in train_ids}
-    dev_ids = [i for i in sorted(examples) if in_dev(i) and examples[i][1] in trained]
-    stranded = [i for i in sorted(examples) if in_dev(i) and examples[i][1] not in trained]
-    return sorted(train_ids + stranded), dev_ids
-
-
-def checked_on(train_ids: list[int], dev_ids: list[int]) -> list[int]:
-    """What training's dev checks and its choice of k, T and lambda score on: dev, or, with no dev
-    example yet (a tiny set), the train examples, which then stand in for it."""
-    return dev_ids or train_ids
 
 
 class Interrupted(Exception):
@@ -231,36 +205,26 @@ class Worker:
         if self.untrained_gate and not job.force and current_checkpoint(self.client, job.task) is None:
             untrained = untrained_score(task, backbone, examples, train_ids, dev_ids)
         classifier = method.prepare(dataclasses.replace(build_classifier(task, backbone), label_bias=None))
-
-        def labelled(ids: list[int]) -> LabelledTexts:
-            return LabelledTexts(
-                [examples[i][0] for i in ids],
-                classifier.label_indices([examples[i][1] for i in ids]),
-                np.array(ids, dtype=np.int64),
-            )
-
-        all_ids = sorted(examples)
+        # the served store holds every example under its log id, dev included
+        sets = FitSets.of(classifier, examples, train_ids, dev_ids)
         version = f"{time.strftime('%Y%m%d-%H%M%S')}-{job.id[:8]}"
         fitted = fit_and_save(
             self.artifacts_dir / job.task / version,
             classifier,
             method,
-            labelled(train_ids),
-            labelled(checked_on(train_ids, dev_ids)),
+            sets.train,
+            sets.dev,
             TrainConfig(**job.train_config),
             base_weights_sha256=base_sha,
-            training_data_sha256=_examples_digest(examples),
-            # the served store holds every example under its log id, dev included
-            store_examples=StoreExamples(
-                [examples[i][0] for i in all_ids], [examples[i][1] for i in all_ids], np.array(all_ids)
-            ),
+            training_data_sha256=sets.training_data_sha256(),
+            store_examples=sets.store,
             # what the version's dev scores (its quality report) were taken on: dev, or train with no dev yet
             extra={
                 "task": job.task,
                 "job": job.id,
                 "version": version,
                 "log_offset": offset,
-                "dev_scored_on": "dev" if dev_ids else "train",
+                "dev_scored_on": sets.dev_scored_on(),
             },
             progress=False,
             on_step=lambda step, steps, loss: self._report(job, step, steps, loss),
@@ -298,12 +262,3 @@ class Worker:
         except redis.RedisError as error:  # the versions are kept a while longer; the next job retries
             logger.warning("task %s: retention did not run: %s", job.task, error)
         return (published if promoted else None), metrics, gate
-
-
-def _examples_digest(examples: dict[int, tuple[TextInput, str]]) -> str:
-    from openbook.checkpoints import examples_sha256
-    from openbook.data import Example
-
-    return examples_sha256(
-        [Example(text, label, f"log id {i}") for i, (text, label) in sorted(examples.items())]
-    )

@@ -1,9 +1,14 @@
 """OpenBook: retrieval-augmented prompt learning for few-shot text classification.
 
 The core library is pure: tensors, arrays and dataclasses in and out, no HTTP,
-no Redis. Services wrap it. The names below are its public API:
+no Redis. Services wrap it. The names below are its public API; three calls build, train and save a
+classifier as the service does (`estimator.py`):
 
-    from openbook import BackboneConfig, Classifier, Template, Verbalizer, load_backbone
+    clf = openbook.create_classifier("Review: {text}\nSentiment: {mask}", {"0": "negative", "1": "positive"})
+    clf.fit(texts, labels)  # label strings
+    clf.save("ckpt"); clf = openbook.load("ckpt")
+
+and the parts below them stay public for research: `Classifier`, `build_method`, `train`, ...
 
 Experiments (the evaluation harness, reports, benchmarks, continual learning,
 the SetFit peer) are in `openbook.experiments`; the command line is `openbook.cli`.
@@ -21,6 +26,7 @@ if TYPE_CHECKING:
     from openbook.checkpoints import load_classifier, save_classifier
     from openbook.classifier import Classifier, Prediction
     from openbook.demonstrations import DemoConfig
+    from openbook.estimator import Estimator, FitReport, create_classifier, load
     from openbook.fitting import LabelledTexts, fit_and_save
     from openbook.knn import KnnConfig
     from openbook.labels import LabelError, add_label, fit_to_labels
@@ -40,6 +46,10 @@ _EXPORTS = {
     "Classifier": "openbook.classifier",
     "Prediction": "openbook.classifier",
     "DemoConfig": "openbook.demonstrations",
+    "Estimator": "openbook.estimator",
+    "FitReport": "openbook.estimator",
+    "create_classifier": "openbook.estimator",
+    "load": "openbook.estimator",
     "LabelledTexts": "openbook.fitting",
     "fit_and_save": "openbook.fitting",
     "KnnConfig": "openbook.knn",
@@ -63,6 +73,8 @@ __all__ = [
     "BackboneConfig",
     "Classifier",
     "DemoConfig",
+    "Estimator",
+    "FitReport",
     "KnnConfig",
     "KnowledgeStore",
     "LabelError",
@@ -76,8 +88,10 @@ __all__ = [
     "add_label",
     "build_method",
     "configure",
+    "create_classifier",
     "fit_and_save",
     "fit_to_labels",
+    "load",
     "load_backbone",
     "load_classifier",
     "save_classifier",

@@ -16,7 +16,10 @@
 4. `checkpoints.save_classifier`, atomically.
 
 `fit_classifier` stops before step 4, for a caller that only scores the result (the baselines of
-`openbook bench learning-curve`).
+`openbook bench learning-curve`) or saves it later (`estimator.Estimator`: `save_fitted` is step 4).
+
+`FitSets` is what the service's worker and `Estimator.fit` train on, from labelled examples under ids:
+dev held out by `dev_split.split_dev`, and every example, dev included, in the saved store.
 
 `dev_check` scores a trained classifier on dev as it would serve (accuracy, then the
 gold label's log-likelihood), for the service's promotion gate.
@@ -32,8 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from openbook.checkpoints import save_classifier
+from openbook.checkpoints import examples_sha256, save_classifier
 from openbook.classifier import Classifier
+from openbook.data import Example
+from openbook.dev_split import Examples, checked_on
 from openbook.methods import Method
 from openbook.prompting import TextInput
 from openbook.quality import Scored, calibrate, score_examples
@@ -63,6 +68,86 @@ class StoreExamples:
     texts: Sequence[TextInput]
     labels: Sequence[str]
     ids: np.ndarray  # (N,) int64
+
+
+@dataclass(frozen=True)
+class FitSets:
+    """Labelled examples under ids, split as the service trains on them (`of`)."""
+
+    train: LabelledTexts
+    dev: LabelledTexts  # what the dev checks and the choice of k, T and lambda score: `checked_on`
+    store: StoreExamples  # every example, dev included, under its id: what the trained classifier serves
+    dev_held_out: bool  # False: no dev example yet, and the train examples stand in for dev
+
+    @classmethod
+    def of(
+        cls, classifier: Classifier, examples: Examples, train_ids: list[int], dev_ids: list[int]
+    ) -> FitSets:
+        """The sets for `split_dev`'s ids; label strings become `classifier`'s indices (PromptError for a
+        label it does not know)."""
+
+        def labelled(ids: list[int]) -> LabelledTexts:
+            return LabelledTexts(
+                [examples[i][0] for i in ids],
+                classifier.label_indices([examples[i][1] for i in ids]),
+                np.array(ids, dtype=np.int64),
+            )
+
+        everything = sorted(examples)
+        store = StoreExamples(
+            [examples[i][0] for i in everything],
+            [examples[i][1] for i in everything],
+            np.array(everything, dtype=np.int64),
+        )
+        return cls(labelled(train_ids), labelled(checked_on(train_ids, dev_ids)), store, bool(dev_ids))
+
+    def training_data_sha256(self) -> str:
+        """`checkpoints.examples_sha256` of every example (dev included), in id order."""
+        return examples_sha256(
+            [
+                Example(text, label, f"id {i}")
+                for text, label, i in zip(self.store.texts, self.store.labels, self.store.ids, strict=True)
+            ]
+        )
+
+    def dev_scored_on(self) -> str:
+        """What a saved version's dev scores were taken on, for its quality report."""
+        return "dev" if self.dev_held_out else "train"
+
+
+@dataclass(frozen=True)
+class TrainingRecord:
+    """What a checkpoint says of the training that made its classifier, besides the classifier itself."""
+
+    base_weights_sha256: str  # the backbone's weights before training
+    training_data_sha256: str
+    train_config: TrainConfig
+    dev_metrics: dict[str, Any]
+    dev_scores: Scored | None
+
+
+def save_fitted(
+    path: str | Path,
+    classifier: Classifier,
+    method: Method,
+    record: TrainingRecord,
+    *,
+    extra: dict[str, Any] | None = None,  # more manifest entries (see `save_classifier`)
+    overwrite: bool = False,
+) -> Path:
+    """Step 4: `checkpoints.save_classifier`, with the dev scores kept for the version's report."""
+    dev_scores = None if record.dev_scores is None else scores_record(record.dev_scores)
+    return save_classifier(
+        path,
+        classifier,
+        method,
+        base_weights_sha256=record.base_weights_sha256,
+        train_config=record.train_config,
+        training_data_sha256=record.training_data_sha256,
+        dev_metrics=record.dev_metrics,
+        overwrite=overwrite,
+        extra={**(extra or {}), "dev_scores": dev_scores},
+    )
 
 
 @dataclass(frozen=True)
@@ -182,17 +267,8 @@ def fit_and_save(
         progress=progress,
         on_step=on_step,
     )
-    saved = save_classifier(
-        path,
-        classifier,
-        method,
-        base_weights_sha256=base_weights_sha256,
-        train_config=config,
-        training_data_sha256=training_data_sha256,
-        dev_metrics=dev_metrics,
-        overwrite=overwrite,
-        extra={**(extra or {}), "dev_scores": None if dev_scores is None else scores_record(dev_scores)},
-    )
+    record = TrainingRecord(base_weights_sha256, training_data_sha256, config, dev_metrics, dev_scores)
+    saved = save_fitted(path, classifier, method, record, extra=extra, overwrite=overwrite)
     return Fitted(saved, dev_metrics, result, dev_scores)
 
 

@@ -35,3 +35,29 @@ def test_classify_with_an_unknown_example_label_is_a_clear_error(tmp_path, causa
 def test_missing_prompt_is_a_clear_error(causal_dir, capsys):
     assert main(["classify", "--backbone", str(causal_dir), "some text"]) == 2
     assert "--task" in capsys.readouterr().err
+
+
+def test_untrained_classify_serves_as_an_untrained_service_task(tmp_path, causal_dir, capsys):
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.selection import lambda_on_store
+
+    from services.bus.task_spec import Task, build_classifier
+
+    rows = [("a good film", "1"), ("a bad film", "0"), ("great fun", "1"), ("boring and bad", "0")] * 3
+    examples = tmp_path / "examples.tsv"
+    examples.write_text("sentence\tlabel\n" + "".join(f"{text}\t{label}\n" for text, label in rows))
+    queries = ["a good film with a great cast", "it was terrible and boring"]
+    arguments = ["classify", "--template", "{text} It was {mask}", "--labels", "0=bad,1=good"]
+    assert main([*arguments, "--backbone", str(causal_dir), "--examples", str(examples), *queries]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    # the service's untrained task on the same examples: its defaults, lambda chosen leave-one-out
+    task = Task(name="t", template="{text} It was {mask}", labels={"0": "bad", "1": "good"}, backbone="b")
+    service = build_classifier(task, load_backbone(BackboneConfig(name=str(causal_dir), max_length=128)))
+    embedded = service.embed([text for text, _ in rows])
+    ids = service.add_embeddings(embedded, [label for _, label in rows], texts=[text for text, _ in rows])
+    service.knn = lambda_on_store(service, ids, embedded.lm_log_probs)
+    for line, prediction in zip(printed, service.predict(queries), strict=True):
+        assert len(line["neighbours"]) == len(rows)  # k 16 covers all 12 (the old default, 8, did not)
+        assert line["probabilities"] == prediction.probabilities
+        assert [n["id"] for n in line["neighbours"]] == [n.id for n in prediction.neighbours]

@@ -10,6 +10,7 @@ import torch
 from openbook import models
 from openbook.backbone import BackboneConfig, load_backbone
 from openbook.data import Example
+from openbook.dev_split import in_dev
 from openbook.experiments import setfit_peer
 from openbook.methods import MethodError
 from openbook.training import TrainConfig
@@ -18,7 +19,6 @@ from services.bus.task_spec import Task
 from services.learning_curve.baselines import Baselines, canonical_baseline, unavailable
 from services.learning_curve.run import CurveSettings
 from services.learning_curve.schedule import CurveData, fixed_rounds
-from services.trainer.worker import in_dev
 
 TEXTS = ["the movie was great and fun", "it was terrible and boring", "a good film with a great cast"]
 

@@ -160,7 +160,7 @@ def test_a_trained_version_reports_on_its_dev_split(make_client, server, tmp_pat
 
 
 def _in_dev(example_id: int) -> bool:
-    from services.trainer.worker import in_dev
+    from openbook.dev_split import in_dev
 
     return in_dev(example_id)
 

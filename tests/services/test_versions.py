@@ -14,7 +14,7 @@ from services.bus.task_spec import TASKS_KEY, Task
 from services.bus.versions import list_versions, new_record, promote, retain, set_pinned
 from services.client import OpenBookClient
 from services.trainer.gate import METRIC
-from services.trainer.worker import Worker, in_dev, split_dev
+from services.trainer.worker import Worker
 from tests.services.harness import TASK, wait_for
 
 POSITIVE = ["the movie was great and fun", "a good film with a great cast", "great fun", "a good film"]
@@ -29,31 +29,6 @@ GOOD = {"method": "retroprompt", "steps": 24, "batch_size": 4, "lr": 1e-2, "eval
 # A worse one, built to be: the untrained tiny LM's prompt alone (prompt-ft predicts without kNN), one
 # step at a learning rate too small to move it.
 WORSE = {"method": "prompt-ft", "steps": 1, "batch_size": 4, "lr": 1e-9, "eval_every": 1}
-
-
-# -- the stable dev split ----------------------------------------------------------------------------
-
-
-def test_the_dev_split_never_reshuffles_as_examples_arrive() -> None:
-    few = {i: (f"text {i}", "1" if i % 2 else "0") for i in range(1, 41)}
-    many = {**few, **{i: (f"text {i}", "1" if i % 2 else "0") for i in range(41, 401)}}
-    train_few, dev_few = split_dev(few)
-    train_many, dev_many = split_dev(many)
-    assert dev_few == [i for i in dev_many if i <= 40] and train_few == [i for i in train_many if i <= 40]
-    assert set(dev_many).isdisjoint(train_many) and len(dev_many) + len(train_many) == 400
-    assert 0.18 < len(dev_many) / 400 < 0.32  # one in four, by a hash
-    assert dev_few[:5] == [9, 10, 12, 21, 24] and all(in_dev(i) for i in dev_many)
-
-
-def test_a_label_all_in_dev_trains_on_its_examples_and_an_empty_dev_is_allowed() -> None:
-    # ids 9 and 10 fall in dev by their hash: label 0 would have nothing to train on, so they train
-    assert split_dev({1: ("good", "1"), 9: ("bad", "0"), 10: ("awful", "0")}) == ([1, 9, 10], [])
-    # once label 0 has an example outside dev, its dev examples are held out again
-    assert split_dev({1: ("good", "1"), 9: ("bad", "0"), 10: ("awful", "0"), 2: ("poor", "0")}) == (
-        [1, 2],
-        [9, 10],
-    )
-    assert split_dev({1: ("good", "1"), 2: ("bad", "0")}) == ([1, 2], [])
 
 
 # -- the gate, through the api and the worker --------------------------------------------------------

@@ -7,9 +7,10 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from openbook.calibration import CALIBRATION_MODES, CalibrationMode
-from openbook.cli.common import add_label_scoring_argument, add_prompt_arguments, build_classifier
+from openbook.calibration import CALIBRATION_MODES
+from openbook.cli.common import add_label_scoring_argument, add_prompt_arguments, load_prompt
 from openbook.data import read_split
+from openbook.untrained import UNTRAINED_CALIBRATION, UNTRAINED_KNN
 
 if TYPE_CHECKING:
     from openbook.classifier import Prediction
@@ -23,21 +24,23 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     classify.add_argument("--task", help="preset name for the template and labels")
     classify.add_argument("--examples", help="labelled examples for the store (.tsv/.csv, as in eval)")
     classify.add_argument("--checkpoint", help="a trained classifier from `openbook train`")
-    classify.add_argument("--k", type=int, default=8)
-    classify.add_argument("--temperature", type=float, default=0.1)
-    classify.add_argument("--lam", type=float, default=0.5)
+    # The defaults are an untrained service task's (openbook.untrained), so both serve the same classifier.
+    classify.add_argument("--k", type=int, default=UNTRAINED_KNN.k)
+    classify.add_argument("--temperature", type=float, default=UNTRAINED_KNN.temperature)
+    classify.add_argument(
+        "--lam", type=float, help="weight of P_kNN (default: chosen on the --examples, each left out in turn)"
+    )
     classify.add_argument(
         "--calibration",
         choices=CALIBRATION_MODES,
-        help="default: domain (over the --examples texts) when examples are given, else content-free",
+        default=UNTRAINED_CALIBRATION,
+        help="of P_LM; domain: over the --examples texts (default: %(default)s)",
     )
     add_prompt_arguments(classify)
     add_label_scoring_argument(classify)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    from openbook.knn import KnnConfig
-
     if args.checkpoint:
         from openbook.checkpoints import load_classifier
 
@@ -45,19 +48,39 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         for text, prediction in zip(args.texts, checkpointed.predict(args.texts), strict=True):
             print(json.dumps({"text": text, **_as_json(prediction)}))
         return
-    classifier = build_classifier(args, args.task)
-    classifier.knn = KnnConfig(k=args.k, temperature=args.temperature, lam=args.lam)
-    domain_scores = None
+    if args.calibration == "domain" and not args.examples:
+        raise ValueError("--calibration domain measures the prior over the --examples texts: give --examples")
+    import dataclasses
+
+    from openbook.selection import lambda_on_store
+    from openbook.untrained import untrained_classifier
+
+    knn = dataclasses.replace(
+        UNTRAINED_KNN,
+        k=args.k,
+        temperature=args.temperature,
+        lam=UNTRAINED_KNN.lam if args.lam is None else args.lam,
+    )
+    classifier = untrained_classifier(
+        *load_prompt(args, args.task),
+        knn=knn,
+        calibration=args.calibration,
+        batch_size=args.batch_size,
+        label_scoring=args.label_scoring,
+    )
     if args.examples:
         examples = read_split(args.examples)
         from openbook.experiments.evaluation import example_labels
 
         example_labels(classifier, examples)  # an unknown label fails, naming its line, before any forward
         embeddings = classifier.embed([e.text for e in examples])
-        classifier.add_embeddings(embeddings, [e.label for e in examples], texts=[e.text for e in examples])
-        domain_scores = embeddings.lm_log_probs
-    mode: CalibrationMode = args.calibration or ("domain" if args.examples else "content-free")
-    classifier.label_bias = classifier.calibration_bias(mode, domain_scores)
+        ids = classifier.add_embeddings(
+            embeddings, [e.label for e in examples], texts=[e.text for e in examples]
+        )
+        if args.calibration == "domain":
+            classifier.label_bias = classifier.calibration_bias("domain", embeddings.lm_log_probs)
+        if args.lam is None:  # as an untrained service task chooses it (selection.lambda_on_store)
+            classifier.knn = lambda_on_store(classifier, ids, embeddings.lm_log_probs)
     for text, prediction in zip(args.texts, classifier.predict(args.texts), strict=True):
         print(json.dumps({"text": text, **_as_json(prediction)}))
 

@@ -13,6 +13,7 @@ from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
 
 if TYPE_CHECKING:
+    from openbook.backbone import Backbone
     from openbook.classifier import Classifier
     from openbook.knn import KnnConfig
     from openbook.training import TrainConfig
@@ -205,18 +206,21 @@ def task_dir(args: argparse.Namespace, task: str | None) -> Path | None:
     return Path(data_dir(args)) / task
 
 
-def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
-    """The backbone and prompt the arguments name, with an empty store."""
+def load_prompt(args: argparse.Namespace, task: str | None) -> tuple[Backbone, Template, Verbalizer]:
+    """The backbone the arguments name, loaded, and the prompt they name for it."""
     from openbook.backbone import BackboneConfig, load_backbone
-    from openbook.classifier import Classifier
 
     backbone = load_backbone(
         BackboneConfig(name=args.backbone, layer=args.layer, max_length=args.max_length, device=args.device)
     )
-    template, verbalizer = prompt_for(task, args.template, args.labels, backbone.kind, task_dir(args, task))
-    return Classifier(
-        backbone, template, verbalizer, batch_size=args.batch_size, label_scoring=args.label_scoring
-    )
+    return backbone, *prompt_for(task, args.template, args.labels, backbone.kind, task_dir(args, task))
+
+
+def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
+    """The backbone and prompt the arguments name, with an empty store."""
+    from openbook.classifier import Classifier
+
+    return Classifier(*load_prompt(args, task), batch_size=args.batch_size, label_scoring=args.label_scoring)
 
 
 def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:

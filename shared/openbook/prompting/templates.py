@@ -9,7 +9,7 @@ token ids lives in `encoder.py`.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -136,11 +136,7 @@ class Verbalizer:
         `book_flight,transfer`, each scored by its readable word (`openbook.label_names`)."""
         items = [item.strip() for item in spec.split(",")]
         if not any("=" in item for item in items):
-            try:
-                named = words_for_names(items)
-            except LabelNameError as error:
-                raise PromptError(str(error)) from None
-            return cls(tuple(named), tuple(named.values()))
+            return cls.of(items)
         labels, words = [], []
         for item in items:
             label, sep, word = item.partition("=")
@@ -152,6 +148,20 @@ class Verbalizer:
             labels.append(label.strip())
             words.append(word.strip())
         return cls(tuple(labels), tuple(words))
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str] | Sequence[str]) -> Verbalizer:
+        """From label -> word, in label order, or from label names alone, each scored by its readable
+        word (`openbook.label_names`: book_flight -> "book flight"), as a service task takes its labels."""
+        if isinstance(labels, Mapping):
+            return cls(tuple(labels), tuple(labels.values()))
+        if isinstance(labels, str):
+            raise PromptError(f"labels {labels!r}: give a list of names, or parse a spec (Verbalizer.parse)")
+        try:
+            named = words_for_names(labels)
+        except LabelNameError as error:
+            raise PromptError(str(error)) from None
+        return cls(tuple(named), tuple(named.values()))
 
     def index(self, label: str) -> int:
         try:

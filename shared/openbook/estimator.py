@@ -1,0 +1,179 @@
+"""Build, fit, save and load a classifier in three calls, labels as strings, as the service trains one.
+
+    clf = openbook.create_classifier("Review: {text}\\nSentiment: {mask}", {"0": "negative", "1": "positive"})
+    report = clf.fit(texts, labels)        # a quarter held out as dev, as the service's trainer does
+    clf.predict(["What a lovely film."])
+    clf.save("ckpt/sentiment")             # checksums taken here; openbook.load("ckpt/sentiment")
+
+`Estimator` is a thin face over the library's one path, not a second one: `create_classifier` builds the
+untrained classifier a service task starts from (`untrained.py`), `fit` splits dev as the trainer does
+(`dev_split.split_dev`) and trains, chooses kNN and calibrates with `fitting.fit_classifier`, and `save`
+is `fitting.save_fitted` (`checkpoints.save_classifier`). The classifier it wraps is `.classifier`, for
+everything else the library does (neighbours, demonstrations, reports); `training.train` stays the
+research entry point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from openbook.artifacts import MANIFEST_NAME, CheckpointError
+from openbook.backbone import Backbone, BackboneConfig, default_device, load_backbone
+from openbook.checkpoints import load_classifier
+from openbook.classifier import Classifier, Prediction
+from openbook.dev_split import DEV_FRACTION, split_dev
+from openbook.fitting import FitSets, TrainingRecord, fit_classifier, save_fitted, scored_from_record
+from openbook.methods import Method, build_method, weights_sha256
+from openbook.models import DEFAULT_BACKBONE
+from openbook.prompting import Template, TextInput, Verbalizer
+from openbook.training import TrainConfig, TrainResult
+from openbook.untrained import untrained_classifier
+
+DEFAULT_METHOD = "retroprompt"  # a service task's default method
+MAX_LENGTH = 128  # tokens per prompt, as the service and the command line cut them
+
+
+@dataclass(frozen=True)
+class FitReport:
+    dev_accuracy: float  # the prediction as served (kNN interpolation included where the method mixes it)
+    dev_metrics: dict[str, Any]  # as the checkpoint records them (fitting.fit_classifier)
+    train_ids: list[int]
+    dev_ids: list[int]  # empty: too few examples for dev, and the train examples stood in for it
+    result: TrainResult
+
+
+@dataclass
+class Estimator:
+    """A classifier and the method that trains it; `record` is None until it is trained."""
+
+    classifier: Classifier
+    method: Method
+    record: TrainingRecord | None = None
+    dev_scored_on: str | None = None  # "dev", or "train" when no example could be held out
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self.classifier.labels
+
+    def fit(
+        self,
+        texts: Sequence[TextInput],
+        labels: Sequence[str],
+        *,
+        ids: Sequence[int] | None = None,
+        dev: float = DEV_FRACTION,
+        seed: int = TrainConfig.seed,
+        steps: int | None = None,
+        epochs: float | None = None,
+        progress: bool = False,
+        **train_options: Any,
+    ) -> FitReport:
+        """Train on labelled examples (label strings) and choose how to predict on dev, as a service job.
+
+        Examples are held out as dev by a hash of their ids (`ids`, default their positions; the share
+        `dev`) exactly as the service's trainer holds them out, and the trained classifier's store holds
+        every example. The budget is `steps` or `epochs`, neither for the service's default;
+        `train_options` are `TrainConfig`'s other fields. A method that trains the backbone changes its
+        weights in place (a backbone given to `create_classifier` too); a classifier trains once.
+        """
+        if self.record is not None:
+            raise ValueError("this classifier is trained already: create a new one to train again")
+        if len(texts) != len(labels):
+            raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
+        ids = list(range(len(texts))) if ids is None else [int(i) for i in ids]
+        if len(set(ids)) != len(texts):
+            raise ValueError(f"give one distinct id per text: {len(texts)} texts, {len(set(ids))} ids")
+        if len(set(labels)) < 2:
+            raise ValueError("training needs examples of at least 2 labels")
+        self.classifier.label_indices(labels)  # an unknown label fails here, before any forward
+        config = TrainConfig(steps=steps, epochs=epochs, seed=seed, **train_options)
+        budget: dict[str, Any] = config.budget()
+        config = dataclasses.replace(config, **budget)  # written as it runs, as a service job's is
+        examples = dict(zip(ids, zip(texts, labels, strict=True), strict=True))
+        train_ids, dev_ids = split_dev(examples, dev)
+        base_sha = weights_sha256(self.classifier.backbone.model)  # before training changes them
+        untrained = self.classifier
+        classifier = self.method.prepare(
+            dataclasses.replace(untrained, store=untrained.empty_store(), label_bias=None)
+        )
+        sets = FitSets.of(classifier, examples, train_ids, dev_ids)
+        dev_metrics, result, dev_scores = fit_classifier(
+            classifier,
+            self.method,
+            sets.train,
+            sets.dev,
+            config,
+            store_examples=sets.store,
+            progress=progress,
+        )
+        self.classifier = classifier
+        self.record = TrainingRecord(base_sha, sets.training_data_sha256(), config, dev_metrics, dev_scores)
+        self.dev_scored_on = sets.dev_scored_on()
+        served = dev_metrics.get("accuracy_with_knn", dev_metrics["accuracy"])
+        return FitReport(served, dev_metrics, train_ids, dev_ids, result)
+
+    def predict(self, texts: Sequence[TextInput]) -> list[Prediction]:
+        return self.classifier.predict(texts)
+
+    def predict_proba(self, texts: Sequence[TextInput]) -> np.ndarray:
+        """(N, C) probabilities, columns in `labels` order."""
+        predictions = self.classifier.predict(texts)
+        return np.array([[p.probabilities[label] for label in self.labels] for p in predictions])
+
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the trained classifier as a checkpoint (`openbook.load`, `openbook classify --checkpoint`
+        and the service read it); the base weights' and the training data's checksums go with it."""
+        if self.record is None:
+            raise ValueError("nothing trained to save: call fit first")
+        extra = {} if self.dev_scored_on is None else {"dev_scored_on": self.dev_scored_on}
+        return save_fitted(path, self.classifier, self.method, self.record, extra=extra, overwrite=overwrite)
+
+
+def create_classifier(
+    template: str | Template,
+    labels: Mapping[str, str] | Sequence[str] | Verbalizer,
+    *,
+    backbone: str | Backbone = DEFAULT_BACKBONE,
+    method: str | Method = DEFAULT_METHOD,
+    device: str | None = None,
+) -> Estimator:
+    """An untrained classifier, as a new service task starts: `labels` as label -> word, or label names
+    alone (each scored by its readable word, book_flight -> "book flight"); `backbone` a registered name,
+    a local model directory or hub id, or a loaded Backbone; `method` a spec (`retroprompt/knn-loss`).
+    Before `fit` it predicts from the prompt alone (its store is empty)."""
+    method = build_method(method) if isinstance(method, str) else method
+    if isinstance(backbone, str):
+        config = BackboneConfig(name=backbone, max_length=MAX_LENGTH, device=device or default_device())
+        backbone = load_backbone(config)
+    method.check_backbone(backbone)
+    verbalizer = labels if isinstance(labels, Verbalizer) else Verbalizer.of(labels)
+    template = template if isinstance(template, Template) else Template(template)
+    return Estimator(untrained_classifier(backbone, template, verbalizer), method)
+
+
+def load(path: str | Path, *, device: str | None = None, backbone: Backbone | None = None) -> Estimator:
+    """A saved classifier, every file's checksum verified (`checkpoints.load_classifier`); `backbone`, if
+    given, must carry the base weights it was trained from."""
+    classifier, method = load_classifier(path, device=device, backbone=backbone)
+    manifest = json.loads((Path(path) / MANIFEST_NAME).read_text())
+    try:
+        saved = manifest["train_config"]
+        record = TrainingRecord(
+            manifest["backbone"]["weights_sha256"],
+            manifest["training_data_sha256"],
+            TrainConfig(
+                **{f.name: saved[f.name] for f in dataclasses.fields(TrainConfig) if f.name in saved}
+            ),
+            manifest["dev_metrics"],
+            None if manifest.get("dev_scores") is None else scored_from_record(manifest["dev_scores"]),
+        )
+    except (KeyError, TypeError) as error:
+        raise CheckpointError(f"{path}: manifest is missing or has a malformed entry: {error}") from None
+    return Estimator(classifier, method, record, manifest.get("dev_scored_on"))

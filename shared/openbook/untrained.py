@@ -1,0 +1,47 @@
+"""How a classifier predicts before it is trained: the one set of defaults that `create_classifier`,
+`openbook classify` and the service's new tasks (`services/bus/task_spec.py`) share.
+
+- P_LM calibrated by the content-free prior: a new task has no texts to measure a domain prior on, and
+  once it holds examples the domain prior over them was not the 1 point better on dev that replacing it
+  asked for;
+- kNN at `KnnConfig`'s k and T (16, 0.1) and similarity (centred cosine);
+- lambda, unless one is given, chosen on the stored examples, each scored leave-one-out
+  (`selection.lambda_on_store`), which replaced a fixed 0.5 by the same check on dev.
+
+Both choices: docs/experiments/untrained-task-calibration.md (`openbook first-use`).
+"""
+
+from __future__ import annotations
+
+from openbook.backbone import Backbone
+from openbook.calibration import CalibrationMode
+from openbook.classifier import Classifier
+from openbook.knn import KnnConfig
+from openbook.prompting import Template, Verbalizer
+from openbook.word_scores import LabelScoring
+
+# Its lambda stands until the store holds examples to choose one on (`selection.lambda_on_store`); with no
+# neighbour to mix, P_LM alone is served whatever lambda is.
+UNTRAINED_KNN = KnnConfig()
+UNTRAINED_CALIBRATION: CalibrationMode = "content-free"
+
+
+def untrained_classifier(
+    backbone: Backbone,
+    template: Template,
+    verbalizer: Verbalizer,
+    *,
+    knn: KnnConfig = UNTRAINED_KNN,
+    calibration: CalibrationMode = UNTRAINED_CALIBRATION,
+    batch_size: int = 32,
+    label_scoring: LabelScoring = "exact",
+) -> Classifier:
+    """A classifier with an empty store and the untrained defaults (bad templates or label words raise
+    PromptError). The content-free prior is measured here; a domain prior needs texts, so `calibration`
+    "domain" leaves the bias for the caller to set from them."""
+    classifier = Classifier(
+        backbone, template, verbalizer, knn=knn, batch_size=batch_size, label_scoring=label_scoring
+    )
+    if calibration != "domain":
+        classifier.label_bias = classifier.calibration_bias(calibration)
+    return classifier
