@@ -52,13 +52,21 @@ def _fit(text, pair: bool):
     return parts if len(parts) == 2 else [parts[0], parts[0]]
 
 
+WORD_CHARS = 8  # of a generated label or word kept: see _distinct_words
+
+
 def _distinct_words(labels, fresh: str):
     """Labels (label -> word, or names) whose words differ, which JSON Schema cannot say; a name's
-    readable word begins with its own first word, `n<i>`."""
+    readable word begins with its own first word, `n<i>`. Each is cut to WORD_CHARS characters first:
+    a word must leave the prompt room for a demonstration and the text, a length in tokens that no
+    schema can state (a task whose words do not fit is refused with a 422, tested in test_api.py)."""
     if isinstance(labels, dict):
-        return {f"{label}{fresh}": f"{word}{fresh}{i}" for i, (label, word) in enumerate(labels.items())}
+        return {
+            f"{label[:WORD_CHARS]}{fresh}": f"{word[:WORD_CHARS]}{fresh}{i}"
+            for i, (label, word) in enumerate(labels.items())
+        }
     if isinstance(labels, list):
-        return [f"n{i}{fresh}_{name}" for i, name in enumerate(labels)]
+        return [f"n{i}{fresh}_{name[:WORD_CHARS]}" for i, name in enumerate(labels)]
     return labels
 
 
