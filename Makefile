@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-scoring-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -277,6 +277,13 @@ clinc150: install
 	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
 		--methods zero-shot,knn,knn-interp --seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/clinc150-untrained-$(TABLE_BACKBONE)
+
+# The scoring rule's other side (docs/decisions.md, "Many labels"): label vectors on clinc150's dev sets,
+# untrained, 5 seeds; test is never read.
+clinc150-scoring-dev: install
+	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
+		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods zero-shot,knn,knn-interp \
+		--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) --out docs/results/clinc150-vectors-dev-$(TABLE_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).
