@@ -373,3 +373,30 @@ def _with_seeds(args, seeds):
     args = list(args)
     args[args.index("--seeds") + 1] = seeds
     return args
+
+
+def test_a_grid_stopped_mid_way_keeps_the_chunks_it_embedded(tmp_path, causal_dir, toy_dataset, monkeypatch):
+    from openbook.classifier import Classifier
+    from openbook.experiments import evaluation
+
+    monkeypatch.setattr(evaluation, "CACHE_CHUNK", 4)  # the 10 test sentences: chunks of 4, 4 and 2
+    data, out = toy_dataset(tmp_path / "data", seeds=(1,)), tmp_path / "out"
+    args = _eval_args(data, out, causal_dir, methods="zero-shot")
+    assert main(_with_seeds(args, "1")) == 0
+    chunks = sorted((out / "cache").glob("embeddings-*.npz"), key=lambda p: p.stat().st_mtime)
+    assert len(chunks) == 3
+    first = json.loads((out / "results.json").read_text())
+    chunks[1].unlink()  # as if the run had stopped in its second chunk
+    (out / "results.json").unlink()
+    embedded = []
+    real_embed = Classifier.embed
+
+    def counted(self, texts, **options):
+        embedded.append(len(texts))
+        return real_embed(self, texts, **options)
+
+    monkeypatch.setattr(Classifier, "embed", counted)
+    assert main(_with_seeds(args, "1")) == 0
+    assert embedded == [4, 8, 8]  # the missing chunk, then seed 1's train and dev
+    again = json.loads((out / "results.json").read_text())
+    assert [r["accuracy"] for r in again] == [r["accuracy"] for r in first]

@@ -252,6 +252,9 @@ def params_on_test(test: Embeddings | None, test_labels: np.ndarray | None = Non
     return counts
 
 
+CACHE_CHUNK = 512  # texts per cached file: a grid stopped mid-way keeps what it embedded
+
+
 def embed_once(
     classifier: Classifier, texts: list[TextInput], cache_dir: Path | None, *, progress: str | bool
 ) -> Embeddings:
@@ -259,34 +262,41 @@ def embed_once(
 
     An untrained classifier embeds the shared test queries the same way every run, and on a task of many
     labels they are most of a grid's time (clinc150's 5,500 queries at 150 labels: hours on a CPU), so a
-    grid that resumes reads them back instead. The file is named after the texts and everything that
-    shapes the embeddings (backbone, prompt, label words, length, label scoring), and written whole or
-    not at all."""
-    if cache_dir is None:
+    grid that resumes reads them back instead. They are kept in chunks of CACHE_CHUNK texts, each file
+    named after its texts and everything that shapes the embeddings (backbone, prompt, label words,
+    length, label scoring) and written whole or not at all, so a run stopped mid-way resumes at the
+    first chunk it had not finished."""
+    if cache_dir is None or not texts:
         return classifier.embed(texts, progress=progress)
-    identity = json.dumps(
-        [
-            classifier.backbone.config.name,
-            classifier.backbone.config.max_length,
-            classifier.backbone.config.layer,
-            classifier.template.source,
-            list(classifier.verbalizer.labels),
-            list(classifier.verbalizer.words),
-            classifier.label_scoring,
-            texts,
-        ]
+    setting = [
+        classifier.backbone.config.name,
+        classifier.backbone.config.max_length,
+        classifier.backbone.config.layer,
+        classifier.template.source,
+        list(classifier.verbalizer.labels),
+        list(classifier.verbalizer.words),
+        classifier.label_scoring,
+    ]
+    parts = []
+    starts = range(0, len(texts), CACHE_CHUNK)
+    for start in tqdm(starts, desc=progress or "", unit="chunk", disable=not progress or len(starts) < 2):
+        chunk = texts[start : start + CACHE_CHUNK]
+        digest = hashlib.sha256(json.dumps([*setting, chunk]).encode()).hexdigest()[:16]
+        path = Path(cache_dir) / f"embeddings-{digest}.npz"
+        if path.is_file():
+            with np.load(path) as stored:
+                parts.append(Embeddings(stored["vectors"], stored["lm_log_probs"], stored["truncated"]))
+            continue
+        embedded = classifier.embed(chunk, progress=False)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = staging_name(path)
+        with staging.open("wb") as handle:
+            np.savez(handle, **dataclasses.asdict(embedded))
+        staging.replace(path)
+        parts.append(embedded)
+    return Embeddings(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in ("vectors", "lm_log_probs", "truncated"))
     )
-    path = Path(cache_dir) / f"embeddings-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.npz"
-    if path.is_file():
-        with np.load(path) as stored:
-            return Embeddings(stored["vectors"], stored["lm_log_probs"], stored["truncated"])
-    embedded = classifier.embed(texts, progress=progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_name(path)
-    with staging.open("wb") as handle:
-        np.savez(handle, **dataclasses.asdict(embedded))
-    staging.replace(path)
-    return embedded
 
 
 def macro_f1(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
