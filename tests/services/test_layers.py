@@ -1,14 +1,17 @@
 """The api's layers: routes hold HTTP only and share their work through serving/, never through each
-other.
+other; a task's runtime changes only through its own methods (services/api/runtime.py).
 
-Read from the source with `ast`, so it holds for every module, not only the ones a test happens to
-import.
+Both are read from the source with `ast`, so they hold for every module, not only the ones a test
+happens to import.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
+
+from services.api.runtime import TaskRuntime
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
 API = SERVICES / "api"
@@ -75,3 +78,70 @@ def test_serving_holds_no_http():
         if any(name == layer or name.startswith(f"{layer}.") for layer in http)
     }
     assert offenders == set()
+
+
+RUNTIME_FIELDS = frozenset(f.name for f in dataclasses.fields(TaskRuntime))
+
+
+def _is_a_runtime(node: ast.expr) -> bool:
+    """`runtime`, `self.runtime`, `old_runtime`...: how the services name a TaskRuntime."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name.lower().endswith("runtime")
+
+
+def runtime_field_writes(source: str) -> list[str]:
+    """Each `runtime.<field> = ...` (augmented, annotated, in a tuple, or into the field's item) in
+    `source`, as `line: runtime.<field>`."""
+    writes = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        while targets:
+            target = targets.pop()
+            if isinstance(target, ast.Tuple | ast.List):
+                targets += target.elts
+            elif isinstance(target, ast.Starred | ast.Subscript):
+                targets.append(target.value)
+            elif (
+                isinstance(target, ast.Attribute)
+                and target.attr in RUNTIME_FIELDS
+                and _is_a_runtime(target.value)
+            ):
+                writes.append(f"{node.lineno}: {ast.unparse(target)}")
+    return writes
+
+
+def test_only_runtime_py_writes_a_task_runtimes_fields():
+    modules = sorted(p for p in SERVICES.rglob("*.py") if p != API / "runtime.py")
+    assert len(modules) > 50 and {"task", "classifier", "spec", "swap_error"} <= RUNTIME_FIELDS
+    offenders = [
+        f"{p.relative_to(SERVICES)}:{w}" for p in modules for w in runtime_field_writes(p.read_text())
+    ]
+    assert offenders == []
+
+
+def test_the_field_scan_sees_every_kind_of_write():
+    source = "\n".join(
+        [
+            "runtime.task = task",
+            "self.runtime.spec: bytes = raw",
+            "old_runtime.offset += '1'",
+            "runtime.classifier, runtime.model_version = c, v",
+            "runtime.texts[3] = 'x'",
+            "batch.texts += 2",  # not a runtime
+            "runtime.unknown = 1",  # not a field
+            "self.task = task",
+        ]
+    )
+    assert runtime_field_writes(source) == [
+        "1: runtime.task",
+        "2: self.runtime.spec",
+        "3: old_runtime.offset",
+        "4: runtime.model_version",
+        "4: runtime.classifier",
+        "5: runtime.texts",
+    ]
