@@ -15,9 +15,9 @@ from openbook.classifier import Prediction
 from openbook.prompting import TextInput
 
 from services.api import schemas
-from services.api.pools import Pools
 from services.api.runtime import TaskRuntime
 from services.api.serving.predictions import prediction_out
+from services.api.threads import ReadWriteThreads
 from services.bus.pool import TextPool
 
 # The pool texts scored per suggestions request: the first ones by id. Scoring is a forward per text, so
@@ -31,7 +31,9 @@ def unlabelled_pool(runtime: TaskRuntime) -> TextPool:
     return TextPool(runtime.log.client, runtime.task.name)
 
 
-async def suggest(runtime: TaskRuntime, threads: Pools, batch: int, n: int) -> schemas.SuggestionsOut:
+async def suggest(
+    runtime: TaskRuntime, threads: ReadWriteThreads, batch: int, n: int
+) -> schemas.SuggestionsOut:
     """The `n` pool texts the served version is least sure of, least sure first; the first
     SCORED_POOL_MAX by id are scored, `batch` texts per forward."""
     pool = await threads.read(unlabelled_pool(runtime).first, SCORED_POOL_MAX)
