@@ -1,8 +1,9 @@
 """`create_app()` wires the api: settings, lifespan, middleware, error handlers and the routers.
 
-The routes (routes/*) are HTTP only; the work is in `tasks.py` and the `openbook` library. State the
-routes share lives on `app.state` (settings, registry, metrics, thread pools, micro-batchers) and reaches
-them through the dependencies in `deps.py`. Errors and their shapes: `errors.py`.
+The routes (routes/*) are HTTP only; the work is in `serving/`, `tasks.py` and the `openbook` library.
+State the routes share lives on `app.state` (settings, registry, metrics, read/write threads,
+micro-batchers) and reaches them through the dependencies in `deps.py`. Errors and their shapes:
+`errors.py`.
 """
 
 from __future__ import annotations
@@ -22,20 +23,20 @@ from services.api.errors import install_error_handlers
 from services.api.metrics import Metrics
 from services.api.middleware import LimitBody, MeasureLatency, NameWorker
 from services.api.openapi import document_limits
-from services.api.pools import Pools
 from services.api.routes import ROUTERS
 from services.api.settings import Settings
 from services.api.swap import follow_checkpoints
 from services.api.tasks import TaskRegistry
+from services.api.threads import ReadWriteThreads
 from services.api.worker_pool import WorkerPool
 
 logger = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings | None = None, *, pool: WorkerPool | None = None) -> FastAPI:
-    """`pool`: this app is one of several api workers behind one port (services/api/worker_pool.py)."""
+def create_app(settings: Settings | None = None, *, worker_pool: WorkerPool | None = None) -> FastAPI:
+    """`worker_pool`: this app is one of several api workers behind one port (services/api/worker_pool.py)."""
     settings = settings or Settings()
-    metrics = Metrics(across_processes=pool is not None)
+    metrics = Metrics(across_processes=worker_pool is not None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -51,27 +52,27 @@ def create_app(settings: Settings | None = None, *, pool: WorkerPool | None = No
             mixed_batches=settings.mixed_batches,
             compile=settings.compile,
         )
-        pools = Pools(reads=settings.read_threads, writes=settings.write_threads)
+        threads = ReadWriteThreads(reads=settings.read_threads, writes=settings.write_threads)
         batchers = Batchers(
             max_texts=settings.batch_max_texts,
             max_tokens=settings.batch_max_tokens,
             max_wait=settings.batch_max_wait_ms / 1000,
             max_delay=settings.batch_max_delay_ms / 1000,
             on_forward=metrics.forward_size.observe,
-            offload=pools.read,
+            offload=threads.read,
         )
-        app.state.registry, app.state.pools, app.state.batchers = registry, pools, batchers
+        app.state.registry, app.state.threads, app.state.batchers = registry, threads, batchers
         metrics.watch(registry, settings.artifacts)
         stop = threading.Event()
         follower = threading.Thread(target=follow_checkpoints, args=(registry, stop), daemon=True)
         follower.start()
-        if pool is not None:
-            pool.announce(ready=False)
-        warmer = threading.Thread(target=_warm_up, args=(registry, stop, pool), daemon=True)
+        if worker_pool is not None:
+            worker_pool.announce(ready=False)
+        warmer = threading.Thread(target=_warm_up, args=(registry, stop, worker_pool), daemon=True)
         warmer.start()
         yield
-        if pool is not None:
-            pool.leave()
+        if worker_pool is not None:
+            worker_pool.leave()
         await batchers.close()
         stop.set()
         follower.join(timeout=5)
@@ -79,11 +80,11 @@ def create_app(settings: Settings | None = None, *, pool: WorkerPool | None = No
         client.close()
 
     app = FastAPI(title="OpenBook", version="1", lifespan=lifespan)
-    app.state.settings, app.state.metrics, app.state.pool = settings, metrics, pool
+    app.state.settings, app.state.metrics, app.state.worker_pool = settings, metrics, worker_pool
     # Not FastAPI's max_body_size: its 413 for a Content-Length over the limit is plain text, not an Error.
     app.add_middleware(LimitBody, max_bytes=settings.max_body_bytes)
     app.add_middleware(MeasureLatency, metrics=metrics)  # outermost (NameWorker aside): sees every answer
-    if pool is not None:
+    if worker_pool is not None:
         app.add_middleware(NameWorker)
     install_error_handlers(app)
     for router in ROUTERS:
@@ -94,10 +95,10 @@ def create_app(settings: Settings | None = None, *, pool: WorkerPool | None = No
     return app
 
 
-def _warm_up(registry: TaskRegistry, stop: threading.Event, pool: WorkerPool | None) -> None:
+def _warm_up(registry: TaskRegistry, stop: threading.Event, worker_pool: WorkerPool | None) -> None:
     registry.warm_up(stop)
-    if pool is not None and registry.warmed.is_set():
-        pool.announce(ready=True)  # the other workers' /readyz count this one in
+    if worker_pool is not None and registry.warmed.is_set():
+        worker_pool.announce(ready=True)  # the other workers' /readyz count this one in
 
 
 def _warn_if_open(settings: Settings) -> None:

@@ -24,10 +24,10 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from services.api.batching import Batchers
 from services.api.metrics import Metrics
-from services.api.pools import Pools
 from services.api.runtime import TaskRuntime
 from services.api.settings import Settings
 from services.api.tasks import TaskRegistry
+from services.api.threads import ReadWriteThreads
 from services.api.worker_pool import WorkerPool
 
 
@@ -39,8 +39,8 @@ async def get_registry(request: Request) -> TaskRegistry:
     return request.app.state.registry
 
 
-async def get_pools(request: Request) -> Pools:
-    return request.app.state.pools
+async def get_threads(request: Request) -> ReadWriteThreads:
+    return request.app.state.threads
 
 
 async def get_metrics(request: Request) -> Metrics:
@@ -51,16 +51,16 @@ async def get_batchers(request: Request) -> Batchers:
     return request.app.state.batchers
 
 
-async def get_pool(request: Request) -> WorkerPool | None:
-    return request.app.state.pool
+async def get_worker_pool(request: Request) -> WorkerPool | None:
+    return request.app.state.worker_pool
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 Registry = Annotated[TaskRegistry, Depends(get_registry)]
-Threads = Annotated[Pools, Depends(get_pools)]
+Threads = Annotated[ReadWriteThreads, Depends(get_threads)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 BatchersDep = Annotated[Batchers, Depends(get_batchers)]
-ApiWorkers = Annotated[WorkerPool | None, Depends(get_pool)]  # None: the api is one process
+ApiWorkers = Annotated[WorkerPool | None, Depends(get_worker_pool)]  # None: the api is one process
 
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="the read or the write key")
 _bearer = HTTPBearer(auto_error=False, description="the read or the write key")
@@ -130,19 +130,19 @@ class TaskRead:
     metrics: Metrics
     batchers: Batchers
     registry: TaskRegistry
-    pools: Pools
+    threads: ReadWriteThreads
 
     async def look_up_again(self) -> TaskRuntime:
         """The task's runtime as Redis has it now (404 when the task is gone), after a StaleRuntime."""
-        return await get_runtime(self.runtime.task.name, self.registry, self.pools)
+        return await get_runtime(self.runtime.task.name, self.registry, self.threads)
 
 
 async def serve_read(request: Request, task: str, presented: Presented) -> TaskRead:
     """`Reader`, then the task's runtime, in that order (401/403 before 404), with the app's state."""
     state = request.app.state
     _check(presented, _read_keys(state.settings), "reading")
-    runtime = state.registry.cached_runtime(task) or await get_runtime(task, state.registry, state.pools)
-    return TaskRead(runtime, state.settings, state.metrics, state.batchers, state.registry, state.pools)
+    runtime = state.registry.cached_runtime(task) or await get_runtime(task, state.registry, state.threads)
+    return TaskRead(runtime, state.settings, state.metrics, state.batchers, state.registry, state.threads)
 
 
 Serving = Annotated[TaskRead, Depends(serve_read)]

@@ -5,7 +5,9 @@ from its last applied offset before answering, so its store holds every
 example acknowledged so far. The classifier and its store are not
 thread-safe: one lock per task serialises inference and replay, which run in
 worker threads, off the event loop. A published checkpoint is swapped in
-under the same lock (`TaskRuntime.adopt`).
+under the same lock (`TaskRuntime.adopt`). Its fields change only through its own methods: the registry
+(tasks.py) and the checkpoint follower (swap.py) call `bind_spec`, `take_settings`, `grow_labels`,
+`readopt` and `record_refusal`, never assign them (tests/services/test_layers.py).
 
 LoRA tasks on one shared backbone can answer in one forward (`openbook.mixed`): `predict_together`
 takes the lock of every task in the batch, in one order, checks and catches each up as `predict`
@@ -76,7 +78,7 @@ class TaskRuntime:
     # which task of its name this is (task_spec.GENERATIONS_KEY): one deleted and created again under the
     # same spec, by any replica, is another task, and gets a runtime of its own
     generation: bytes = b"0"
-    # the stored spec, as Redis holds it, that this runtime serves (`TaskRegistry.runtime` sets it):
+    # the stored spec, as Redis holds it, that this runtime serves (`bind_spec`):
     # `predict` checks that Redis still holds it, so a runtime taken from the cache never serves stale
     spec: bytes = b""
     # the last leave-one-out pass (the report of an untrained task): the classifier and (model_version,
@@ -92,6 +94,33 @@ class TaskRuntime:
     # that embedded them.
     lm_scores: dict[int, np.ndarray] = field(default_factory=dict)
     scored_by: Classifier | None = None
+
+    def bind_spec(self, raw: bytes) -> None:
+        """Serve the spec Redis holds as `raw` (the registry's lookup): `predict` checks it still does."""
+        self.spec = raw
+
+    def take_settings(self, task: Task) -> None:
+        """The task's spec changed only in settings that keep the served model (its training settings,
+        `min_confidence`): serve on, under the new spec."""
+        self.task = task
+
+    def grow_labels(self, task: Task) -> None:
+        """The task gained labels after its own (and nothing else changed): the classifier grows in place,
+        keeping the served checkpoint and the store; a new label is scored by its words until trained."""
+        with self.lock:
+            self.classifier = fit_to_labels(self.classifier, task.labels)
+            self.task = task
+
+    def readopt(self, task: Task, device: str) -> None:
+        """The task lost labels while a checkpoint is served: adopt that checkpoint again, fitted to the
+        labels left. Raises what `adopt` raises; the registry then builds a fresh runtime."""
+        assert self.published is not None, "an untrained runtime has no checkpoint to adopt again"
+        self.task = task
+        self.adopt(self.published, device)
+
+    def record_refusal(self, published: Published, error: Exception) -> None:
+        """A published checkpoint was refused (the old version keeps serving): say why, in `swap_error`."""
+        self.swap_error = f"{published.version}: {type(error).__name__}: {error}"
 
     def catch_up(self) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread)."""

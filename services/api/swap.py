@@ -48,5 +48,5 @@ def follow_checkpoints(registry: TaskRegistry, stop: threading.Event) -> None:
             try:
                 runtime.adopt(published, registry.device)
             except Exception as error:  # a bad artifact is refused; the old version keeps serving
-                runtime.swap_error = f"{published.version}: {type(error).__name__}: {error}"
+                runtime.record_refusal(published, error)
                 logger.warning("task %s: refused checkpoint %s", name, runtime.swap_error)

@@ -17,7 +17,6 @@ import redis
 from openbook.artifacts import CheckpointError
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.classifier import Classifier
-from openbook.labels import fit_to_labels
 from openbook.methods import build_method, check_prompt_fits
 from openbook.mixed import MixedForward
 from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
@@ -316,7 +315,7 @@ class TaskRegistry:
         if runtime is not None and runtime.generation != generation:
             runtime = None  # deleted and created again since: nothing of the old one may serve
         if runtime is not None and runtime.task != task and _differs_only_in(runtime.task, task, *IN_PLACE):
-            runtime.task = task  # only settings that keep the served model changed: keep serving it
+            runtime.take_settings(task)  # only settings that keep the served model changed
         if runtime is None or runtime.task != task:
             with self._building:  # concurrent first requests (and the warm-up) build one runtime, not several
                 runtime = self.runtimes.get(name)
@@ -325,7 +324,7 @@ class TaskRegistry:
                 if runtime is None or runtime.task != task:
                     runtime = self._follow_spec(runtime, task, generation)
                     self.runtimes[name] = runtime
-        runtime.spec = raw
+        runtime.bind_spec(raw)
         return runtime
 
     def cached_runtime(self, name: str) -> TaskRuntime | None:
@@ -348,13 +347,10 @@ class TaskRegistry:
         if runtime is not None and _differs_only_in(runtime.task, task, "labels", *IN_PLACE):
             try:
                 if _extends(task.labels, runtime.task.labels):
-                    with runtime.lock:
-                        runtime.classifier = fit_to_labels(runtime.classifier, task.labels)
-                        runtime.task = task
+                    runtime.grow_labels(task)
                     return runtime
                 if runtime.published is not None:
-                    runtime.task = task
-                    runtime.adopt(runtime.published, self.device)
+                    runtime.readopt(task, self.device)
                     return runtime
             except (CheckpointError, OSError, ValueError) as error:  # served from scratch below
                 logger.warning("task %s: its classifier cannot serve its labels: %s", task.name, error)

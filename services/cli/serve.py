@@ -81,7 +81,7 @@ def worker_app() -> FastAPI:
     settings = Settings()
     # The workers share the cores: each takes its part unless OPENBOOK_THREADS says otherwise.
     fit_threads(settings.threads or max(1, (os.cpu_count() or 1) // settings.api_workers))
-    return create_app(settings, pool=WorkerPool.from_environment(settings.api_workers))
+    return create_app(settings, worker_pool=WorkerPool.from_environment(settings.api_workers))
 
 
 def _stop_with_parent() -> None:

@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 from openbook.classifier import Prediction
 
-from services.api.routes.pool import disagreement, margin, rank_by_uncertainty
+from services.api.serving.unlabelled import disagreement, margin, rank_by_uncertainty
 from tests.services.harness import PAIR_TASK, TASK
 
 POOL = "/v1/tasks/reviews/pool"

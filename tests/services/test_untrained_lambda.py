@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from openbook.labels import fit_to_labels
 from openbook.selection import lambda_on_store
 
 from services.api.runtime import TaskRuntime
@@ -81,7 +80,7 @@ def test_labels_added_score_the_stored_examples_again(causal_backbone):
     runtime, log = _runtime(causal_backbone, None)
     log.add(*EXAMPLES)
     runtime.catch_up()
-    runtime.classifier = fit_to_labels(runtime.classifier, {**runtime.task.labels, "c": "fun"})
+    runtime.grow_labels(runtime.task.model_copy(update={"labels": {**runtime.task.labels, "c": "fun"}}))
     runtime.catch_up()  # no new entry, but a classifier with another label
     assert {row.shape for row in runtime.lm_scores.values()} == {(3,)}
     assert runtime.classifier.knn.lam == _expected(runtime)

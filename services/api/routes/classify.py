@@ -6,15 +6,13 @@ import contextlib
 
 import redis
 from fastapi import APIRouter
-from openbook.classifier import Prediction
-from openbook.demonstrations import Demonstrations
-from openbook.quality import abstains
 
 from services.api import schemas
 from services.api.checks import check_batch, check_text
 from services.api.deps import Reader, Runtime, Serving, SettingsDep, Threads
 from services.api.errors import declare
-from services.api.runtime import StaleRuntime, TaskRuntime
+from services.api.runtime import StaleRuntime
+from services.api.serving.predictions import demonstration_classes, prediction_out
 
 router = APIRouter(prefix="/v1/tasks/{task}")
 
@@ -45,7 +43,7 @@ async def classify(body: schemas.ClassifyIn, served: Serving) -> schemas.Classif
         body.min_confidence if "min_confidence" in body.model_fields_set else runtime.task.min_confidence
     )
     return schemas.ClassifyOut(
-        predictions=[_prediction(p, runtime, body.neighbours, threshold) for p in predictions],
+        predictions=[prediction_out(p, runtime, body.neighbours, threshold) for p in predictions],
         model_version=model_version,
         store_version=store_version,
         min_confidence=threshold,
@@ -61,54 +59,7 @@ async def demonstrations(
         await threads.read(runtime.catch_up)
     demos = await threads.read(runtime.demonstrations, body.text)
     return schemas.DemonstrationsOut(
-        demonstrations=_classes(demos, runtime),
+        demonstrations=demonstration_classes(demos, runtime),
         model_version=runtime.model_version,
         store_version=runtime.offset,
     )
-
-
-def _prediction(
-    prediction: Prediction, runtime: TaskRuntime, with_neighbours: bool, min_confidence: float | None
-) -> schemas.PredictionOut:
-    abstained = abstains(prediction.probabilities[prediction.label], min_confidence)
-    neighbours = None
-    if with_neighbours:
-        neighbours = [
-            schemas.NeighbourOut(
-                id=n.id, text=runtime.texts.get(n.id), label=n.label, similarity=n.similarity
-            )
-            for n in prediction.neighbours
-        ]
-    return schemas.PredictionOut(
-        label=None if abstained else prediction.label,
-        abstained=abstained,
-        probabilities=prediction.probabilities,
-        p_lm=prediction.p_lm,
-        p_knn=prediction.p_knn,
-        neighbours=neighbours,
-        truncated=prediction.truncated,
-    )
-
-
-def _classes(demos: Demonstrations, runtime: TaskRuntime) -> list[schemas.ClassDemonstration]:
-    """Per label, the neighbours its demonstration vector mixes, with their weights."""
-    classes = []
-    for c, label in enumerate(runtime.classifier.labels):
-        present = demos.ids[0, c] >= 0
-        classes.append(
-            schemas.ClassDemonstration(
-                label=label,
-                neighbours=[
-                    schemas.DemoNeighbour(
-                        id=int(i), text=runtime.texts.get(int(i)), similarity=float(s), weight=float(w)
-                    )
-                    for i, s, w in zip(
-                        demos.ids[0, c][present],
-                        demos.similarities[0, c][present],
-                        demos.weights[0, c][present],
-                        strict=True,
-                    )
-                ],
-            )
-        )
-    return classes

@@ -1,8 +1,8 @@
 """A task's labelled examples: add (acknowledged once Redis has them on disk; with `create_labels`,
 the labels they name that the task lacks too), page through, relabel, delete.
 
-An example posted under a pool id labels that pool text: once the example is on disk, the text leaves
-the pool (routes/pool.py). A task that trains by itself may queue its next job then (routes/jobs.py).
+An example posted under a pool id labels that pool text, which then leaves the pool; a task that trains
+by itself may queue its next job (serving/examples.py records them and does both).
 """
 
 from __future__ import annotations
@@ -15,20 +15,9 @@ from services.api import schemas
 from services.api.checks import check_batch, check_label, check_text
 from services.api.deps import MetricsDep, Reader, Registry, Runtime, SettingsDep, Threads, Writer
 from services.api.errors import declare, unprocessable
-from services.api.labels import (
-    BadNewLabel,
-    BadWord,
-    LabelConflict,
-    NoSuchTask,
-    SpecBusy,
-    TooManyLabels,
-    append_creating_labels,
-)
-from services.api.routes.pool import pool_of
-from services.api.runtime import TaskRuntime
-from services.api.tasks import TaskRegistry
-from services.bus.autotrain import queue_if_due
-from services.bus.examples_log import Appended, ConflictError, NewExample, UnknownLabel
+from services.api.labels import BadNewLabel, BadWord, LabelConflict, NoSuchTask, SpecBusy, TooManyLabels
+from services.api.serving.examples import record_examples
+from services.bus.examples_log import ConflictError, NewExample, UnknownLabel
 
 router = APIRouter(prefix="/v1/tasks/{task}/examples")
 
@@ -56,7 +45,9 @@ async def add_examples(
         return ("body", "examples", next(i for i, e in enumerate(new) if e.label == label), "label")
 
     try:
-        appended, job = await threads.write(_record, runtime, registry, new, pool_ids, body.create_labels)
+        appended, job = await threads.write(
+            record_examples, runtime, registry, new, pool_ids, body.create_labels
+        )
     except (ConflictError, LabelConflict, SpecBusy) as error:
         raise HTTPException(409, str(error)) from None
     except NoSuchTask:
@@ -73,30 +64,6 @@ async def add_examples(
         examples=[schemas.ExampleAck(id=a.id, created=a.offset is not None) for a in appended],
         store_version=runtime.offset,
     )
-
-
-def _record(
-    runtime: TaskRuntime,
-    registry: TaskRegistry,
-    new: list[NewExample],
-    pool_ids: list[int],
-    create_labels: bool,
-) -> tuple[list[Appended], str | None]:
-    """Append (durably), then what follows from it, in one worker thread: the acknowledgement waits for
-    each step, and one hop off the event loop costs less than four.
-
-    Returns the log's answer per example and the automatic job queued, if one is due.
-    """
-    if create_labels:
-        appended = append_creating_labels(registry, runtime.task.name, new)
-        runtime = registry.runtime(runtime.task.name) or runtime  # grown to the labels created
-    else:
-        appended = runtime.log.append(new)
-    # Only the ids the client chose: an id the log assigned says nothing about the pool. A retry removes
-    # what a failed removal left behind.
-    pool_of(runtime).remove(pool_ids)
-    runtime.catch_up()  # the next classify here already sees them
-    return appended, queue_if_due(registry.client, runtime.task.name)  # a retry finds it done
 
 
 @router.get("", dependencies=[Reader], responses=declare(401, 403, 404, 409, 503))

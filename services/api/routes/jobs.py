@@ -1,4 +1,4 @@
-"""Training jobs: queue one for a task, follow it, list a task's; the automatic trigger's api side."""
+"""Training jobs: queue one for a task, follow it, list a task's (automatic ones: serving/training.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,6 @@ from fastapi import APIRouter, HTTPException, Query
 from services.api import schemas
 from services.api.deps import MetricsDep, Reader, Registry, Runtime, Threads, Writer
 from services.api.errors import declare, unprocessable
-from services.api.metrics import Metrics
-from services.api.pools import Pools
-from services.api.tasks import TaskRegistry
-from services.bus.autotrain import queue_if_due
 from services.bus.jobs import JobQueue, TaskGone
 from services.bus.task_spec import BadTraining, check_training
 
@@ -59,9 +55,3 @@ async def list_jobs(
     """The task's jobs, newest first: manual and automatic (`trigger`) alike."""
     records = await threads.read(JobQueue(registry.client).of_task, runtime.task.name, limit)
     return [schemas.JobOut.model_validate(record) for record in records]
-
-
-async def train_if_due(task: str, registry: TaskRegistry, threads: Pools, metrics: Metrics) -> None:
-    """Queue the task's automatic job if its settings say it is due (services.bus.autotrain)."""
-    if await threads.write(queue_if_due, registry.client, task) is not None:
-        metrics.jobs.labels(task).inc()

@@ -10,9 +10,9 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from services.api.deps import ApiWorkers, MetricsDep, Registry, Threads, require_metrics_key
-from services.api.pools import Pools
 from services.api.schemas import Readiness
 from services.api.tasks import TaskRegistry
+from services.api.threads import ReadWriteThreads
 from services.bus.workers import trainer_status
 
 router = APIRouter()
@@ -50,7 +50,7 @@ async def readyz(registry: Registry, threads: Threads, pool: ApiWorkers) -> JSON
     return JSONResponse(body, 200 if body["status"] == "ready" else 503)
 
 
-async def _own_readiness(registry: TaskRegistry, threads: Pools) -> dict:
+async def _own_readiness(registry: TaskRegistry, threads: ReadWriteThreads) -> dict:
     # A task that cannot be served (its stored spec no longer valid, or a log entry its store cannot
     # take) is listed under `broken` with why, and does not hold readiness back: the others are served.
     if not registry.warmed.is_set():

@@ -7,7 +7,7 @@ from fastapi import APIRouter, HTTPException, Response
 from services.api import schemas
 from services.api.deps import MetricsDep, Reader, Registry, Runtime, SettingsDep, Threads, Writer
 from services.api.errors import declare, unprocessable
-from services.api.routes.jobs import train_if_due
+from services.api.serving.training import train_if_due
 from services.api.tasks import InvalidSpec, TaskExists
 from services.bus.autotrain import SpecChanged
 

@@ -1,8 +1,8 @@
-"""Worker threads for blocking calls, in two pools sized apart: one for writes, one for reads.
+"""Worker threads for blocking calls, in two sets sized apart: one for writes, one for reads.
 
 Everything blocking (Redis, the model, the store) runs off the event loop in a worker thread. A write
 can wait long: for Redis to fsync, or for the task's store while a restarted replica replays its log.
-With one shared pool, enough waiting writes take every thread and the reads queue behind them; with
+With one shared set, enough waiting writes take every thread and the reads queue behind them; with
 two, writes wait for write threads only, and reads always have threads of their own.
 """
 
@@ -18,7 +18,7 @@ T = TypeVar("T")
 Args = TypeVarTuple("Args")
 
 
-class Pools:
+class ReadWriteThreads:
     def __init__(self, *, reads: int, writes: int) -> None:
         self._reads = anyio.CapacityLimiter(reads)
         self._writes = anyio.CapacityLimiter(writes)

@@ -1,0 +1,57 @@
+"""A prediction as the api answers it: abstention, neighbours' texts, demonstrations per label."""
+
+from __future__ import annotations
+
+from openbook.classifier import Prediction
+from openbook.demonstrations import Demonstrations
+from openbook.quality import abstains
+
+from services.api import schemas
+from services.api.runtime import TaskRuntime
+
+
+def prediction_out(
+    prediction: Prediction, runtime: TaskRuntime, with_neighbours: bool, min_confidence: float | None
+) -> schemas.PredictionOut:
+    abstained = abstains(prediction.probabilities[prediction.label], min_confidence)
+    neighbours = None
+    if with_neighbours:
+        neighbours = [
+            schemas.NeighbourOut(
+                id=n.id, text=runtime.texts.get(n.id), label=n.label, similarity=n.similarity
+            )
+            for n in prediction.neighbours
+        ]
+    return schemas.PredictionOut(
+        label=None if abstained else prediction.label,
+        abstained=abstained,
+        probabilities=prediction.probabilities,
+        p_lm=prediction.p_lm,
+        p_knn=prediction.p_knn,
+        neighbours=neighbours,
+        truncated=prediction.truncated,
+    )
+
+
+def demonstration_classes(demos: Demonstrations, runtime: TaskRuntime) -> list[schemas.ClassDemonstration]:
+    """Per label, the neighbours its demonstration vector mixes, with their weights."""
+    classes = []
+    for c, label in enumerate(runtime.classifier.labels):
+        present = demos.ids[0, c] >= 0
+        classes.append(
+            schemas.ClassDemonstration(
+                label=label,
+                neighbours=[
+                    schemas.DemoNeighbour(
+                        id=int(i), text=runtime.texts.get(int(i)), similarity=float(s), weight=float(w)
+                    )
+                    for i, s, w in zip(
+                        demos.ids[0, c][present],
+                        demos.similarities[0, c][present],
+                        demos.weights[0, c][present],
+                        strict=True,
+                    )
+                ],
+            )
+        )
+    return classes
