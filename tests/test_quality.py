@@ -12,6 +12,7 @@ from openbook.quality import (
     calibrate,
     fit_temperature,
     leave_one_out,
+    most_confused,
     quality_report,
     threshold_for_accuracy,
 )
@@ -91,6 +92,21 @@ def test_a_label_never_predicted_scores_zero_not_nan():
     assert report.accuracy == 0.5 and not np.isnan(report.macro_f1)
     with pytest.raises(ValueError, match="no scored example"):
         quality_report(Scored(np.arange(0), np.arange(0), np.zeros((0, 3))), LABELS)
+
+
+def test_most_confused_pairs_are_the_largest_off_diagonal_cells():
+    rng = np.random.default_rng(3)
+    labels = [f"label_{c}" for c in range(30)]
+    confusion = rng.integers(0, 6, size=(30, 30)) * (rng.random((30, 30)) < 0.2)
+    np.fill_diagonal(confusion, 50)  # the diagonal is right, never a confusion
+    cells = [(-int(confusion[g, p]), g, p) for g in range(30) for p in range(30) if g != p]
+    cells = [cell for cell in cells if cell[0] < 0]
+    expected = [(labels[g], labels[p], -n) for n, g, p in sorted(cells)[:10]]  # ties in label order
+    pairs = most_confused(confusion, labels)
+    assert [(pair.label, pair.predicted, pair.count) for pair in pairs] == expected
+    assert most_confused(np.diag([3, 4]), ["a", "b"]) == ()  # no error, no pair
+    report = quality_report(_random_scored(), LABELS)
+    assert report.confused_pairs == most_confused(report.confusion, LABELS)
 
 
 def test_threshold_for_accuracy_keeps_the_most_traffic():

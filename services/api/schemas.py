@@ -366,6 +366,12 @@ class SuspectOut(BaseModel):
     confidence: float  # the probability of `predicted`
 
 
+class ConfusedPairOut(BaseModel):
+    label: str  # as labelled
+    predicted: str
+    count: int
+
+
 class ReportOut(BaseModel):
     task: str
     model_version: str
@@ -384,4 +390,5 @@ class ReportOut(BaseModel):
     calibration: CalibrationOut | None  # None with fewer than 2 examples scored
     coverage: list[CoverageOut]  # thresholds 0, 0.05, ..., 1
     suspect_examples: list[SuspectOut]  # predicted as another label with confidence >= 0.5, most sure first
+    confused_pairs: list[ConfusedPairOut]  # the confusion's 10 largest off-diagonal cells, largest first
     min_confidence: float | None  # the task's

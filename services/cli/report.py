@@ -98,6 +98,9 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     for label, row in zip(labels, report["confusion"]["matrix"], strict=True):
         lines.append(f"{label:<{width}}" + "".join(f"{count:>{width + 1}d}" for count in row))
+    pairs = report.get("confused_pairs", [])
+    lines += ["", f"most confused ({len(pairs)}): labelled -> predicted: examples"]
+    lines += [f"  {pair['label']} -> {pair['predicted']}: {pair['count']}" for pair in pairs]
     calibration = report.get("calibration")
     if calibration:
         verdict = "adopted" if calibration["adopted"] else "not adopted"

@@ -9,8 +9,9 @@ caller says which it was:
   (`fitting.fit_classifier`) and stored with it.
 
 The report (`quality_report`) holds accuracy, macro-F1, per-label precision/recall/F1, the confusion
-matrix (rows are gold labels), the expected calibration error with its reliability bins, the accuracy a
-confidence threshold buys on the share of traffic it keeps (`coverage`), and the suspect examples: those
+matrix (rows are gold labels) and its largest off-diagonal cells (`confused_pairs`), the expected
+calibration error with its reliability bins, the accuracy a confidence threshold buys on the share of
+traffic it keeps (`coverage`), and the suspect examples: those
 whose prediction puts most of its mass on another label than their own, most confident first. A
 confident disagreement of an example with its own neighbours and prompt is what a label error looks like.
 
@@ -35,6 +36,7 @@ from openbook.prompting import TextInput
 RELIABILITY_BINS = 10
 COVERAGE_THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(21))  # 0.0, 0.05, ..., 1.0
 SUSPECT_CONFIDENCE = 0.5  # a suspect's prediction puts at least this much on a label not its own
+CONFUSED_PAIRS = 10  # the most confused (labelled, predicted) pairs a report lists
 MIN_CALIBRATION_EXAMPLES = 20  # fewer scored examples never adopt a temperature
 _TEMPERATURES = np.exp(np.linspace(np.log(0.05), np.log(20.0), 121))  # the search grid of T
 _FLOOR = 1e-12  # log P of a label given no probability at all
@@ -100,6 +102,13 @@ class Suspect:
 
 
 @dataclass(frozen=True)
+class ConfusedPair:
+    label: str  # as labelled
+    predicted: str
+    count: int  # examples of `label` predicted as `predicted`
+
+
+@dataclass(frozen=True)
 class QualityReport:
     examples: int
     labels: tuple[str, ...]
@@ -111,6 +120,7 @@ class QualityReport:
     reliability: tuple[ReliabilityBin, ...]
     coverage: tuple[CoveragePoint, ...]
     suspects: tuple[Suspect, ...]
+    confused_pairs: tuple[ConfusedPair, ...]
 
 
 def confusion_matrix(gold: np.ndarray, predicted: np.ndarray, num_labels: int) -> np.ndarray:
@@ -132,6 +142,23 @@ def per_label_scores(confusion: np.ndarray, labels: Sequence[str]) -> dict[str, 
         label: LabelScores(float(precision[c]), float(recall[c]), float(f1[c]), int(support[c]))
         for c, label in enumerate(labels)
     }
+
+
+def most_confused(
+    confusion: np.ndarray, labels: Sequence[str], limit: int = CONFUSED_PAIRS
+) -> tuple[ConfusedPair, ...]:
+    """The off-diagonal cells of `confusion` with the most examples, most first (ties in label order): with
+    many labels, where a task errs reads from this list, not from a C x C matrix."""
+    errors = confusion.copy()
+    np.fill_diagonal(errors, 0)
+    flat = errors.ravel()
+    order = np.argsort(-flat, kind="stable")[:limit]
+    order = order[flat[order] > 0]
+    rows, columns = np.unravel_index(order, errors.shape)
+    return tuple(
+        ConfusedPair(labels[int(g)], labels[int(p)], int(errors[g, p]))
+        for g, p in zip(rows, columns, strict=True)
+    )
 
 
 def reliability(scored: Scored, bins: int = RELIABILITY_BINS) -> tuple[float, tuple[ReliabilityBin, ...]]:
@@ -199,6 +226,7 @@ def quality_report(scored: Scored, labels: Sequence[str], *, suspect_limit: int 
         reliability=bins,
         coverage=coverage_curve(scored),
         suspects=suspects(scored, labels, limit=suspect_limit),
+        confused_pairs=most_confused(confusion, labels),
     )
 
 
@@ -318,6 +346,7 @@ def describe(
         "calibration": None if calibration is None else {**asdict(calibration), "temperature": temperature},
         "coverage": [asdict(point) for point in report.coverage],
         "suspect_examples": [asdict(suspect) for suspect in report.suspects],
+        "confused_pairs": [asdict(pair) for pair in report.confused_pairs],
     }
 
 

@@ -26,6 +26,13 @@ def _brute_force_checks(report: dict) -> None:
         assert report["per_label"][label]["support"] == matrix[c].sum()
     assert sum(b["count"] for b in report["reliability"]) == report["examples"]
     assert report["coverage"][0] == {"threshold": 0.0, "coverage": 1.0, "accuracy": report["accuracy"]}
+    labels = report["confusion"]["labels"]
+    for pair in report["confused_pairs"]:  # each one an off-diagonal cell, the largest first
+        assert pair["label"] != pair["predicted"]
+        assert matrix[labels.index(pair["label"]), labels.index(pair["predicted"])] == pair["count"] > 0
+    counts = [pair["count"] for pair in report["confused_pairs"]]
+    assert counts == sorted(counts, reverse=True)
+    assert sum(counts) == matrix.sum() - np.trace(matrix)  # a few labels: every confusion listed
 
 
 def test_report_finds_the_mislabelled_example_and_relabelling_it_clears_it(make_client) -> None:

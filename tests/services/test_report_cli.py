@@ -32,6 +32,8 @@ def test_report_of_a_task_prints_its_suspect(server, causal_dir, capsys) -> None
         assert (
             report["suspect_examples"][0]["id"] == 42 and np.array(report["confusion"]["matrix"]).sum() == 11
         )
+        pairs = [f"  {p['label']} -> {p['predicted']}: {p['count']}" for p in report["confused_pairs"]]
+        assert pairs and printed.split("most confused (")[1].splitlines()[1:][: len(pairs)] == pairs
 
         assert run_report(["--task", "nope", "--url", url]) == 2
         assert "404" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """The browser (launched once for these tests) and an `openbook up` stack per test module.
 
-The stack runs as `python -m services.cli up` on the tiny random causal model, with a write key,
-so the console has to ask for it. Each module gets a fresh one: the walkthrough starts from no task.
+The stack runs as `python -m services.cli up` on the tiny random causal model (a module may override
+`stack_backbone`), with a write key, so the console has to ask for it. Each module gets a fresh one:
+the walkthrough starts from no task.
 """
 
 from __future__ import annotations
@@ -50,14 +51,20 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, causal_dir: Path) -> Iterator[Stack]:
+def stack_backbone(causal_dir: Path) -> Path:
+    """The stack's default backbone; a module overrides this fixture to run on another."""
+    return causal_dir
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, stack_backbone: Path) -> Iterator[Stack]:
     chromium()  # no stack to start when there is no browser to drive it
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBOOK_REDIS_URL", "REDIS_URL")}
     env |= {
         "OPENBOOK_DATA_DIR": str(tmp_path_factory.mktemp("console-data")),
         "OPENBOOK_PORT": str(port),
-        "OPENBOOK_DEFAULT_BACKBONE": str(causal_dir),
+        "OPENBOOK_DEFAULT_BACKBONE": str(stack_backbone),
         "OPENBOOK_MAX_LENGTH": "48",
         "OPENBOOK_API_KEY": KEY,
         "OPENBOOK_THREADS": "1",

@@ -110,3 +110,63 @@ def test_quality_charts_draw_the_numbers_they_are_given(static_console: Console)
     assert float(result["cursor"]) == pytest.approx((42 + 348) / 2)  # halfway along the x axis
     assert result["current"] == [0, 1]
     assert result["versionBars"] == 1  # a version with no dev accuracy has no bar
+
+
+def test_label_picker_searches_and_picks_with_the_keys(static_console: Console) -> None:
+    """The label picker on its own: a substring of a label or its word in any case narrows the list, the
+    arrows wrap around it, Enter picks, Escape closes, and excluded labels are never offered."""
+    from playwright.sync_api import expect
+
+    open_console(static_console)
+    page = static_console.page
+    page.evaluate(
+        """async () => {
+          const { LabelPicker } = await import("/console/js/labelpicker.js");
+          window.picked = [];
+          const picker = new LabelPicker({ id: "probe", name: "Probe", exclude: ["pay_bill"],
+                                          onPick: (label) => window.picked.push(label) });
+          picker.setLabels({ book_flight: "book flight", cancel_flight: "cancel flight", pay_bill: "pay bill",
+                             pinChange: "pin change", Flight_status: "status" });
+          document.body.prepend(picker.node);
+        }"""
+    )
+    box = page.get_by_role("combobox", name="Probe")
+    options = page.locator("#probe ~ [role=listbox] [role=option]")
+    box.fill("FLIGHT")
+    expect(options).to_have_text(
+        ["book_flight · book flight", "cancel_flight · cancel flight", "Flight_status · status"]
+    )
+    box.fill("n ch")  # in the word, not the label
+    expect(options).to_have_text(["pinChange · pin change"])
+    box.fill("bill")  # excluded
+    expect(options).to_have_count(0)
+    expect(page.locator("#probe ~ [role=listbox]")).to_contain_text("No label matches")
+    box.fill("flight")
+    box.press("ArrowUp")  # from the first, up wraps to the last
+    expect(options.nth(2)).to_have_attribute("aria-selected", "true")
+    box.press("ArrowDown")
+    box.press("ArrowDown")
+    expect(box).to_have_attribute("aria-activedescendant", options.nth(1).get_attribute("id"))
+    box.press("Escape")
+    expect(box).to_have_attribute("aria-expanded", "false")
+    assert page.evaluate("window.picked") == []
+    box.press("ArrowDown")  # opens again, on the first
+    box.press("ArrowDown")
+    box.press("Enter")
+    expect(box).to_have_value("cancel_flight")
+    assert page.evaluate("window.picked") == ["cancel_flight"]
+
+
+def test_per_label_scores_are_ordered_worst_first(static_console: Console) -> None:
+    """Lowest F1 first, ties broken by the lower recall, then by name; labels never scored come last."""
+    open_console(static_console)
+    order = static_console.page.evaluate(
+        """async () => {
+          const { worstFirst } = await import("/console/js/quality.js");
+          const s = (f1, recall, support) => ({ precision: 0, recall, f1, support });
+          return worstFirst({ good: s(0.9, 0.9, 3), unseen: s(0, 0, 0), tie_b: s(0.5, 0.4, 2),
+                              tie_a: s(0.5, 0.4, 2), low_recall: s(0.5, 0.2, 2), zero: s(0, 0, 4) })
+            .map(([label]) => label);
+        }"""
+    )
+    assert order == ["zero", "low_recall", "tie_a", "tie_b", "good", "unseen"]

@@ -12,6 +12,7 @@ import { $, el, isPairTask } from "./util.js";
 
 const TAB_NAMES = ["try", "teach", "suggestions", "training", "quality", "tasks", "health"];
 const TASK_STORAGE = "openbook.task";
+const SUMMARY_LABELS = 6; // the header names a task's labels up to this many, and counts them past it
 
 // What every panel reads: the tasks, the selected one, and what the api offers.
 export const state = { tasks: [], task: null, caps: new Capabilities(null) };
@@ -73,9 +74,11 @@ export function selectTask(name) {
   $("task-select").value = name ?? "";
   if (name) sessionStorage.setItem(TASK_STORAGE, name);
   const task = state.task;
-  $("task-summary").textContent = task
-    ? `${Object.entries(task.labels).map(([l, w]) => `${l}=${w}`).join(", ")} · ${task.method} · ${task.backbone}`
-    : "";
+  const labels = Object.entries(task?.labels ?? {}).map(([l, w]) => `${l}=${w}`);
+  // A few labels are spelled out; many are counted (all of them in the tooltip and in Tasks).
+  const named = labels.length <= SUMMARY_LABELS ? labels.join(", ") : `${labels.length} labels`;
+  $("task-summary").textContent = task ? `${named} · ${task.method} · ${task.backbone}` : "";
+  $("task-summary").title = labels.length > SUMMARY_LABELS ? labels.join(", ") : "";
   for (const node of document.querySelectorAll(".pair-only")) node.hidden = !isPairTask(task);
   for (const panel of panels) panel.taskChanged?.(state);
   for (const panel of panels) panel.shown?.(currentTab(), state);

@@ -4,6 +4,7 @@
 
 import { del, formatDetail, get, patch, taskPath } from "./api.js";
 import { coverageChart, reliabilityChart, versionsChart } from "./charts.js";
+import { LabelPicker } from "./labelpicker.js";
 import { $, el, percent, say, showText, table } from "./util.js";
 
 let state;
@@ -11,6 +12,8 @@ let actions;
 let report = null; // the report shown
 let sliderFor = null; // the task whose threshold the slider was set from
 let generation = 0; // a newer load makes older answers stale
+
+const HEATMAP_LABELS = 20; // past this many labels the heatmap is folded away: the pairs list reads better
 
 const fixed = (value, digits = 3) => (typeof value === "number" ? value.toFixed(digits) : "—");
 const failure = (error) => `${error.status || ""} ${formatDetail(error.detail)}`.trim();
@@ -59,7 +62,7 @@ function renderHeadline(r) {
 
 // Cells shaded by their share of the row (the labelled examples of one label): the diagonal in the
 // accent colour, confusions in the error colour.
-function renderConfusion({ labels, matrix }) {
+function heatmap({ labels, matrix }) {
   const head = el("tr", {}, el("th", { scope: "col" }, "labelled \\ predicted"), labels.map((label) => el("th", { scope: "col" }, label)));
   const rows = matrix.map((row, gold) => {
     const total = row.reduce((sum, count) => sum + count, 0);
@@ -76,12 +79,45 @@ function renderConfusion({ labels, matrix }) {
     });
     return el("tr", {}, el("th", { scope: "row" }, labels[gold]), cells);
   });
-  $("quality-confusion").replaceChildren(el("table", { class: "confusion" }, el("caption", { class: "visually-hidden" }, "Confusion matrix"), el("thead", {}, head), el("tbody", {}, rows)));
+  return el("table", { class: "confusion" }, el("caption", { class: "visually-hidden" }, "Confusion matrix"), el("thead", {}, head), el("tbody", {}, rows));
+}
+
+// Up to HEATMAP_LABELS labels, the heatmap; past that, folded under a toggle (built when opened) and
+// scrolling both ways in its box: 150 × 150 cells are for looking something up, not for reading.
+function renderConfusion(confusion) {
+  const count = confusion.labels.length;
+  if (count <= HEATMAP_LABELS) {
+    $("quality-confusion").replaceChildren(heatmap(confusion));
+    return;
+  }
+  const body = el("div", { class: "scroll" });
+  const details = el("details", { class: "heatmap-fold" }, el("summary", {}, `The whole ${count} × ${count} matrix (scrolls)`), body);
+  details.addEventListener("toggle", () => details.open && !body.firstChild && body.append(heatmap(confusion)));
+  $("quality-confusion").replaceChildren(details);
+}
+
+function renderConfused({ confused_pairs: pairs = [], per_label: perLabel }) {
+  $("quality-confused").replaceChildren(
+    ...(pairs.length
+      ? pairs.map(({ label, predicted, count }) =>
+          el("li", { dataset: { label, predicted } },
+            el("strong", {}, label), " → ", el("strong", {}, predicted), `: ${count}`,
+            el("span", { class: "muted" }, ` (${percent(count / (perLabel[label]?.support || 1))} of ${label})`),
+          ))
+      : [el("li", { class: "muted" }, "No confusion: every scored example was predicted as its own label.")]),
+  );
+}
+
+// Worst first: the lowest F1, then the lowest recall; labels with no example scored say nothing, so last.
+export function worstFirst(perLabel) {
+  return Object.entries(perLabel).sort(([a, x], [b, y]) =>
+    (x.support === 0) - (y.support === 0) || x.f1 - y.f1 || x.recall - y.recall || a.localeCompare(b),
+  );
 }
 
 function renderLabels(perLabel) {
   const words = state.task?.labels ?? {};
-  const rows = Object.entries(perLabel).map(([label, s]) =>
+  const rows = worstFirst(perLabel).map(([label, s]) =>
     el("tr", { dataset: { label } },
       el("th", { scope: "row" }, `${label} `, el("span", { class: "muted" }, words[label] ?? "")),
       el("td", { class: "num" }, fixed(s.precision)),
@@ -90,7 +126,9 @@ function renderLabels(perLabel) {
       el("td", { class: "num" }, String(s.support)),
     ),
   );
-  $("quality-labels").replaceChildren(table(["label", "precision", "recall", "F1", "labelled"], rows, "Scores per label"));
+  const scores = table(["label", "precision", "recall", "F1 ↑", "labelled"], rows, "Scores per label, the lowest F1 first");
+  scores.querySelectorAll("th")[3].setAttribute("aria-sort", "ascending");
+  $("quality-labels").replaceChildren(scores);
 }
 
 function renderMinConfidence() {
@@ -139,6 +177,20 @@ async function setThreshold(value) {
   if (report) renderThreshold();
 }
 
+// "Or as…": the labels other than the one it has and the one predicted, searched as one types.
+function otherLabel(suspect, gone) {
+  const picker = new LabelPicker({
+    name: `Relabel example ${suspect.id} as another label`,
+    placeholder: "or as…",
+    exclude: [suspect.label, suspect.predicted],
+    disabled: gone,
+    onPick: (label) => relabel(suspect, label),
+  });
+  picker.setLabels(state.task.labels);
+  picker.node.classList.add("small");
+  return picker.node;
+}
+
 function suspectRow(suspect) {
   const gone = suspect.text === null;
   const others = Object.keys(state.task.labels).filter((l) => l !== suspect.label && l !== suspect.predicted);
@@ -151,10 +203,7 @@ function suspectRow(suspect) {
     el("td", { class: "num" }, `${suspect.predicted} `, el("span", { class: "muted" }, percent(suspect.confidence))),
     el("td", {}, el("div", { class: "actions" },
       el("button", { type: "button", class: "small", disabled: gone, "aria-label": `Relabel example ${suspect.id} as ${suspect.predicted}`, onclick: () => relabel(suspect, suspect.predicted) }, `Relabel as ${suspect.predicted}`),
-      others.length
-        ? el("select", { class: "small", disabled: gone, "aria-label": `Relabel example ${suspect.id} as another label`, onchange: (event) => event.target.value && relabel(suspect, event.target.value) },
-            el("option", { value: "" }, "or as…"), others.map((label) => el("option", { value: label }, label)))
-        : null,
+      others.length ? otherLabel(suspect, gone) : null,
       el("button", { type: "button", class: "danger small", disabled: gone, "aria-label": `Delete example ${suspect.id}`, onclick: () => remove(suspect) }, "Delete"),
     )),
   );
@@ -240,6 +289,7 @@ async function loadVersions(task, mine) {
 
 function render() {
   renderHeadline(report);
+  renderConfused(report);
   renderConfusion(report.confusion);
   renderLabels(report.per_label);
   $("quality-reliability").replaceChildren(reliabilityChart(report.reliability));
@@ -251,7 +301,7 @@ function render() {
 
 function clear() {
   report = null;
-  for (const id of ["quality-headline", "quality-scored", "quality-calibration", "quality-confusion", "quality-labels", "quality-reliability", "quality-coverage", "quality-suspects"]) {
+  for (const id of ["quality-headline", "quality-scored", "quality-calibration", "quality-confused", "quality-confusion", "quality-labels", "quality-reliability", "quality-coverage", "quality-suspects"]) {
     $(id).replaceChildren();
   }
   $("quality-report").hidden = true;

@@ -2,20 +2,34 @@
 // Shown only when the api offers GET /v1/tasks/{task}/suggestions.
 
 import { formatDetail, get, post, taskPath } from "./api.js";
+import { LabelPicker } from "./labelpicker.js";
 import { $, el, percent, say, showText } from "./util.js";
 
 const COUNT = 10;
+const KEYED_LABELS = 9; // up to 9 labels, keys 1..9 pick them; past that, a picker that searches them
 
 let state;
 let loadedFor = null;
 
 const labels = () => Object.keys(state.task?.labels ?? {});
+const keyed = () => labels().length <= KEYED_LABELS;
 
 function keyHint() {
-  $("suggestion-keys").textContent = labels()
-    .slice(0, 9)
-    .map((label, i) => `${i + 1} = ${label} (${state.task.labels[label]})`)
-    .join(", ");
+  $("suggestion-keys").textContent = keyed()
+    ? `Select one and press a number key to label it: ${labels().map((label, i) => `${i + 1} = ${label} (${state.task.labels[label]})`).join(", ")}`
+    : `Type part of a label in a text's label box, then pick it with the arrows and Enter (or a click).`;
+}
+
+// The label buttons of a task with few labels, or the picker of one with many.
+function labelControl(node, suggestion) {
+  if (keyed()) {
+    return el("span", { class: "row" }, labels().map((label, i) =>
+      el("button", { type: "button", class: "secondary small", tabindex: "-1", onclick: () => labelSuggestion(node, suggestion, label) }, `${i + 1} ${label}`),
+    ));
+  }
+  const picker = new LabelPicker({ name: `Label “${showText(suggestion.text)}” as`, onPick: (label) => labelSuggestion(node, suggestion, label) });
+  picker.setLabels(state.task.labels);
+  return picker.node;
 }
 
 function item(suggestion) {
@@ -28,13 +42,12 @@ function item(suggestion) {
     { tabindex: "0", class: "suggestion", dataset: { id: String(suggestion.id) }, "aria-label": `${showText(suggestion.text)}; ${predicted}` },
     el("span", { class: "suggestion-text" }, showText(suggestion.text)),
     el("span", { class: "muted" }, ` ${predicted}${top === undefined ? "" : ` (${percent(top)})`}`),
-    el("span", { class: "row" }, labels().slice(0, 9).map((label, i) =>
-      el("button", { type: "button", class: "secondary small", tabindex: "-1", onclick: () => labelSuggestion(node, suggestion, label) }, `${i + 1} ${label}`),
-    )),
   );
+  node.append(labelControl(node, suggestion));
   node.addEventListener("keydown", (event) => {
+    if (event.target !== node) return; // keys typed in the picker are its own
     const index = Number(event.key) - 1;
-    if (Number.isInteger(index) && index >= 0 && index < Math.min(9, labels().length)) {
+    if (keyed() && Number.isInteger(index) && index >= 0 && index < labels().length) {
       event.preventDefault();
       labelSuggestion(node, suggestion, labels()[index]);
     } else if (event.key === "ArrowDown" || event.key === "ArrowUp") {
@@ -51,17 +64,19 @@ async function labelSuggestion(node, suggestion, label) {
   const status = $("suggestions-status");
   try {
     await post(taskPath(state.task.name, "/examples"), { examples: [{ text: suggestion.text, label, id: suggestion.id }] });
-    say(status, `Labelled #${suggestion.id} as ${label}.`, "ok");
+    const done = `Labelled #${suggestion.id} as ${label}.`;
+    say(status, done, "ok");
     const next = node.nextElementSibling ?? node.previousElementSibling;
     node.remove();
     next?.focus();
-    if (!$("suggestions").children.length) load();
+    if (!$("suggestions").children.length) load(done);
   } catch (error) {
     say(status, `Not labelled: ${error.status || ""} ${formatDetail(error.detail)}`, "error");
   }
 }
 
-async function load() {
+// `done`: what was just labelled, still said when the pool turns out empty.
+async function load(done = "") {
   const status = $("suggestions-status");
   if (!state.task) return;
   loadedFor = state.task.name;
@@ -69,7 +84,7 @@ async function load() {
     const answer = await get(taskPath(state.task.name, `/suggestions?n=${COUNT}`));
     const suggestions = Array.isArray(answer) ? answer : answer.suggestions ?? [];
     $("suggestions").replaceChildren(...suggestions.map(item));
-    if (!suggestions.length) say(status, "Nothing waits in the pool.");
+    if (!suggestions.length) say(status, `${done} Nothing waits in the pool.`.trim(), done ? "ok" : "");
     $("suggestions").firstElementChild?.focus();
   } catch (error) {
     say(status, `Suggestions not read: ${error.status || ""} ${formatDetail(error.detail)}`, "error");
@@ -79,7 +94,7 @@ async function load() {
 export function init(shared) {
   state = shared;
   $("tab-suggestions").hidden = !state.caps.has("GET", "/v1/tasks/{}/suggestions");
-  $("suggestions-refresh").addEventListener("click", load);
+  $("suggestions-refresh").addEventListener("click", () => load());
 }
 
 export function taskChanged() {

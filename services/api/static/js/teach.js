@@ -1,6 +1,7 @@
 // Teach: add examples one by one or from a file, browse, search and delete them, count them per label.
 
 import { del, formatDetail, get, post, taskPath } from "./api.js";
+import { LabelPicker } from "./labelpicker.js";
 import { batches, checkRows, readRows } from "./upload.js";
 import { $, el, isPairTask, say, showText, table, textId } from "./util.js";
 
@@ -16,6 +17,8 @@ let loadedFor = null;
 let shownRows = ROWS_SHOWN;
 let pending = null; // a checked upload waiting for its button
 let complete = true; // every page was read (false past MAX_PAGES)
+let addPicker; // the label of the example added by the form
+let filterPicker; // shows one label's examples only; none picked: all
 
 async function loadExamples() {
   const task = state.task;
@@ -58,7 +61,8 @@ function matches(example, query) {
 
 function renderExamples() {
   const query = $("example-search").value.trim();
-  const found = examples.filter((e) => matches(e, query));
+  const label = filterPicker.value;
+  const found = examples.filter((e) => matches(e, query) && (!label || e.label === label));
   const rows = found.slice(0, shownRows).map((example) =>
     el(
       "tr",
@@ -94,7 +98,12 @@ async function addOne(event) {
   const status = $("add-status");
   const pair = isPairTask(state.task);
   const text = pair ? [$("add-text").value.trim(), $("add-text-b").value.trim()] : $("add-text").value.trim();
-  const { examples: valid, errors } = checkRows([{ line: 1, text, label: $("add-label").value }], state.task, pair);
+  if (!addPicker.value) {
+    say(status, "Pick a label: type part of its name in the Label box, then choose it from the list.", "error");
+    $("add-label").focus();
+    return;
+  }
+  const { examples: valid, errors } = checkRows([{ line: 1, text, label: addPicker.value }], state.task, pair);
   if (errors.length) {
     say(status, errors[0].error, "error");
     return;
@@ -229,6 +238,15 @@ async function addLabel(event) {
 export function init(shared, wired) {
   state = shared;
   actions = wired;
+  addPicker = new LabelPicker({ id: "add-label" });
+  $("add-label-slot").replaceWith(addPicker.node);
+  const refilter = () => {
+    shownRows = ROWS_SHOWN;
+    renderExamples();
+  };
+  filterPicker = new LabelPicker({ id: "example-label", placeholder: "any label", onPick: refilter });
+  filterPicker.input.addEventListener("input", refilter); // emptied: every label; a label typed whole: its own
+  $("example-label-slot").replaceWith(filterPicker.node);
   $("add-form").addEventListener("submit", addOne);
   // Cleared on each pick so that choosing the same file again (after fixing it) reads it again.
   $("upload-file").addEventListener("click", (event) => {
@@ -260,9 +278,8 @@ export function taskChanged() {
   $("upload-send").disabled = true;
   $("upload-preview").replaceChildren();
   for (const id of ["upload-summary", "upload-status", "add-status", "examples-status"]) say($(id), "");
-  $("add-label").replaceChildren(
-    ...Object.entries(state.task?.labels ?? {}).map(([label, word]) => el("option", { value: label }, `${label} · ${word}`)),
-  );
+  addPicker.setLabels(state.task?.labels ?? {});
+  filterPicker.setLabels(state.task?.labels ?? {});
 }
 
 export function examplesChanged() {

@@ -1,9 +1,12 @@
 // Try it: classify texts, see why (P_LM, P_kNN, neighbours, demonstrations), and correct a prediction.
 
 import { LIMITS, formatDetail, post, taskPath } from "./api.js";
+import { LabelPicker } from "./labelpicker.js";
 import { $, el, isPairTask, percent, say, showText, table, textId, textLength } from "./util.js";
 
 const DEMONSTRATIONS_SHOWN = 5; // cards whose demonstrations load at once; the rest load when opened
+const PROBABILITY_ROWS = 10; // labels whose probabilities show at once, the most probable (past: folded)
+const BUTTON_LABELS = 8; // a correction offers a button per label up to this many, a picker past it
 const PAIR_SEPARATOR = /\t|\|\|/; // a tab, or "||" since Tab moves the focus out of a text box
 
 let state;
@@ -31,18 +34,31 @@ function bar(p, kind, label) {
   return el("span", { class: "bar-cell" }, node, el("span", { class: "num" }, percent(p)));
 }
 
-function probabilities(prediction) {
-  const rows = Object.keys(state.task.labels).map((label) =>
-    el(
-      "tr",
-      { class: label === prediction.label ? "predicted" : "" },
-      el("th", { scope: "row" }, `${label} `, el("span", { class: "muted" }, state.task.labels[label])),
-      el("td", {}, bar(prediction.probabilities[label] ?? 0, "final", `P(${label})`)),
-      el("td", {}, bar(prediction.p_lm[label] ?? 0, "lm", `P_LM(${label})`)),
-      el("td", {}, prediction.p_knn ? bar(prediction.p_knn[label] ?? 0, "knn", `P_kNN(${label})`) : "—"),
-    ),
+function probabilityRow(prediction, label) {
+  return el(
+    "tr",
+    { class: label === prediction.label ? "predicted" : "", dataset: { label } },
+    el("th", { scope: "row" }, `${label} `, el("span", { class: "muted" }, state.task.labels[label])),
+    el("td", {}, bar(prediction.probabilities[label] ?? 0, "final", `P(${label})`)),
+    el("td", {}, bar(prediction.p_lm[label] ?? 0, "lm", `P_LM(${label})`)),
+    el("td", {}, prediction.p_knn ? bar(prediction.p_knn[label] ?? 0, "knn", `P_kNN(${label})`) : "—"),
   );
-  return table(["label", "P", "P_LM", "P_kNN"], rows, "Probabilities per label");
+}
+
+// A few labels in the task's order; many, the most probable first, and past PROBABILITY_ROWS folded.
+function probabilities(prediction) {
+  const headers = ["label", "P", "P_LM", "P_kNN"];
+  const labels = Object.keys(state.task.labels);
+  if (labels.length <= PROBABILITY_ROWS) {
+    return table(headers, labels.map((label) => probabilityRow(prediction, label)), "Probabilities per label");
+  }
+  const ranked = labels.slice().sort((a, b) => (prediction.probabilities[b] ?? 0) - (prediction.probabilities[a] ?? 0));
+  const rest = ranked.slice(PROBABILITY_ROWS);
+  const more = el("details", { class: "more-labels" }, el("summary", {}, `The other ${rest.length} labels`));
+  more.addEventListener("toggle", () => {
+    if (more.open && more.children.length === 1) more.append(table(headers, rest.map((label) => probabilityRow(prediction, label)), "Probabilities of the other labels"));
+  });
+  return el("div", {}, table(headers, ranked.slice(0, PROBABILITY_ROWS).map((label) => probabilityRow(prediction, label)), `The ${PROBABILITY_ROWS} most probable labels`), more);
 }
 
 function neighbours(prediction) {
@@ -92,35 +108,44 @@ function demonstrations(text, index) {
     loadDemonstrations(text, body);
   };
   details.addEventListener("toggle", () => details.open && load());
-  if (index < DEMONSTRATIONS_SHOWN) details.open = true; // the toggle event loads it
+  // the toggle event loads it; a task of many labels has one list per class: folded, read when opened
+  if (index < DEMONSTRATIONS_SHOWN && Object.keys(state.task.labels).length <= PROBABILITY_ROWS) details.open = true;
   return details;
 }
 
 // One click turns the prediction into a labelled example; the id comes from the text, so clicking
-// again (or retrying after a lost answer) writes nothing twice.
+// again (or retrying after a lost answer) writes nothing twice. A few labels are buttons; more, a
+// picker that searches them.
 function correction(text, prediction) {
   const status = el("p", { class: "status", role: "status", "aria-live": "polite" });
   const id = textId(text);
-  const buttons = Object.entries(state.task.labels).map(([label, word]) =>
+  const add = async (label) => {
+    say(status, "Adding…");
+    try {
+      const ack = await post(taskPath(state.task.name, "/examples"), { examples: [{ text, label, id }] });
+      const [first] = ack.examples;
+      say(status, first.created ? `Added as example #${first.id} (${label}).` : `Already in the book as example #${first.id}.`, "ok");
+    } catch (error) {
+      const message = error.status === 409
+        ? `This text is already in the book with another label: delete example #${id} in Teach to relabel it.`
+        : `Not added: ${error.status || ""} ${formatDetail(error.detail)}`;
+      say(status, message, "error");
+    }
+  };
+  const labels = Object.entries(state.task.labels);
+  if (labels.length > BUTTON_LABELS) {
+    const picker = new LabelPicker({ name: `Add “${showText(text)}” as an example of`, placeholder: "type to find the right label", onPick: add });
+    picker.setLabels(state.task.labels);
+    return el("div", { class: "correct" }, el("label", { for: picker.input.id, class: "muted" }, "Correct it, as an example of:"), picker.node, status);
+  }
+  const buttons = labels.map(([label, word]) =>
     el(
       "button",
       {
         type: "button",
         class: label === prediction.label ? "secondary" : "",
         "aria-label": `Add this text as an example of ${label} (${word})`,
-        onclick: async () => {
-          say(status, "Adding…");
-          try {
-            const ack = await post(taskPath(state.task.name, "/examples"), { examples: [{ text, label, id }] });
-            const [first] = ack.examples;
-            say(status, first.created ? `Added as example #${first.id} (${label}).` : `Already in the book as example #${first.id}.`, "ok");
-          } catch (error) {
-            const message = error.status === 409
-              ? `This text is already in the book with another label: delete example #${id} in Teach to relabel it.`
-              : `Not added: ${error.status || ""} ${formatDetail(error.detail)}`;
-            say(status, message, "error");
-          }
-        },
+        onclick: () => add(label),
       },
       `${label} · ${word}`,
     ),
