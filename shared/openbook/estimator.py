@@ -31,7 +31,7 @@ from openbook.classifier import Classifier, Prediction
 from openbook.dev_split import DEV_FRACTION, split_dev
 from openbook.fitting import FitSets, TrainingRecord, fit_classifier, save_fitted, scored_from_record
 from openbook.methods import Method, build_method, weights_sha256
-from openbook.models import DEFAULT_BACKBONE
+from openbook.models import default_backbone
 from openbook.prompting import Template, TextInput, Verbalizer
 from openbook.training import TrainConfig, TrainResult
 from openbook.untrained import untrained_classifier
@@ -140,15 +140,17 @@ def create_classifier(
     template: str | Template,
     labels: Mapping[str, str] | Sequence[str] | Verbalizer,
     *,
-    backbone: str | Backbone = DEFAULT_BACKBONE,
+    backbone: str | Backbone | None = None,
     method: str | Method = DEFAULT_METHOD,
     device: str | None = None,
 ) -> Estimator:
     """An untrained classifier, as a new service task starts: `labels` as label -> word, or label names
     alone (each scored by its readable word, book_flight -> "book flight"); `backbone` a registered name,
-    a local model directory or hub id, or a loaded Backbone; `method` a spec (`retroprompt/knn-loss`).
+    a local model directory or hub id, or a loaded Backbone (default `$OPENBOOK_DEFAULT_BACKBONE`, else
+    gemma3-270m); `method` a spec (`retroprompt/knn-loss`).
     Before `fit` it predicts from the prompt alone (its store is empty)."""
     method = build_method(method) if isinstance(method, str) else method
+    backbone = default_backbone() if backbone is None else backbone
     if isinstance(backbone, str):
         config = BackboneConfig(name=backbone, max_length=MAX_LENGTH, device=device or default_device())
         backbone = load_backbone(config)

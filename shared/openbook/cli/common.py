@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from openbook.data import DATA_ENV, DataError, data_root
-from openbook.models import DEFAULT_BACKBONE
+from openbook.models import default_backbone
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
 
 if TYPE_CHECKING:
@@ -43,7 +43,11 @@ def data_dir(args: argparse.Namespace) -> str:
 
 
 def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backbone", default=DEFAULT_BACKBONE, help="registered name, local path or hub id")
+    parser.add_argument(
+        "--backbone",
+        default=default_backbone(),
+        help="registered name, local path or hub id ($OPENBOOK_DEFAULT_BACKBONE)",
+    )
     parser.add_argument("--template", help="e.g. '{text} It was {mask}' (default: the task's preset)")
     parser.add_argument(
         "--labels",
