@@ -5,12 +5,12 @@
     clf.predict(["What a lovely film."])
     clf.save("ckpt/sentiment")             # checksums taken here; openbook.load("ckpt/sentiment")
 
-`Estimator` is a thin face over the library's one path, not a second one: `create_classifier` builds the
-untrained classifier a service task starts from (`untrained.py`), `fit` splits dev as the trainer does
-(`dev_split.split_dev`) and trains, chooses kNN and calibrates with `fitting.fit_classifier`, and `save`
-is `fitting.save_fitted` (`checkpoints.save_classifier`). The classifier it wraps is `.classifier`, for
-everything else the library does (neighbours, demonstrations, reports); `training.train` stays the
-research entry point.
+`Estimator` is a thin face over the library's one path, not a second one: `create_classifier` builds
+the untrained classifier a service task starts from (`untrained.build_classifier`), `fit` splits dev as
+the trainer does (`dev_split.split_dev`) and trains, chooses kNN and calibrates with
+`fitting.fit_classifier`, and `save` is `fitting.save_fitted` (`checkpoints.save_classifier`). The
+classifier it wraps is `.classifier`, for everything else the library does (neighbours, demonstrations,
+reports); `training.train` stays the research entry point.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from openbook.methods import Method, build_method, weights_sha256
 from openbook.models import default_backbone
 from openbook.prompting import Template, TextInput, Verbalizer
 from openbook.training import TrainConfig, TrainResult
-from openbook.untrained import untrained_classifier
+from openbook.untrained import build_classifier
 
 DEFAULT_METHOD = "retroprompt"  # a service task's default method
 MAX_LENGTH = 128  # tokens per prompt, as the service and the command line cut them
@@ -155,9 +155,7 @@ def create_classifier(
         config = BackboneConfig(name=backbone, max_length=MAX_LENGTH, device=device or default_device())
         backbone = load_backbone(config)
     method.check_backbone(backbone)
-    verbalizer = labels if isinstance(labels, Verbalizer) else Verbalizer.of(labels)
-    template = template if isinstance(template, Template) else Template(template)
-    return Estimator(untrained_classifier(backbone, template, verbalizer), method)
+    return Estimator(build_classifier(backbone, template, labels), method)
 
 
 def load(path: str | Path, *, device: str | None = None, backbone: Backbone | None = None) -> Estimator:

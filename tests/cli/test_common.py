@@ -12,8 +12,8 @@ from openbook.cli.common import (
     add_label_scoring_argument,
     add_prompt_arguments,
     add_training_arguments,
-    build_classifier,
     checked_settings,
+    classifier_from_args,
     data_dir,
     train_config,
 )
@@ -120,9 +120,11 @@ def test_label_scoring_reaches_the_classifier_and_the_settings(causal_dir: Path,
     for name in ("data", "shots", "calibration"):
         parser.add_argument(f"--{name}")
     argv = ["--backbone", str(causal_dir), "--template", "{text} It was {mask}", "--labels", "0=bad,1=good"]
-    assert build_classifier(parser.parse_args(argv), None).label_scoring == "exact"
+    plain = classifier_from_args(parser.parse_args(argv), None)
+    assert plain.label_scoring == "exact"
+    assert plain.label_bias is None  # each command measures its calibration modes' biases itself
     args = parser.parse_args([*argv, "--label-scoring", "vectors"])
-    assert build_classifier(args, None).label_scoring == "vectors"
+    assert classifier_from_args(args, None).label_scoring == "vectors"
     assert checked_settings(args)["label_scoring"] == "vectors"
     # results recorded before the option scored exactly: they resume as exact, and only as exact
     (tmp_path / "settings.json").write_text(json.dumps(checked_settings(parser.parse_args(argv))))

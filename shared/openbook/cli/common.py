@@ -14,6 +14,7 @@ from openbook.prompting import PromptError, Template, Verbalizer, get_preset
 
 if TYPE_CHECKING:
     from openbook.backbone import Backbone
+    from openbook.calibration import CalibrationMode
     from openbook.classifier import Classifier
     from openbook.knn import KnnConfig
     from openbook.training import TrainConfig
@@ -220,11 +221,25 @@ def load_prompt(args: argparse.Namespace, task: str | None) -> tuple[Backbone, T
     return backbone, *prompt_for(task, args.template, args.labels, backbone.kind, task_dir(args, task))
 
 
-def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
-    """The backbone and prompt the arguments name, with an empty store."""
-    from openbook.classifier import Classifier
+def classifier_from_args(
+    args: argparse.Namespace,
+    task: str | None,
+    *,
+    knn: KnnConfig | None = None,
+    calibration: CalibrationMode = "none",
+) -> Classifier:
+    """The backbone and prompt the arguments name, with an empty store (`untrained.build_classifier`).
+    No label bias unless `calibration` asks for one: the commands that evaluate measure each mode's bias
+    themselves, and training resets it."""
+    from openbook.untrained import UNTRAINED_KNN, build_classifier
 
-    return Classifier(*load_prompt(args, task), batch_size=args.batch_size, label_scoring=args.label_scoring)
+    return build_classifier(
+        *load_prompt(args, task),
+        knn=UNTRAINED_KNN if knn is None else knn,
+        calibration=calibration,
+        batch_size=args.batch_size,
+        label_scoring=args.label_scoring,
+    )
 
 
 def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
