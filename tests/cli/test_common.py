@@ -126,11 +126,25 @@ def test_label_scoring_reaches_the_classifier_and_the_settings(causal_dir: Path,
     args = parser.parse_args([*argv, "--label-scoring", "vectors"])
     assert classifier_from_args(args, None).label_scoring == "vectors"
     assert checked_settings(args)["label_scoring"] == "vectors"
-    # results recorded before the option scored exactly: they resume as exact, and only as exact
     (tmp_path / "settings.json").write_text(json.dumps(checked_settings(parser.parse_args(argv))))
+    assert checked_settings(parser.parse_args(argv))["label_scoring"] == "exact"  # resumes as recorded
+    with pytest.raises(ValueError, match="label_scoring: 'exact' -> 'vectors'"):
+        checked_settings(args)
+    # a directory from before the option was recorded is refused, naming the tool that writes it in
     saved = json.loads((tmp_path / "settings.json").read_text())
     del saved["label_scoring"]
     (tmp_path / "settings.json").write_text(json.dumps(saved))
-    assert checked_settings(parser.parse_args(argv))["label_scoring"] == "exact"
-    with pytest.raises(ValueError, match="label_scoring: 'exact' -> 'vectors'"):
-        checked_settings(args)
+    with pytest.raises(ValueError, match=r"label_scoring: None -> 'exact'.*tools/spell_out_settings\.py"):
+        checked_settings(parser.parse_args(argv))
+
+
+def test_every_committed_results_directory_records_its_knn_and_label_scoring() -> None:
+    """No command reads an older settings.json shape: the committed ones say what ran."""
+    import json
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    paths = sorted(docs.rglob("settings.json"))
+    assert paths
+    for path in paths:
+        saved = json.loads(path.read_text())
+        assert "label_scoring" in saved and "knn" in saved, path

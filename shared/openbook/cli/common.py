@@ -19,12 +19,6 @@ if TYPE_CHECKING:
     from openbook.knn import KnnConfig
     from openbook.training import TrainConfig
 
-# Settings recorded in settings.json since some date: a directory written before holds runs made with these.
-RECORDED_SINCE = {
-    "knn": {"similarity": "cosine", "standardise": False, "temperature": 0.1},
-    "label_scoring": "exact",
-}
-
 # Errors that are the user's to fix: printed in one line, exit status 2 (MethodError and
 # CheckpointError are ValueErrors).
 USER_ERRORS = (PromptError, DataError, FileNotFoundError, ValueError)
@@ -159,7 +153,7 @@ def knn_config(args: argparse.Namespace) -> KnnConfig:
 
 
 def knn_settings(knn: KnnConfig) -> dict:
-    """How neighbours were scored, as `settings.json` records it (a missing key reads as RECORDED_SINCE's)."""
+    """How neighbours were scored, as `settings.json` records it."""
     return {
         "knn": {"similarity": knn.similarity, "standardise": knn.standardise, "temperature": knn.temperature}
     }
@@ -261,7 +255,6 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
     path = Path(args.out) / "settings.json"
     if path.exists():
         saved = json.loads(path.read_text())
-        saved = RECORDED_SINCE | saved
         if not saved.get("full") and saved.get("epochs") is not None:
             # Recorded before `first_pass`: the default budget's whole pass changes nothing up to 128
             # training examples (16 per class, up to 8 classes: every k-shot split), and only `--full`
@@ -274,7 +267,10 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
         }
         if changed:
             details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            # a directory from before these were recorded: the tool writes in the values its runs had
+            unrecorded = [k for k in ("knn", "label_scoring") if k in changed and k not in saved]
+            hint = f"; {', '.join(unrecorded)} unrecorded: tools/spell_out_settings.py" if unrecorded else ""
             raise ValueError(
-                f"{args.out} holds results made with other settings ({details}); use another --out"
+                f"{args.out} holds results made with other settings ({details}); use another --out{hint}"
             )
     return settings
