@@ -48,7 +48,7 @@ def test_fit_is_openbook_trains_path_on_the_services_split(
     texts, gold = labelled_examples(toy)
     report = estimator.fit(texts, gold, **BUDGET)
 
-    # What `openbook train` runs (cli/train.py: its classifier as cli.common.build_classifier builds it,
+    # What `openbook train` runs (cli/train.py: its classifier as cli.common.classifier_from_args builds it,
     # then fit_and_save), on the split and the store the service's trainer gives the same examples.
     backbone = fresh_backbone(causal_dir)
     base_sha = weights_sha256(backbone.model)

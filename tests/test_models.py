@@ -173,3 +173,12 @@ def test_a_converted_cache_entry_is_loaded_without_conversion(monkeypatch, tmp_p
     )
     backbone = load_backbone(BackboneConfig(name="tiny-packaged"))
     assert backbone.kind == "causal"
+
+
+def test_the_default_backbone_is_the_environments_when_set(monkeypatch):
+    monkeypatch.delenv(models.DEFAULT_BACKBONE_ENV, raising=False)
+    assert models.default_backbone() == models.DEFAULT_BACKBONE == "gemma3-270m"
+    monkeypatch.setenv(models.DEFAULT_BACKBONE_ENV, "/models/tiny")
+    assert models.default_backbone() == "/models/tiny"
+    monkeypatch.setenv(models.DEFAULT_BACKBONE_ENV, "")  # set but empty: as if unset
+    assert models.default_backbone() == models.DEFAULT_BACKBONE

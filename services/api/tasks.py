@@ -33,8 +33,8 @@ from services.bus.task_spec import (
     TASKS_KEY,
     BadTraining,
     Task,
-    build_classifier,
     check_training,
+    task_classifier,
 )
 
 logger = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ class TaskRegistry:
             raise InvalidSpec("backbone", f"backbone {task.backbone!r} cannot be loaded: {error}") from None
         try:
             method.check_backbone(backbone)
-            classifier = build_classifier(task, backbone)
+            classifier = task_classifier(task, backbone)
             check_prompt_fits(backbone, classifier.template, classifier.verbalizer, method)  # demos too
         except ValueError as error:
             raise InvalidSpec("", str(error)) from None

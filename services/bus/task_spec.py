@@ -12,7 +12,6 @@ from openbook.classifier import Classifier
 from openbook.knn import KnnConfig, Similarity
 from openbook.label_names import words_for_names
 from openbook.methods import build_method
-from openbook.prompting import Template, Verbalizer
 from openbook.training import (
     DEFAULT_EPOCHS,
     DEFAULT_EVAL_EVERY,
@@ -20,7 +19,7 @@ from openbook.training import (
     DEFAULT_MIN_STEPS,
     TrainConfig,
 )
-from openbook.untrained import UNTRAINED_KNN, untrained_classifier
+from openbook.untrained import UNTRAINED_KNN, build_classifier
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -287,12 +286,13 @@ class Task(TaskCreate):
     backbone: str
 
 
-def build_classifier(task: Task, backbone: Backbone) -> Classifier:
-    """The untrained classifier a task starts from; bad templates or label words raise PromptError."""
+def task_classifier(task: Task, backbone: Backbone) -> Classifier:
+    """The untrained classifier a task starts from (`untrained.build_classifier`); bad templates or label
+    words raise PromptError."""
     knn = KnnConfig(
         task.knn.k,
         task.knn.temperature,
         UNTRAINED_KNN.lam if task.knn.lam is None else task.knn.lam,  # None: TaskRuntime chooses it
         task.knn.similarity,
     )
-    return untrained_classifier(backbone, Template(task.template), Verbalizer.of(task.labels), knn=knn)
+    return build_classifier(backbone, task.template, task.labels, knn=knn)

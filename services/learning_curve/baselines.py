@@ -1,6 +1,6 @@
 """The baselines of a round, on the examples the labeller has labelled, computed in-process with the library.
 
-- knn-interp: the untrained prompted classifier a new task starts from (`build_classifier`: the task's
+- knn-interp: the untrained prompted classifier a new task starts from (`task_classifier`: the task's
   template and label words, content-free calibration, the task's k and T, and its lambda, or where the
   task gives none, lambda chosen on the labelled examples each scored leave-one-out, as the service
   chooses it) with a store of the labelled examples;
@@ -38,7 +38,7 @@ from openbook.methods import build_method
 from openbook.selection import lambda_on_store
 from openbook.training import TrainConfig
 
-from services.bus.task_spec import Task, build_classifier
+from services.bus.task_spec import Task, task_classifier
 from services.learning_curve.schedule import CurveData
 
 BASELINES = ("knn-interp", "prompt-ft", "setfit")
@@ -85,7 +85,7 @@ class Baselines:
         self.backbone.model.load_state_dict(self.initial)
 
     def _knn_interp(self, ids: Sequence[int], seed: int) -> np.ndarray:
-        classifier = build_classifier(self.task, self.backbone)
+        classifier = task_classifier(self.task, self.backbone)
         if self._untrained_test is None:
             self._untrained_test = classifier.embed(self.test_texts)
         texts = [self.data.train[i].text for i in ids]
@@ -100,7 +100,7 @@ class Baselines:
         self._restore()
         method = build_method("prompt-ft")
         classifier = method.prepare(
-            dataclasses.replace(build_classifier(self.task, self.backbone), label_bias=None)
+            dataclasses.replace(task_classifier(self.task, self.backbone), label_bias=None)
         )
         examples = {i: (self.data.train[i].text, self.data.train[i].label) for i in ids}
         sets = FitSets.of(classifier, examples, *split_dev(examples))  # as the service's jobs do

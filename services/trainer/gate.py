@@ -37,7 +37,7 @@ from openbook.prompting import TextInput
 from openbook.selection import lambda_on_store
 
 from services.bus.jobs import Published
-from services.bus.task_spec import Task, build_classifier
+from services.bus.task_spec import Task, task_classifier
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def untrained_score(
     changes `backbone`'s weights."""
     if not dev_ids:
         return None
-    classifier = build_classifier(task, backbone)
+    classifier = task_classifier(task, backbone)
     if task.knn.lam is None:  # as the api's untrained task chooses it, on the stored (train) examples
         texts, labels = [examples[i][0] for i in train_ids], [examples[i][1] for i in train_ids]
         embedded = classifier.embed(texts)

@@ -45,7 +45,7 @@ from openbook.training import TrainConfig
 from services.bus.autotrain import queue_if_due
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import Job, JobQueue, Published, TaskGone, current_checkpoint, publish_checkpoint
-from services.bus.task_spec import TASKS_KEY, Task, build_classifier
+from services.bus.task_spec import TASKS_KEY, Task, task_classifier
 from services.bus.versions import directory_bytes, new_record, retain
 from services.bus.workers import beat, forget
 from services.trainer.gate import judge, untrained_score
@@ -204,7 +204,7 @@ class Worker:
         untrained = None  # a first candidate's rival, scored before training changes the backbone
         if self.untrained_gate and not job.force and current_checkpoint(self.client, job.task) is None:
             untrained = untrained_score(task, backbone, examples, train_ids, dev_ids)
-        classifier = method.prepare(dataclasses.replace(build_classifier(task, backbone), label_bias=None))
+        classifier = method.prepare(dataclasses.replace(task_classifier(task, backbone), label_bias=None))
         # the served store holds every example under its log id, dev included
         sets = FitSets.of(classifier, examples, train_ids, dev_ids)
         version = f"{time.strftime('%Y%m%d-%H%M%S')}-{job.id[:8]}"

@@ -5,12 +5,12 @@
     clf.predict(["What a lovely film."])
     clf.save("ckpt/sentiment")             # checksums taken here; openbook.load("ckpt/sentiment")
 
-`Estimator` is a thin face over the library's one path, not a second one: `create_classifier` builds the
-untrained classifier a service task starts from (`untrained.py`), `fit` splits dev as the trainer does
-(`dev_split.split_dev`) and trains, chooses kNN and calibrates with `fitting.fit_classifier`, and `save`
-is `fitting.save_fitted` (`checkpoints.save_classifier`). The classifier it wraps is `.classifier`, for
-everything else the library does (neighbours, demonstrations, reports); `training.train` stays the
-research entry point.
+`Estimator` is a thin face over the library's one path, not a second one: `create_classifier` builds
+the untrained classifier a service task starts from (`untrained.build_classifier`), `fit` splits dev as
+the trainer does (`dev_split.split_dev`) and trains, chooses kNN and calibrates with
+`fitting.fit_classifier`, and `save` is `fitting.save_fitted` (`checkpoints.save_classifier`). The
+classifier it wraps is `.classifier`, for everything else the library does (neighbours, demonstrations,
+reports); `training.train` stays the research entry point.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from openbook.classifier import Classifier, Prediction
 from openbook.dev_split import DEV_FRACTION, split_dev
 from openbook.fitting import FitSets, TrainingRecord, fit_classifier, save_fitted, scored_from_record
 from openbook.methods import Method, build_method, weights_sha256
-from openbook.models import DEFAULT_BACKBONE
+from openbook.models import default_backbone
 from openbook.prompting import Template, TextInput, Verbalizer
 from openbook.training import TrainConfig, TrainResult
-from openbook.untrained import untrained_classifier
+from openbook.untrained import build_classifier
 
 DEFAULT_METHOD = "retroprompt"  # a service task's default method
 MAX_LENGTH = 128  # tokens per prompt, as the service and the command line cut them
@@ -140,22 +140,22 @@ def create_classifier(
     template: str | Template,
     labels: Mapping[str, str] | Sequence[str] | Verbalizer,
     *,
-    backbone: str | Backbone = DEFAULT_BACKBONE,
+    backbone: str | Backbone | None = None,
     method: str | Method = DEFAULT_METHOD,
     device: str | None = None,
 ) -> Estimator:
     """An untrained classifier, as a new service task starts: `labels` as label -> word, or label names
     alone (each scored by its readable word, book_flight -> "book flight"); `backbone` a registered name,
-    a local model directory or hub id, or a loaded Backbone; `method` a spec (`retroprompt/knn-loss`).
+    a local model directory or hub id, or a loaded Backbone (default `$OPENBOOK_DEFAULT_BACKBONE`, else
+    gemma3-270m); `method` a spec (`retroprompt/knn-loss`).
     Before `fit` it predicts from the prompt alone (its store is empty)."""
     method = build_method(method) if isinstance(method, str) else method
+    backbone = default_backbone() if backbone is None else backbone
     if isinstance(backbone, str):
         config = BackboneConfig(name=backbone, max_length=MAX_LENGTH, device=device or default_device())
         backbone = load_backbone(config)
     method.check_backbone(backbone)
-    verbalizer = labels if isinstance(labels, Verbalizer) else Verbalizer.of(labels)
-    template = template if isinstance(template, Template) else Template(template)
-    return Estimator(untrained_classifier(backbone, template, verbalizer), method)
+    return Estimator(build_classifier(backbone, template, labels), method)
 
 
 def load(path: str | Path, *, device: str | None = None, backbone: Backbone | None = None) -> Estimator:

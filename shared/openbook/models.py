@@ -35,6 +35,9 @@ from openbook.atomic import staged_directory, staged_file
 
 # chosen on dev over smollm2-135m: docs/experiments/training-budget-and-backbone.md
 DEFAULT_BACKBONE = "gemma3-270m"
+# Replaces DEFAULT_BACKBONE where no backbone is named: `create_classifier`, the command line's --backbone
+# and the service's new tasks (its `default_backbone` setting reads the same variable).
+DEFAULT_BACKBONE_ENV = "OPENBOOK_DEFAULT_BACKBONE"
 COPY_BLOCK = 1 << 20  # bytes read at a time while assembling and hashing chunks
 
 
@@ -92,6 +95,11 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         checksums="SHA256SUMS",
     ),
 }
+
+
+def default_backbone() -> str:
+    """The backbone used where none is named: `$OPENBOOK_DEFAULT_BACKBONE`, else DEFAULT_BACKBONE."""
+    return os.environ.get(DEFAULT_BACKBONE_ENV) or DEFAULT_BACKBONE
 
 
 def model_cache_dir() -> Path:

@@ -1,5 +1,6 @@
-"""How a classifier predicts before it is trained: the one set of defaults that `create_classifier`,
-`openbook classify` and the service's new tasks (`services/bus/task_spec.py`) share.
+"""The one builder of a classifier, `build_classifier`, and how it predicts before it is trained: the
+defaults that `create_classifier`, the `openbook` commands (`cli/common.classifier_from_args`) and the
+service's tasks (`services/bus/task_spec.task_classifier`) share.
 
 - P_LM calibrated by the content-free prior: a new task has no texts to measure a domain prior on, and
   once it holds examples the domain prior over them was not the 1 point better on dev that replacing it
@@ -12,6 +13,8 @@ Both choices: docs/experiments/untrained-task-calibration.md (`openbook first-us
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 from openbook.backbone import Backbone
 from openbook.calibration import CalibrationMode
@@ -26,10 +29,10 @@ UNTRAINED_KNN = KnnConfig()
 UNTRAINED_CALIBRATION: CalibrationMode = "content-free"
 
 
-def untrained_classifier(
+def build_classifier(
     backbone: Backbone,
-    template: Template,
-    verbalizer: Verbalizer,
+    template: str | Template,
+    labels: Mapping[str, str] | Sequence[str] | Verbalizer,
     *,
     knn: KnnConfig = UNTRAINED_KNN,
     calibration: CalibrationMode = UNTRAINED_CALIBRATION,
@@ -37,8 +40,13 @@ def untrained_classifier(
     label_scoring: LabelScoring = "exact",
 ) -> Classifier:
     """A classifier with an empty store and the untrained defaults (bad templates or label words raise
-    PromptError). The content-free prior is measured here; a domain prior needs texts, so `calibration`
-    "domain" leaves the bias for the caller to set from them."""
+    PromptError); `labels` as label -> word, or label names alone (each scored by its readable word).
+
+    The content-free prior is measured here (a forward); "none" sets no bias, for a caller that measures
+    or resets it itself; a domain prior needs texts, so "domain" leaves the bias for the caller to set
+    from them."""
+    verbalizer = labels if isinstance(labels, Verbalizer) else Verbalizer.of(labels)
+    template = template if isinstance(template, Template) else Template(template)
     classifier = Classifier(
         backbone, template, verbalizer, knn=knn, batch_size=batch_size, label_scoring=label_scoring
     )

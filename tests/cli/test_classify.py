@@ -41,7 +41,7 @@ def test_untrained_classify_serves_as_an_untrained_service_task(tmp_path, causal
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.selection import lambda_on_store
 
-    from services.bus.task_spec import Task, build_classifier
+    from services.bus.task_spec import Task, task_classifier
 
     rows = [("a good film", "1"), ("a bad film", "0"), ("great fun", "1"), ("boring and bad", "0")] * 3
     examples = tmp_path / "examples.tsv"
@@ -53,7 +53,7 @@ def test_untrained_classify_serves_as_an_untrained_service_task(tmp_path, causal
 
     # the service's untrained task on the same examples: its defaults, lambda chosen leave-one-out
     task = Task(name="t", template="{text} It was {mask}", labels={"0": "bad", "1": "good"}, backbone="b")
-    service = build_classifier(task, load_backbone(BackboneConfig(name=str(causal_dir), max_length=128)))
+    service = task_classifier(task, load_backbone(BackboneConfig(name=str(causal_dir), max_length=128)))
     embedded = service.embed([text for text, _ in rows])
     ids = service.add_embeddings(embedded, [label for _, label in rows], texts=[text for text, _ in rows])
     service.knn = lambda_on_store(service, ids, embedded.lm_log_probs)

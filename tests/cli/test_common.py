@@ -12,8 +12,8 @@ from openbook.cli.common import (
     add_label_scoring_argument,
     add_prompt_arguments,
     add_training_arguments,
-    build_classifier,
     checked_settings,
+    classifier_from_args,
     data_dir,
     train_config,
 )
@@ -120,15 +120,31 @@ def test_label_scoring_reaches_the_classifier_and_the_settings(causal_dir: Path,
     for name in ("data", "shots", "calibration"):
         parser.add_argument(f"--{name}")
     argv = ["--backbone", str(causal_dir), "--template", "{text} It was {mask}", "--labels", "0=bad,1=good"]
-    assert build_classifier(parser.parse_args(argv), None).label_scoring == "exact"
+    plain = classifier_from_args(parser.parse_args(argv), None)
+    assert plain.label_scoring == "exact"
+    assert plain.label_bias is None  # each command measures its calibration modes' biases itself
     args = parser.parse_args([*argv, "--label-scoring", "vectors"])
-    assert build_classifier(args, None).label_scoring == "vectors"
+    assert classifier_from_args(args, None).label_scoring == "vectors"
     assert checked_settings(args)["label_scoring"] == "vectors"
-    # results recorded before the option scored exactly: they resume as exact, and only as exact
     (tmp_path / "settings.json").write_text(json.dumps(checked_settings(parser.parse_args(argv))))
+    assert checked_settings(parser.parse_args(argv))["label_scoring"] == "exact"  # resumes as recorded
+    with pytest.raises(ValueError, match="label_scoring: 'exact' -> 'vectors'"):
+        checked_settings(args)
+    # a directory from before the option was recorded is refused, naming the tool that writes it in
     saved = json.loads((tmp_path / "settings.json").read_text())
     del saved["label_scoring"]
     (tmp_path / "settings.json").write_text(json.dumps(saved))
-    assert checked_settings(parser.parse_args(argv))["label_scoring"] == "exact"
-    with pytest.raises(ValueError, match="label_scoring: 'exact' -> 'vectors'"):
-        checked_settings(args)
+    with pytest.raises(ValueError, match=r"label_scoring: None -> 'exact'.*tools/spell_out_settings\.py"):
+        checked_settings(parser.parse_args(argv))
+
+
+def test_every_committed_results_directory_records_its_knn_and_label_scoring() -> None:
+    """No command reads an older settings.json shape: the committed ones say what ran."""
+    import json
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    paths = sorted(docs.rglob("settings.json"))
+    assert paths
+    for path in paths:
+        saved = json.loads(path.read_text())
+        assert "label_scoring" in saved and "knn" in saved, path

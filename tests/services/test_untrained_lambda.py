@@ -10,7 +10,7 @@ from openbook.selection import lambda_on_store
 
 from services.api.runtime import TaskRuntime
 from services.bus.examples_log import LogEntry
-from services.bus.task_spec import Task, build_classifier
+from services.bus.task_spec import Task, task_classifier
 from tests.services.harness import CLUSTER_EXAMPLES, CLUSTERS_TASK
 
 EXAMPLES = [e for e in CLUSTER_EXAMPLES if e["label"] == "a" or e["id"] >= 10]  # the two clusters only
@@ -39,7 +39,7 @@ def _runtime(causal_backbone, lam: float | None) -> tuple[TaskRuntime, Log]:
         {**CLUSTERS_TASK, "knn": {**CLUSTERS_TASK["knn"], "lam": lam}, "backbone": "tiny"}
     )
     log = Log()
-    return TaskRuntime(task, build_classifier(task, causal_backbone), log), log  # type: ignore[arg-type]
+    return TaskRuntime(task, task_classifier(task, causal_backbone), log), log  # type: ignore[arg-type]
 
 
 def _expected(runtime: TaskRuntime) -> float:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from openbook.calibration import CALIBRATION_MODES
-from openbook.cli.common import add_label_scoring_argument, add_prompt_arguments, load_prompt
+from openbook.cli.common import add_label_scoring_argument, add_prompt_arguments, classifier_from_args
 from openbook.data import read_split
 from openbook.untrained import UNTRAINED_CALIBRATION, UNTRAINED_KNN
 
@@ -53,7 +53,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     import dataclasses
 
     from openbook.selection import lambda_on_store
-    from openbook.untrained import untrained_classifier
 
     knn = dataclasses.replace(
         UNTRAINED_KNN,
@@ -61,13 +60,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         temperature=args.temperature,
         lam=UNTRAINED_KNN.lam if args.lam is None else args.lam,
     )
-    classifier = untrained_classifier(
-        *load_prompt(args, args.task),
-        knn=knn,
-        calibration=args.calibration,
-        batch_size=args.batch_size,
-        label_scoring=args.label_scoring,
-    )
+    classifier = classifier_from_args(args, args.task, knn=knn, calibration=args.calibration)
     if args.examples:
         examples = read_split(args.examples)
         from openbook.experiments.evaluation import example_labels

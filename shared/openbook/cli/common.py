@@ -9,20 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from openbook.data import DATA_ENV, DataError, data_root
-from openbook.models import DEFAULT_BACKBONE
+from openbook.models import default_backbone
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
 
 if TYPE_CHECKING:
     from openbook.backbone import Backbone
+    from openbook.calibration import CalibrationMode
     from openbook.classifier import Classifier
     from openbook.knn import KnnConfig
     from openbook.training import TrainConfig
-
-# Settings recorded in settings.json since some date: a directory written before holds runs made with these.
-RECORDED_SINCE = {
-    "knn": {"similarity": "cosine", "standardise": False, "temperature": 0.1},
-    "label_scoring": "exact",
-}
 
 # Errors that are the user's to fix: printed in one line, exit status 2 (MethodError and
 # CheckpointError are ValueErrors).
@@ -43,7 +38,11 @@ def data_dir(args: argparse.Namespace) -> str:
 
 
 def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backbone", default=DEFAULT_BACKBONE, help="registered name, local path or hub id")
+    parser.add_argument(
+        "--backbone",
+        default=default_backbone(),
+        help="registered name, local path or hub id ($OPENBOOK_DEFAULT_BACKBONE)",
+    )
     parser.add_argument("--template", help="e.g. '{text} It was {mask}' (default: the task's preset)")
     parser.add_argument(
         "--labels",
@@ -154,7 +153,7 @@ def knn_config(args: argparse.Namespace) -> KnnConfig:
 
 
 def knn_settings(knn: KnnConfig) -> dict:
-    """How neighbours were scored, as `settings.json` records it (a missing key reads as RECORDED_SINCE's)."""
+    """How neighbours were scored, as `settings.json` records it."""
     return {
         "knn": {"similarity": knn.similarity, "standardise": knn.standardise, "temperature": knn.temperature}
     }
@@ -216,11 +215,25 @@ def load_prompt(args: argparse.Namespace, task: str | None) -> tuple[Backbone, T
     return backbone, *prompt_for(task, args.template, args.labels, backbone.kind, task_dir(args, task))
 
 
-def build_classifier(args: argparse.Namespace, task: str | None) -> Classifier:
-    """The backbone and prompt the arguments name, with an empty store."""
-    from openbook.classifier import Classifier
+def classifier_from_args(
+    args: argparse.Namespace,
+    task: str | None,
+    *,
+    knn: KnnConfig | None = None,
+    calibration: CalibrationMode = "none",
+) -> Classifier:
+    """The backbone and prompt the arguments name, with an empty store (`untrained.build_classifier`).
+    No label bias unless `calibration` asks for one: the commands that evaluate measure each mode's bias
+    themselves, and training resets it."""
+    from openbook.untrained import UNTRAINED_KNN, build_classifier
 
-    return Classifier(*load_prompt(args, task), batch_size=args.batch_size, label_scoring=args.label_scoring)
+    return build_classifier(
+        *load_prompt(args, task),
+        knn=UNTRAINED_KNN if knn is None else knn,
+        calibration=calibration,
+        batch_size=args.batch_size,
+        label_scoring=args.label_scoring,
+    )
 
 
 def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
@@ -242,7 +255,6 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
     path = Path(args.out) / "settings.json"
     if path.exists():
         saved = json.loads(path.read_text())
-        saved = RECORDED_SINCE | saved
         if not saved.get("full") and saved.get("epochs") is not None:
             # Recorded before `first_pass`: the default budget's whole pass changes nothing up to 128
             # training examples (16 per class, up to 8 classes: every k-shot split), and only `--full`
@@ -255,7 +267,10 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
         }
         if changed:
             details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            # a directory from before these were recorded: the tool writes in the values its runs had
+            unrecorded = [k for k in ("knn", "label_scoring") if k in changed and k not in saved]
+            hint = f"; {', '.join(unrecorded)} unrecorded: tools/spell_out_settings.py" if unrecorded else ""
             raise ValueError(
-                f"{args.out} holds results made with other settings ({details}); use another --out"
+                f"{args.out} holds results made with other settings ({details}); use another --out{hint}"
             )
     return settings

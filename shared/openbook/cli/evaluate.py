@@ -18,8 +18,8 @@ from openbook.cli.common import (
     add_label_scoring_argument,
     add_prompt_arguments,
     add_training_arguments,
-    build_classifier,
     checked_settings,
+    classifier_from_args,
     knn_config,
     knn_settings,
     train_config,
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         pending_peers = {p: pending for p, pending in pending_peers.items() if pending}
         if not pending_seeds and not pending_runs and not pending_peers:
             continue
-        classifier = build_classifier(args, task)
+        classifier = classifier_from_args(args, task)
         classifier.knn = knn
 
         def save(record):

@@ -13,7 +13,7 @@ from openbook.cli.common import (
     add_data_argument,
     add_label_scoring_argument,
     add_prompt_arguments,
-    build_classifier,
+    classifier_from_args,
 )
 
 
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     data = {(t, s): load_train_dev(args.data, t, s) for t in tasks for s in seeds}  # all checked up front
     records = []
     for task in tasks:
-        classifier = build_classifier(args, task)
+        classifier = classifier_from_args(args, task)
         for seed in tqdm(seeds, desc=f"{task} seeds"):
             records += check_seed(classifier, task, seed, *data[task, seed], per_class)
     out = Path(args.out)

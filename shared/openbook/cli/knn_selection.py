@@ -15,8 +15,8 @@ from openbook.cli.common import (
     add_label_scoring_argument,
     add_prompt_arguments,
     add_training_arguments,
-    build_classifier,
     checked_settings,
+    classifier_from_args,
     train_config,
 )
 
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
 
     def embed(task: str, seed: int) -> SeedEmbeddings:
         if task not in classifiers:
-            classifier = build_classifier(args, task)
+            classifier = classifier_from_args(args, task)
             weights = classifier.backbone.model.state_dict()
             classifiers[task] = (
                 classifier,

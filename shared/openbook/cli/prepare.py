@@ -7,13 +7,13 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from openbook.models import DEFAULT_BACKBONE
+from openbook.models import default_backbone
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     prepare = commands.add_parser("prepare", help="convert and cache a packaged backbone (offline)")
     prepare.add_argument(
-        "--backbone", default=DEFAULT_BACKBONE, help="a registered name, or a model directory"
+        "--backbone", default=default_backbone(), help="a registered name, or a model directory"
     )
     prepare.add_argument(
         "--random-weights",

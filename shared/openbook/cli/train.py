@@ -12,7 +12,7 @@ from openbook.cli.common import (
     add_label_scoring_argument,
     add_prompt_arguments,
     add_training_arguments,
-    build_classifier,
+    classifier_from_args,
     train_config,
 )
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 f"the checkpoint's labels {sorted(base.labels)} differ from the data's labels {data_labels}"
             )
     else:
-        base = build_classifier(args, args.task)
+        base = classifier_from_args(args, args.task)
     base_sha = (
         weights_sha256(base.backbone.model)
         if not args.init  # the loaded checkpoint was verified: its manifest names the base weights
