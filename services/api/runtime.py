@@ -38,9 +38,9 @@ from openbook.quality import Scored, leave_one_out
 from openbook.selection import lambda_on_store
 
 from services.bus.examples_log import ExampleLog, LogEntry
-from services.bus.jobs import Published
 from services.bus.replay import replay
 from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY, Task
+from services.bus.versions import Published
 
 
 class StaleRuntime(Exception):

@@ -16,8 +16,8 @@ import redis
 from redis.typing import KeyT, StreamIdT
 
 from services.api.tasks import TaskRegistry
-from services.bus.jobs import Published, checkpoints_key
 from services.bus.replies import StreamBatches
+from services.bus.versions import Published, checkpoints_key
 
 logger = logging.getLogger(__name__)
 

@@ -27,8 +27,9 @@ import redis
 from pydantic import ValidationError
 from redis.typing import EncodableT
 
+from services.bus.durability import wait_durable
 from services.bus.examples_log import ExampleLog
-from services.bus.jobs import JOB_PREFIX, QUEUE_JOB, job_keys, wait_durable
+from services.bus.jobs import JOB_PREFIX, QUEUE_JOB, job_keys
 from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY, Task
 
 # A spec that changed between the read and the script is read again; a few rounds settle any race.

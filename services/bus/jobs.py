@@ -1,4 +1,4 @@
-"""Training jobs and published checkpoints on the bus.
+"""Training jobs on the bus.
 
 Jobs are entries on one stream read by the `trainers` consumer group. A job's
 state (queued, running, succeeded, failed, cancelled), progress and result
@@ -17,13 +17,8 @@ worker takes them at its next claim instead of after the idle time.
 
 A job belongs to one generation of its task (task_spec.GENERATIONS_KEY): a
 job whose task was deleted is not started, and its checkpoint is refused at
-publication (TaskGone), also when a task of the same name exists again.
-
-A checkpoint travels by pointer: its directory (written atomically on the
-shared artifacts volume) and the sha256 of its manifest, appended to the
-task's checkpoints stream, with the task's `current` key set to the newest.
-The same script records the version in the task's versions hash (versions.py),
-also for a candidate the promotion gate rejected, which is never published.
+publication (TaskGone, from versions.publish_checkpoint), also when a task of
+the same name exists again.
 """
 
 from __future__ import annotations
@@ -31,12 +26,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 from redis.typing import EncodableT
 
+from services.bus.durability import wait_durable
 from services.bus.replies import Fields, StreamBatches, StreamEntry
 from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY
 
@@ -128,61 +124,6 @@ return 1
 """
 )
 
-# Lua helpers over a task's versions hash (version -> JSON record, services/bus/versions.py). `serve`
-# points the task at a recorded version as a publish does: the version serving until then is retired, the
-# pointer is appended to the checkpoints stream (every replica follows it) and `current` is set.
-VERSIONS_LUA = """
-local function set_state(versions, version, state)
-  local raw = redis.call('HGET', versions, version)
-  if raw then
-    local record = cjson.decode(raw)
-    record['state'] = state
-    redis.call('HSET', versions, version, cjson.encode(record))
-  end
-end
-local function serve(versions, checkpoints, current, record)
-  local previous = redis.call('GET', current)
-  if previous then
-    local old = cjson.decode(previous)['version']
-    if old ~= record['version'] then
-      set_state(versions, old, 'retired')
-    end
-  end
-  record['state'] = 'serving'
-  redis.call('HSET', versions, record['version'], cjson.encode(record))
-  local pointer = {version = record['version'], path = record['path'],
-    manifest_sha256 = record['manifest_sha256'], log_offset = record['log_offset']}
-  redis.call('XADD', checkpoints, '*', 'version', pointer.version, 'path', pointer.path,
-    'manifest_sha256', pointer.manifest_sha256, 'log_offset', pointer.log_offset)
-  redis.call('SET', current, cjson.encode(pointer))
-end
-"""
-
-# A job's checkpoint, for the task generation the job was made for only: with a version record (ARGV[3]),
-# served (ARGV[4] 'serve') or kept as rejected, in one step; without one, a bare pointer is published.
-_PUBLISH = (
-    VERSIONS_LUA
-    + """
-local generation = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 or generation ~= ARGV[2] then
-  return 0
-end
-if ARGV[3] == '' then
-  redis.call('XADD', KEYS[3], '*', unpack(ARGV, 6))
-  redis.call('SET', KEYS[4], ARGV[5])
-  return 1
-end
-local record = cjson.decode(ARGV[3])
-if ARGV[4] == 'serve' then
-  serve(KEYS[5], KEYS[3], KEYS[4], record)
-else
-  record['state'] = 'rejected'
-  redis.call('HSET', KEYS[5], record['version'], cjson.encode(record))
-end
-return 1
-"""
-)
-
 
 def job_key(job_id: str) -> str:
     return f"{JOB_PREFIX}{job_id}"
@@ -195,18 +136,6 @@ def task_jobs_key(task: str) -> str:
 def job_keys(task: str, job_id: str) -> list[str]:
     """The keys QUEUE_JOB's `queue_job` writes and reads, in its order."""
     return [TASKS_KEY, GENERATIONS_KEY, job_key(job_id), task_jobs_key(task), JOBS_STREAM]
-
-
-def checkpoints_key(task: str) -> str:
-    return f"openbook:task:{task}:checkpoints"
-
-
-def current_key(task: str) -> str:
-    return f"openbook:task:{task}:current"
-
-
-def versions_key(task: str) -> str:
-    return f"openbook:task:{task}:versions"
 
 
 class TaskGone(LookupError):
@@ -226,20 +155,6 @@ class Job:
     train_config: dict[str, Any]
     generation: str = "0"  # the task's generation when the job was submitted
     force: bool = False  # publish without the promotion gate
-
-
-@dataclass(frozen=True)
-class Published:
-    version: str
-    path: str
-    manifest_sha256: str
-    log_offset: str  # the last example-log entry the checkpoint's store covers
-
-
-def wait_durable(client: redis.Redis) -> None:
-    local, _ = client.execute_command("WAITAOF", 1, 0, 5000)
-    if int(local) < 1:
-        raise RuntimeError("Redis did not confirm the write on disk (is appendonly on?)")
 
 
 class JobQueue:
@@ -371,40 +286,3 @@ class JobQueue:
 
 def _encoded(fields: dict[str, Any]) -> dict[EncodableT, EncodableT]:
     return {k: json.dumps(v) if isinstance(v, dict) else v for k, v in fields.items()}
-
-
-def publish_checkpoint(
-    client: redis.Redis,
-    job: Job,
-    published: Published,
-    record: dict[str, Any] | None = None,
-    *,
-    serve: bool = True,
-) -> None:
-    """Point the job's task at a checkpoint; TaskGone if the task is not the one the job was made for.
-
-    With its version `record` (services/bus/versions.py), the record is written in the same step: as the
-    serving version, or, with `serve=False`, as a rejected one, and then nothing is published.
-    """
-    fields = asdict(published)
-    keys = [
-        TASKS_KEY,
-        GENERATIONS_KEY,
-        checkpoints_key(job.task),
-        current_key(job.task),
-        versions_key(job.task),
-    ]
-    args = [job.task, job.generation, "" if record is None else json.dumps({**record, **fields})]
-    args += [
-        "serve" if serve else "reject",
-        json.dumps(fields),
-        *(item for pair in fields.items() for item in pair),
-    ]
-    if not client.register_script(_PUBLISH)(keys=keys, args=args):
-        raise TaskGone(job.task, published.path)
-    wait_durable(client)
-
-
-def current_checkpoint(client: redis.Redis, task: str) -> Published | None:
-    raw = client.get(current_key(task))
-    return None if raw is None else Published(**json.loads(raw))

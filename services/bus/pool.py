@@ -18,8 +18,8 @@ from typing import cast
 import redis
 from openbook.prompting import TextInput
 
+from services.bus.durability import wait_durable
 from services.bus.examples_log import LogError
-from services.bus.jobs import wait_durable
 
 MAX_POOL_ID = 2**53 - 1  # the largest id a sorted-set score (a double) holds exactly
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import redis
 from openbook.artifacts import MANIFEST_NAME
 
-from services.bus.jobs import current_checkpoint, wait_durable
+from services.bus.durability import wait_durable
 from services.bus.task_spec import TASKS_KEY, Task
+from services.bus.versions import current_checkpoint
 
 _SWAP = """
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then

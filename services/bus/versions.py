@@ -1,8 +1,13 @@
-"""A task's model versions: their records, promotion (rollback), pinning and retention.
+"""A task's model versions: the served checkpoint, the records, promotion (rollback), pinning, retention.
+
+A checkpoint travels by pointer: its directory (written atomically on the
+shared artifacts volume) and the sha256 of its manifest, appended to the
+task's checkpoints stream, with the task's `current` key set to the newest.
 
 Every checkpoint a job writes gets a record in the task's versions hash
 (`openbook:task:<task>:versions`, version -> JSON), written by the script that
-publishes it or keeps it as rejected (jobs.publish_checkpoint). A record's
+publishes it or keeps it as rejected (publish_checkpoint), also for a
+candidate the promotion gate rejected, which is never published. A record's
 state is `serving` (the task's `current` pointer names it), `rejected` (the
 promotion gate turned it down; never served) or `retired` (served once).
 
@@ -26,19 +31,70 @@ import contextlib
 import json
 import re
 import shutil
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from services.bus.jobs import (
-    VERSIONS_LUA,
-    checkpoints_key,
-    current_key,
-    versions_key,
-    wait_durable,
+from services.bus.durability import wait_durable
+from services.bus.jobs import Job, TaskGone
+from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY
+
+# Lua helpers over a task's versions hash (version -> JSON record). `serve` points the task at a recorded
+# version as a publish does: the version serving until then is retired, the pointer is appended to the
+# checkpoints stream (every replica follows it) and `current` is set.
+VERSIONS_LUA = """
+local function set_state(versions, version, state)
+  local raw = redis.call('HGET', versions, version)
+  if raw then
+    local record = cjson.decode(raw)
+    record['state'] = state
+    redis.call('HSET', versions, version, cjson.encode(record))
+  end
+end
+local function serve(versions, checkpoints, current, record)
+  local previous = redis.call('GET', current)
+  if previous then
+    local old = cjson.decode(previous)['version']
+    if old ~= record['version'] then
+      set_state(versions, old, 'retired')
+    end
+  end
+  record['state'] = 'serving'
+  redis.call('HSET', versions, record['version'], cjson.encode(record))
+  local pointer = {version = record['version'], path = record['path'],
+    manifest_sha256 = record['manifest_sha256'], log_offset = record['log_offset']}
+  redis.call('XADD', checkpoints, '*', 'version', pointer.version, 'path', pointer.path,
+    'manifest_sha256', pointer.manifest_sha256, 'log_offset', pointer.log_offset)
+  redis.call('SET', current, cjson.encode(pointer))
+end
+"""
+
+# A job's checkpoint, for the task generation the job was made for only: with a version record (ARGV[3]),
+# served (ARGV[4] 'serve') or kept as rejected, in one step; without one, a bare pointer is published.
+_PUBLISH = (
+    VERSIONS_LUA
+    + """
+local generation = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 or generation ~= ARGV[2] then
+  return 0
+end
+if ARGV[3] == '' then
+  redis.call('XADD', KEYS[3], '*', unpack(ARGV, 6))
+  redis.call('SET', KEYS[4], ARGV[5])
+  return 1
+end
+local record = cjson.decode(ARGV[3])
+if ARGV[4] == 'serve' then
+  serve(KEYS[5], KEYS[3], KEYS[4], record)
+else
+  record['state'] = 'rejected'
+  redis.call('HSET', KEYS[5], record['version'], cjson.encode(record))
+end
+return 1
+"""
 )
-from services.bus.task_spec import TASKS_KEY
 
 # What a version's directory may be called: its records name directories under the task's, nothing else.
 VERSION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
@@ -100,8 +156,28 @@ return victims
 """
 
 
+@dataclass(frozen=True)
+class Published:
+    version: str
+    path: str
+    manifest_sha256: str
+    log_offset: str  # the last example-log entry the checkpoint's store covers
+
+
 class UnknownVersion(LookupError):
     pass
+
+
+def checkpoints_key(task: str) -> str:
+    return f"openbook:task:{task}:checkpoints"
+
+
+def current_key(task: str) -> str:
+    return f"openbook:task:{task}:current"
+
+
+def versions_key(task: str) -> str:
+    return f"openbook:task:{task}:versions"
 
 
 def directory_bytes(path: str | Path) -> int:
@@ -137,6 +213,43 @@ def new_record(
         "created": created,
         "pinned": False,
     }
+
+
+def publish_checkpoint(
+    client: redis.Redis,
+    job: Job,
+    published: Published,
+    record: dict[str, Any] | None = None,
+    *,
+    serve: bool = True,
+) -> None:
+    """Point the job's task at a checkpoint; TaskGone if the task is not the one the job was made for.
+
+    With its version `record` (new_record), the record is written in the same step: as the
+    serving version, or, with `serve=False`, as a rejected one, and then nothing is published.
+    """
+    fields = asdict(published)
+    keys = [
+        TASKS_KEY,
+        GENERATIONS_KEY,
+        checkpoints_key(job.task),
+        current_key(job.task),
+        versions_key(job.task),
+    ]
+    args = [job.task, job.generation, "" if record is None else json.dumps({**record, **fields})]
+    args += [
+        "serve" if serve else "reject",
+        json.dumps(fields),
+        *(item for pair in fields.items() for item in pair),
+    ]
+    if not client.register_script(_PUBLISH)(keys=keys, args=args):
+        raise TaskGone(job.task, published.path)
+    wait_durable(client)
+
+
+def current_checkpoint(client: redis.Redis, task: str) -> Published | None:
+    raw = client.get(current_key(task))
+    return None if raw is None else Published(**json.loads(raw))
 
 
 def list_versions(client: redis.Redis, task: str) -> tuple[str | None, list[dict[str, Any]]]:

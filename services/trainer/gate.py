@@ -36,8 +36,8 @@ from openbook.labels import LabelError, fit_to_labels
 from openbook.prompting import TextInput
 from openbook.selection import lambda_on_store
 
-from services.bus.jobs import Published
 from services.bus.task_spec import Task, task_classifier
+from services.bus.versions import Published
 
 logger = logging.getLogger(__name__)
 

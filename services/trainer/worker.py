@@ -44,9 +44,16 @@ from openbook.training import TrainConfig
 
 from services.bus.autotrain import queue_if_due
 from services.bus.examples_log import ExampleLog
-from services.bus.jobs import Job, JobQueue, Published, TaskGone, current_checkpoint, publish_checkpoint
+from services.bus.jobs import Job, JobQueue, TaskGone
 from services.bus.task_spec import TASKS_KEY, Task, task_classifier
-from services.bus.versions import directory_bytes, new_record, retain
+from services.bus.versions import (
+    Published,
+    current_checkpoint,
+    directory_bytes,
+    new_record,
+    publish_checkpoint,
+    retain,
+)
 from services.bus.workers import beat, forget
 from services.trainer.gate import judge, untrained_score
 from services.trainer.staging import sweep_staging, writing

@@ -8,7 +8,7 @@ import pytest
 import redis
 from openbook.checkpoints import load_classifier
 
-from services.bus.jobs import current_checkpoint
+from services.bus.versions import current_checkpoint
 from services.trainer.worker import Worker
 from tests.services.harness import TASK, TRAINING_EXAMPLES, wait_for
 

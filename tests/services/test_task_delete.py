@@ -14,8 +14,9 @@ from services.api.app import create_app
 from services.api.settings import Settings
 from services.bus.autotrain import autotrain_key
 from services.bus.examples_log import ExampleLog
-from services.bus.jobs import JobQueue, checkpoints_key, current_checkpoint, current_key, versions_key
+from services.bus.jobs import JobQueue
 from services.bus.server import EmbeddedRedis
+from services.bus.versions import checkpoints_key, current_checkpoint, current_key, versions_key
 from services.trainer.worker import Worker
 from tests.services.harness import wait_for
 

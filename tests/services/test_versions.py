@@ -9,9 +9,19 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from services.bus.jobs import Job, Published, checkpoints_key, current_checkpoint, publish_checkpoint
+from services.bus.jobs import Job
 from services.bus.task_spec import TASKS_KEY, Task
-from services.bus.versions import list_versions, new_record, promote, retain, set_pinned
+from services.bus.versions import (
+    Published,
+    checkpoints_key,
+    current_checkpoint,
+    list_versions,
+    new_record,
+    promote,
+    publish_checkpoint,
+    retain,
+    set_pinned,
+)
 from services.client import OpenBookClient
 from services.trainer.gate import METRIC
 from services.trainer.worker import Worker
