@@ -4,6 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 from openbook.cli import main
 
 _TOOL = Path(__file__).resolve().parents[2] / "tools" / "spell_out_settings.py"
@@ -358,28 +359,37 @@ def test_eval_scores_a_tasks_out_of_scope_queries_for_refusal_only(tmp_path, cau
 
 
 def test_a_resumed_untrained_grid_reads_its_test_embeddings_back(
-    tmp_path, causal_dir, toy_dataset, monkeypatch
+    tmp_path, causal_dir, toy_dataset, embed_sizes
 ):
-    from openbook.classifier import Classifier
-
     data, out = toy_dataset(tmp_path / "data", seeds=(1, 2)), tmp_path / "out"
     args = _eval_args(data, out, causal_dir, methods="zero-shot,knn-interp")
     assert main(_with_seeds(args, "1")) == 0
     (cached,) = (out / "cache").glob("embeddings-*.npz")
     first = json.loads((out / "results.json").read_text())
-    embedded = []
-    real_embed = Classifier.embed
-
-    def counted(self, texts, **options):
-        embedded.append(len(texts))
-        return real_embed(self, texts, **options)
-
-    monkeypatch.setattr(Classifier, "embed", counted)
+    embedded = embed_sizes()
     assert main(_with_seeds(args, "1,2")) == 0
     assert 10 not in embedded and embedded == [8, 8]  # seed 2's train and dev only: test read back
     records = json.loads((out / "results.json").read_text())
     assert [r for r in records if r["seed"] == 1] == first
     assert {r["seed"] for r in records} == {1, 2} and list((out / "cache").glob("*.npz")) == [cached]
+
+
+@pytest.fixture
+def embed_sizes(monkeypatch):
+    """Call it to count, from then on, how many texts each `Classifier.embed` call embeds (a list)."""
+    from openbook.classifier import Classifier
+
+    def start():
+        sizes, real_embed = [], Classifier.embed
+
+        def counted(self, texts, **options):
+            sizes.append(len(texts))
+            return real_embed(self, texts, **options)
+
+        monkeypatch.setattr(Classifier, "embed", counted)
+        return sizes
+
+    return start
 
 
 def _with_seeds(args, seeds):
@@ -388,8 +398,9 @@ def _with_seeds(args, seeds):
     return args
 
 
-def test_a_grid_stopped_mid_way_keeps_the_chunks_it_embedded(tmp_path, causal_dir, toy_dataset, monkeypatch):
-    from openbook.classifier import Classifier
+def test_a_grid_stopped_mid_way_keeps_the_chunks_it_embedded(
+    tmp_path, causal_dir, toy_dataset, monkeypatch, embed_sizes
+):
     from openbook.experiments import evaluation
 
     monkeypatch.setattr(evaluation, "CACHE_CHUNK", 4)  # the 10 test sentences: chunks of 4, 4 and 2
@@ -401,14 +412,7 @@ def test_a_grid_stopped_mid_way_keeps_the_chunks_it_embedded(tmp_path, causal_di
     first = json.loads((out / "results.json").read_text())
     chunks[1].unlink()  # as if the run had stopped in its second chunk
     (out / "results.json").unlink()
-    embedded = []
-    real_embed = Classifier.embed
-
-    def counted(self, texts, **options):
-        embedded.append(len(texts))
-        return real_embed(self, texts, **options)
-
-    monkeypatch.setattr(Classifier, "embed", counted)
+    embedded = embed_sizes()
     assert main(_with_seeds(args, "1")) == 0
     assert embedded == [4, 8, 8]  # the missing chunk, then seed 1's train and dev
     again = json.loads((out / "results.json").read_text())
