@@ -358,20 +358,27 @@ def test_eval_scores_a_tasks_out_of_scope_queries_for_refusal_only(tmp_path, cau
     assert "| toy | knn-interp |" in table.split("Out-of-scope queries")[1]
 
 
-def test_a_resumed_untrained_grid_reads_its_test_embeddings_back(
-    tmp_path, causal_dir, toy_dataset, embed_sizes
-):
+def test_a_resumed_untrained_grid_reads_its_embeddings_back(tmp_path, causal_dir, toy_dataset, embed_sizes):
     data, out = toy_dataset(tmp_path / "data", seeds=(1, 2)), tmp_path / "out"
     args = _eval_args(data, out, causal_dir, methods="zero-shot,knn-interp")
     assert main(_with_seeds(args, "1")) == 0
-    (cached,) = (out / "cache").glob("embeddings-*.npz")
+    cached = {p: p.stat().st_mtime_ns for p in (out / "cache").glob("embeddings-*.npz")}
+    assert len(cached) == 3  # the test queries, seed 1's train and its dev
     first = json.loads((out / "results.json").read_text())
     embedded = embed_sizes()
     assert main(_with_seeds(args, "1,2")) == 0
     assert 10 not in embedded and embedded == [8, 8]  # seed 2's train and dev only: test read back
     records = json.loads((out / "results.json").read_text())
     assert [r for r in records if r["seed"] == 1] == first
-    assert {r["seed"] for r in records} == {1, 2} and list((out / "cache").glob("*.npz")) == [cached]
+    assert {r["seed"] for r in records} == {1, 2}
+    now = {p: p.stat().st_mtime_ns for p in (out / "cache").glob("embeddings-*.npz")}
+    assert len(now) == 5 and all(now[p] == mtime for p, mtime in cached.items())  # none rewritten
+
+    embedded.clear()  # seed 2 stopped before its records landed: its train and dev are read back
+    kept = [r for r in records if r["seed"] == 1]
+    (out / "results.json").write_text(json.dumps(kept))
+    assert main(_with_seeds(args, "1,2")) == 0
+    assert embedded == []
 
 
 @pytest.fixture
@@ -408,12 +415,12 @@ def test_a_grid_stopped_mid_way_keeps_the_chunks_it_embedded(
     args = _eval_args(data, out, causal_dir, methods="zero-shot")
     assert main(_with_seeds(args, "1")) == 0
     chunks = sorted((out / "cache").glob("embeddings-*.npz"), key=lambda p: p.stat().st_mtime)
-    assert len(chunks) == 3
+    assert len(chunks) == 7  # test first (4, 4, 2), then seed 1's train (4, 4) and dev (4, 4)
     first = json.loads((out / "results.json").read_text())
     chunks[1].unlink()  # as if the run had stopped in its second chunk
     (out / "results.json").unlink()
     embedded = embed_sizes()
     assert main(_with_seeds(args, "1")) == 0
-    assert embedded == [4, 8, 8]  # the missing chunk, then seed 1's train and dev
+    assert embedded == [4]  # the missing chunk only: seed 1's train and dev are read back too
     again = json.loads((out / "results.json").read_text())
     assert [r["accuracy"] for r in again] == [r["accuracy"] for r in first]
