@@ -51,9 +51,12 @@ lint: install
 test: lint test-setup
 	$(BIN)/python -m pytest
 
-# The console's browser tests drive Debian's Chromium. Installed here when absent and this runs as root
-# with apt-get; when that cannot be done the tests skip with the reason, so this step never fails.
-test-setup:
+# The SetFit peer's tests need the optional extra (setfit itself; they build a tiny encoder, so not the
+# encoders' weights). The console's browser tests drive Debian's Chromium. Installed here when absent and
+# this runs as root with apt-get; when that cannot be done the tests skip with the reason, so this step
+# never fails.
+test-setup: install
+	$(BIN)/python -m pip install --quiet setfit==1.2.0
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing chromium for the console's browser tests"; \

@@ -125,6 +125,22 @@ def test_setfit_trains_and_writes_records_like_the_other_methods(
 
 
 @needs_setfit
+def test_setfit_scores_out_of_scope_queries_for_refusal_only(
+    tiny_packaged: Path, toy_task: tuple[Classifier, Path], toy_dataset
+) -> None:
+    classifier, data = toy_task
+    queries = [("-1", "who wrote the book"), ("-1", "where is it")]
+    toy_dataset.write_csv(data / "toy" / "oos_test.csv", queries)
+    config = SetFitConfig(num_iterations=2, batch_size=8)
+    (record,) = evaluate_setfit(classifier, data, "toy", [1], config=config, progress=False)
+    assert record.params["test_examples"] == 10 and record.params["out_of_scope_examples"] == 2
+    refusals = record.params["out_of_scope"]  # the threshold chosen on in-scope dev, as for the others
+    assert 0.0 <= refusals["threshold"] <= 1.0 and refusals["max_cost"] == 0.03
+    assert refusals["in_scope_accuracy_answering_all"] == record.accuracy  # the 10 in-scope rows alone
+    assert refusals["recall"] in (0.0, 0.5, 1.0)
+
+
+@needs_setfit
 def test_the_cap_stops_setfit_after_max_steps_and_says_so(
     tiny_packaged: Path, toy_task: tuple[Classifier, Path], capsys
 ) -> None:

@@ -245,11 +245,17 @@ def params_on_test(test: Embeddings | None, test_labels: np.ndarray | None = Non
     """What a record says of the test examples it was scored on (nothing in a dev-only run)."""
     if test is None:
         return {}
-    counts = {"test_examples": len(test.truncated), "truncated_test": int(test.truncated.sum())}
-    if test_labels is not None and (test_labels == OUT_OF_SCOPE).any():
-        counts["out_of_scope_examples"] = int((test_labels == OUT_OF_SCOPE).sum())
-        counts["test_examples"] -= counts["out_of_scope_examples"]
-    return counts
+    labels = np.zeros(len(test.truncated)) if test_labels is None else test_labels
+    return query_counts(labels) | {"truncated_test": int(test.truncated.sum())}
+
+
+def query_counts(test_labels: np.ndarray | None) -> dict[str, int]:
+    """How many in-scope test queries a record was scored on, and out-of-scope ones where there are."""
+    if test_labels is None:
+        return {}
+    refused = int((test_labels == OUT_OF_SCOPE).sum())
+    counts = {"test_examples": len(test_labels) - refused}
+    return counts | ({"out_of_scope_examples": refused} if refused else {})
 
 
 CACHE_CHUNK = 512  # texts per cached file: a grid stopped mid-way keeps what it embedded
@@ -262,10 +268,10 @@ def embed_once(
 
     An untrained classifier embeds the same texts the same way every run, and on a task of many labels
     that is most of a grid's time (clinc150 at 150 labels: the 5,500 test queries and each seed's 3,000
-    train and dev texts, hours on a CPU), so a grid that resumes reads them back instead. They are kept in chunks of CACHE_CHUNK texts, each file
-    named after its texts and everything that shapes the embeddings (backbone, prompt, label words,
-    length, label scoring) and written whole or not at all, so a run stopped mid-way resumes at the
-    first chunk it had not finished."""
+    train and dev texts, hours on a CPU), so a grid that resumes reads them back instead. They are kept
+    in chunks of CACHE_CHUNK texts, each file named after its texts and everything that shapes the
+    embeddings (backbone, prompt, label words, length, label scoring) and written whole or not at all,
+    so a run stopped mid-way resumes at the first chunk it had not finished."""
     if cache_dir is None or not texts:
         return classifier.embed(texts, progress=progress)
     setting = [

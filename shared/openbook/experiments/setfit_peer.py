@@ -48,7 +48,15 @@ import numpy as np
 from openbook.classifier import Classifier
 from openbook.data import KShotSplits, load_kshot
 from openbook.encoders import ENCODERS, check_installed, encoder_dir
-from openbook.experiments.evaluation import EvalRecord, example_labels, scores_on_test
+from openbook.experiments.evaluation import (
+    EvalRecord,
+    MethodResult,
+    example_labels,
+    out_of_scope_on_test,
+    query_counts,
+    scored_queries,
+    scores_on_test,
+)
 from openbook.methods.base import config_from_options, config_spec
 from openbook.prompting import TextInput
 from openbook.selection import accuracy
@@ -215,14 +223,16 @@ def evaluate_setfit(
     on_record: Callable[[EvalRecord], None] = lambda record: None,
     load: Callable[[int], KShotSplits] | None = None,  # seed -> splits; default: the k-shot layout
 ) -> list[EvalRecord]:
-    """Per seed: train on `train`, report dev accuracy and test accuracy / macro-F1 (none without test).
-    Each run prints the steps its pairs make and the steps trained under the cap."""
+    """Per seed: train on `train`, report dev accuracy and test accuracy / macro-F1 (none without test),
+    and, where the task has out-of-scope queries, refusals by the same rule as OpenBook's methods
+    (`evaluation.out_of_scope_on_test`, on the head's probabilities). Each run prints the steps its
+    pairs make and the steps trained under the cap."""
     config = config or SetFitConfig()
     require_peer(config)
     load = load or (lambda seed: load_kshot(data_dir, task, seed, shots))
     splits = {seed: load(seed) for seed in seeds}
-    test = splits[seeds[0]].test  # None: a dev-only run
-    test_labels = None if test is None else example_labels(classifier, test)
+    test_part = scored_queries(classifier, splits[seeds[0]])  # None: a dev-only run
+    test, test_labels = (None, None) if test_part is None else test_part
     num_labels = len(classifier.labels)
     records = []
     for seed in seeds:
@@ -239,14 +249,16 @@ def evaluate_setfit(
         )
         peer = SetFitPeer(config, device=device)  # fresh encoder weights per seed
         steps = peer.fit([e.text for e in split.train], train_labels, seed=seed, progress=progress)
-        dev_predicted = peer.predict_proba([e.text for e in split.dev], num_labels).argmax(-1)
+        dev_labels = example_labels(classifier, split.dev)
+        p_dev = peer.predict_proba([e.text for e in split.dev], num_labels)
         p_test = None if test is None else peer.predict_proba([e.text for e in test], num_labels)
         test_accuracy, test_macro_f1 = scores_on_test(p_test, test_labels, num_labels)
         params: dict[str, Any] = {
-            "dev_accuracy": accuracy(dev_predicted, example_labels(classifier, split.dev)),
-            **({} if test is None else {"test_examples": len(test)}),
+            "dev_accuracy": accuracy(p_dev.argmax(-1), dev_labels),
+            **query_counts(test_labels),
             **asdict(config),
             "steps": steps,
+            **out_of_scope_on_test(MethodResult(p_test, {}, p_dev), dev_labels, test_labels),
         }
         record = EvalRecord(
             task=task,
