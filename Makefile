@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-scoring-dev ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-trained clinc150-scoring-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -164,8 +164,9 @@ knn-selection: install
 # prompt-ft and retroprompt as they then were (no demonstrations, the kNN-guided loss, the token-embedding
 # table trained) with the epoch budget that competes with 32 steps (20 epochs, a dev check
 # each, patience 4 epochs, at most 120 steps), its kNN scored by plain cosine like the 32-step records. DEV_BACKBONE=gemma3-270m compares the other backbone.
-# Resumable; on a CPU, run a task at a time (DEV_TASKS=trec). PARALLEL=N runs the (task, seed) units as N
-# processes into the same directory (on a GPU, all 20 at once: PARALLEL=20; `openbook eval --device auto`, its default, finds the GPU).
+# Resumable; on a CPU, run a task at a time (DEV_TASKS=trec). PARALLEL=N runs the grid's units as N processes
+# into the same directory: per (task, seed), the untrained methods together and each trained method alone
+# (on a GPU, all at once, e.g. PARALLEL=20; `openbook eval --device auto`, its default, finds the GPU).
 PARALLEL ?= 1
 DEV_BACKBONE ?= smollm2-135m
 DEV_TASKS ?= SST-2,trec,mpqa,sst-5
@@ -280,6 +281,15 @@ clinc150: install
 	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
 		--methods zero-shot,knn,knn-interp --seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/clinc150-untrained-$(TABLE_BACKBONE)
+
+# clinc150's trained rows: prompt-ft, the default (retroprompt) and the SetFit-MPNet peer (its steps capped at
+# SetFitConfig.max_steps, 1,000: 1,500 examples make 7,500 steps of pairs), 5 seeds of 1,500 examples, scored
+# as the untrained rows are. Runs after the scoring rule below has decided the default. Resumable, a unit
+# per (method, seed); PARALLEL=N as above (on a GPU, all 15 at once: PARALLEL=15).
+clinc150-trained: setfit
+	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
+		--methods prompt-ft,retroprompt,setfit --seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
+		--out docs/results/clinc150-trained-$(TABLE_BACKBONE)
 
 # The scoring rule's other side (docs/decisions.md, "Many labels"): label vectors on clinc150's dev sets,
 # untrained, 5 seeds; test is never read.

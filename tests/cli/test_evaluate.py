@@ -329,6 +329,19 @@ def test_eval_parallel_runs_each_task_and_seed_as_its_own_process(tmp_path, caus
     assert "--parallel must be at least 1" in capsys.readouterr().err
 
 
+def test_eval_parallel_runs_each_trained_method_as_its_own_unit(
+    tmp_path, causal_dir, toy_dataset, training_flags
+):
+    data, out = toy_dataset(tmp_path / "data"), tmp_path / "out"
+    args = _with_seeds(_eval_args(data, out, causal_dir, methods="zero-shot,knn,prompt-ft,retroprompt"), "1")
+    assert main([*args, *training_flags, "--parallel", "2"]) == 0
+    # the untrained methods share one embedding of the data: one unit; each trained method, its own
+    logs = sorted(p.name for p in (out / "logs").iterdir())
+    assert logs == ["toy-1-prompt-ft.log", "toy-1-retroprompt.log", "toy-1-zero-shot,knn.log"]
+    records = json.loads((out / "results.json").read_text())
+    assert sorted(r["method"] for r in records) == ["knn", "prompt-ft", "retroprompt", "zero-shot"]
+
+
 def test_a_units_command_is_the_grids_with_its_own_task_and_seed():
     from openbook.cli.parallel import unit_argv
 

@@ -155,10 +155,17 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         from openbook.cli.parallel import Unit, run_units, unit_argv
         from openbook.experiments.reports import write_results
 
+        # The untrained methods share one embedding of the data, so they stay one unit; each trained
+        # method or peer is a unit of its own, so a grid spreads over as many processes as it has runs.
+        groups = ([",".join(frozen)] if frozen else []) + [m for m in methods if m not in frozen]
         units = [
-            Unit(f"{task}-{seed}", unit_argv(argv, {"--task": task, "--seeds": str(seed)}))
+            Unit(
+                f"{task}-{seed}" + ("" if len(groups) == 1 else "-" + group.replace("/", "+")),
+                unit_argv(argv, {"--task": task, "--seeds": str(seed), "--methods": group}),
+            )
             for task in tasks
             for seed in seeds
+            for group in groups
         ]
         run_units(units, Path(args.out) / "logs", args.parallel)
         with locked(args.out) as out:  # the grid's own command in results.md, not its last unit's
