@@ -14,7 +14,7 @@ a local port (real HTTP), and the trainer worker, on the chosen backbone.
    give the same predictions.
 
 With `workers` (`--workers 1,2,4`), 1-3 are measured once per count: 1 on the in-process api as above,
-N > 1 on `openbook serve` with N api processes behind one port (services/api/worker_pool.py), in a
+N > 1 on `openbook serve` with N api processes behind one port (services/api/api_workers.py), in a
 process of its own on the same Redis, task and settings; the bare references still run in the bench's
 process. 4 and 5 run on the in-process replicas, after the last count, when 1 is among the counts.
 

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 import redis
 from fastapi import FastAPI
 
+from services.api.api_workers import ApiWorkerSet
 from services.api.batching import Batchers
 from services.api.console import mount_console
 from services.api.errors import install_error_handlers
@@ -28,15 +29,14 @@ from services.api.settings import Settings
 from services.api.swap import follow_checkpoints
 from services.api.tasks import TaskRegistry
 from services.api.threads import ReadWriteThreads
-from services.api.worker_pool import WorkerPool
 
 logger = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings | None = None, *, worker_pool: WorkerPool | None = None) -> FastAPI:
-    """`worker_pool`: this app is one of several api workers behind one port (services/api/worker_pool.py)."""
+def create_app(settings: Settings | None = None, *, api_workers: ApiWorkerSet | None = None) -> FastAPI:
+    """`api_workers`: this app is one of several api workers behind one port (services/api/api_workers.py)."""
     settings = settings or Settings()
-    metrics = Metrics(across_processes=worker_pool is not None)
+    metrics = Metrics(across_processes=api_workers is not None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -66,13 +66,13 @@ def create_app(settings: Settings | None = None, *, worker_pool: WorkerPool | No
         stop = threading.Event()
         follower = threading.Thread(target=follow_checkpoints, args=(registry, stop), daemon=True)
         follower.start()
-        if worker_pool is not None:
-            worker_pool.announce(ready=False)
-        warmer = threading.Thread(target=_warm_up, args=(registry, stop, worker_pool), daemon=True)
+        if api_workers is not None:
+            api_workers.announce(ready=False)
+        warmer = threading.Thread(target=_warm_up, args=(registry, stop, api_workers), daemon=True)
         warmer.start()
         yield
-        if worker_pool is not None:
-            worker_pool.leave()
+        if api_workers is not None:
+            api_workers.leave()
         await batchers.close()
         stop.set()
         follower.join(timeout=5)
@@ -80,11 +80,11 @@ def create_app(settings: Settings | None = None, *, worker_pool: WorkerPool | No
         client.close()
 
     app = FastAPI(title="OpenBook", version="1", lifespan=lifespan)
-    app.state.settings, app.state.metrics, app.state.worker_pool = settings, metrics, worker_pool
+    app.state.settings, app.state.metrics, app.state.api_workers = settings, metrics, api_workers
     # Not FastAPI's max_body_size: its 413 for a Content-Length over the limit is plain text, not an Error.
     app.add_middleware(LimitBody, max_bytes=settings.max_body_bytes)
     app.add_middleware(MeasureLatency, metrics=metrics)  # outermost (NameWorker aside): sees every answer
-    if worker_pool is not None:
+    if api_workers is not None:
         app.add_middleware(NameWorker)
     install_error_handlers(app)
     for router in ROUTERS:
@@ -95,10 +95,10 @@ def create_app(settings: Settings | None = None, *, worker_pool: WorkerPool | No
     return app
 
 
-def _warm_up(registry: TaskRegistry, stop: threading.Event, worker_pool: WorkerPool | None) -> None:
+def _warm_up(registry: TaskRegistry, stop: threading.Event, api_workers: ApiWorkerSet | None) -> None:
     registry.warm_up(stop)
-    if worker_pool is not None and registry.warmed.is_set():
-        worker_pool.announce(ready=True)  # the other workers' /readyz count this one in
+    if api_workers is not None and registry.warmed.is_set():
+        api_workers.announce(ready=True)  # the other workers' /readyz count this one in
 
 
 def _warn_if_open(settings: Settings) -> None:

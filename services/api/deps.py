@@ -22,13 +22,13 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from services.api.api_workers import ApiWorkerSet
 from services.api.batching import Batchers
 from services.api.metrics import Metrics
 from services.api.runtime import TaskRuntime
 from services.api.settings import Settings
 from services.api.tasks import TaskRegistry
 from services.api.threads import ReadWriteThreads
-from services.api.worker_pool import WorkerPool
 
 
 async def get_settings(request: Request) -> Settings:
@@ -51,8 +51,8 @@ async def get_batchers(request: Request) -> Batchers:
     return request.app.state.batchers
 
 
-async def get_worker_pool(request: Request) -> WorkerPool | None:
-    return request.app.state.worker_pool
+async def get_api_workers(request: Request) -> ApiWorkerSet | None:
+    return request.app.state.api_workers
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -60,7 +60,7 @@ Registry = Annotated[TaskRegistry, Depends(get_registry)]
 Threads = Annotated[ReadWriteThreads, Depends(get_threads)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 BatchersDep = Annotated[Batchers, Depends(get_batchers)]
-ApiWorkers = Annotated[WorkerPool | None, Depends(get_worker_pool)]  # None: the api is one process
+ApiWorkers = Annotated[ApiWorkerSet | None, Depends(get_api_workers)]  # None: the api is one process
 
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="the read or the write key")
 _bearer = HTTPBearer(auto_error=False, description="the read or the write key")

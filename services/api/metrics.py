@@ -1,6 +1,6 @@
 """Prometheus metrics, one registry per app (so several apps in one process never share counters).
 
-With several api workers (services/api/worker_pool.py) the counters and histograms are kept in
+With several api workers (services/api/api_workers.py) the counters and histograms are kept in
 prometheus-client's multiprocess files, and a scrape of any worker sums them over every worker the run
 has had (a restarted worker's counts stay in the totals: counters never go down). The task gauges are
 read at scrape time by the worker that answers, never written to those files: jobs and artifact bytes

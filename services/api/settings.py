@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"  # loopback: with no keys set, nobody else can reach the api
     port: int = 8000
     # api processes behind the port, each a full replica (its own model copy, batchers and log follower;
-    # services/api/worker_pool.py). 1 is one process, as `create_app` alone serves. On the CPU 1 is
+    # services/api/api_workers.py). 1 is one process, as `create_app` alone serves. On the CPU 1 is
     # right: one process's forwards already use every core. On one H100 (`bench api --workers 1,2,4`,
     # docs/benchmarks.md) no count kept latency within 1.15x and 4 workers served 510 texts/s against
     # 362 for one, fewer than one at 32 clients: processes time-slice the device. 1 there too.

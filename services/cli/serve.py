@@ -1,7 +1,7 @@
 """`openbook serve`: the api (FastAPI under uvicorn), configured from `OPENBOOK_*`.
 
 With `OPENBOOK_API_WORKERS` = N > 1 it runs N api processes behind one port, each a full replica
-(services/api/worker_pool.py). uvicorn binds the port here, once, and hands the socket to N spawned
+(services/api/api_workers.py). uvicorn binds the port here, once, and hands the socket to N spawned
 workers; the kernel gives each new connection to one of them. uvicorn also restarts a worker that dies
 or stops answering its health check, and stops them all on SIGTERM or SIGINT. Each worker builds its
 app with `worker_app`, its settings from the environment it inherits. Why replicas and not one model
@@ -53,10 +53,10 @@ def serve_workers(settings: Settings) -> int:
     from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
-    from services.api.worker_pool import open_pool
+    from services.api.api_workers import open_worker_set
 
     with tempfile.TemporaryDirectory(prefix="openbook-api-") as directory:
-        os.environ.update(open_pool(Path(directory)))  # the workers inherit it
+        os.environ.update(open_worker_set(Path(directory)))  # the workers inherit it
         config = uvicorn.Config(
             f"{__name__}:worker_app",
             factory=True,
@@ -73,15 +73,15 @@ def serve_workers(settings: Settings) -> int:
 
 def worker_app() -> FastAPI:
     """One worker's app, built in the worker (uvicorn's factory): settings from the inherited environment."""
+    from services.api.api_workers import ApiWorkerSet
     from services.api.app import create_app
     from services.api.settings import Settings
-    from services.api.worker_pool import WorkerPool
 
     _stop_with_parent()
     settings = Settings()
     # The workers share the cores: each takes its part unless OPENBOOK_THREADS says otherwise.
     fit_threads(settings.threads or max(1, (os.cpu_count() or 1) // settings.api_workers))
-    return create_app(settings, worker_pool=WorkerPool.from_environment(settings.api_workers))
+    return create_app(settings, api_workers=ApiWorkerSet.from_environment(settings.api_workers))
 
 
 def _stop_with_parent() -> None:

@@ -76,7 +76,7 @@ class LoraOptions:
 
 
 @dataclass(frozen=True)
-class LoraConfig(MethodConfig, LoraOptions):
+class LoraMethodConfig(MethodConfig, LoraOptions):
     def __post_init__(self) -> None:
         self.check_lora()
 
@@ -230,6 +230,6 @@ class TrainsLora(FullFineTuning):
 class Lora(TrainsLora, PromptFT):
     name = "lora"
     summary = "LoRA (Hu et al.): low-rank adapters on the attention projections, prompt-ft's loss (peft)"
-    config_class = LoraConfig
-    config: LoraConfig
+    config_class = LoraMethodConfig
+    config: LoraMethodConfig
     updates_backbone = False

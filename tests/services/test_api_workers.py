@@ -18,7 +18,7 @@ import pytest
 import redis
 from httpx import Response
 
-from services.api.worker_pool import WorkerPool, open_pool
+from services.api.api_workers import ApiWorkerSet, open_worker_set
 from services.bus.server import EmbeddedRedis, free_port
 from services.trainer.worker import Worker
 from tests.services.harness import TASK, TRAINING_EXAMPLES, wait_for
@@ -28,7 +28,7 @@ CLASSIFIED = 'openbook_request_seconds_count{method="POST",route="/v1/tasks/{tas
 
 
 @dataclass
-class Pool:
+class Workers:
     process: subprocess.Popen
     base: str
     bus: EmbeddedRedis
@@ -83,8 +83,8 @@ def _ok(response: Response) -> dict:
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory, causal_dir: Path) -> Iterator[Pool]:
-    root = tmp_path_factory.mktemp("pool")
+def workers(tmp_path_factory: pytest.TempPathFactory, causal_dir: Path) -> Iterator[Workers]:
+    root = tmp_path_factory.mktemp("workers")
     port = free_port()
     with EmbeddedRedis(root / "redis") as bus:
         env = {
@@ -106,7 +106,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory, causal_dir: Path) -> Iterator
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its workers too can be stopped as a group if it hangs
             )
-        served = Pool(process, f"http://127.0.0.1:{port}", bus, root / "artifacts", log)
+        served = Workers(process, f"http://127.0.0.1:{port}", bus, root / "artifacts", log)
         try:
             wait_for(lambda: process.poll() is not None or served.ready(), 120)
             assert process.poll() is None, log.read_text()[-3000:]
@@ -122,17 +122,17 @@ def pool(tmp_path_factory: pytest.TempPathFactory, causal_dir: Path) -> Iterator
         assert code == 0, log.read_text()[-3000:]
 
 
-def test_both_workers_serve_and_metrics_sum_over_them(pool: Pool) -> None:
-    before = pool.classify_count()
-    answers = pool.classify()
+def test_both_workers_serve_and_metrics_sum_over_them(workers: Workers) -> None:
+    before = workers.classify_count()
+    answers = workers.classify()
     sent = sum(len(responses) for responses in answers.values())
     assert len(answers) == 2 and all(answers.values())  # so each worker answered fewer than `sent`
     # A worker counts a request once it has answered it: wait for the last count to land.
-    wait_for(lambda: pool.classify_count() - before == sent, 10)
+    wait_for(lambda: workers.classify_count() - before == sent, 10)
 
 
-def test_readyz_answers_for_both_workers_from_either(pool: Pool) -> None:
-    answers = pool.each_worker("GET", "/readyz")
+def test_readyz_answers_for_both_workers_from_either(workers: Workers) -> None:
+    answers = workers.each_worker("GET", "/readyz")
     pids = sorted(answers)
     for responses in answers.values():
         for response in responses:
@@ -140,60 +140,60 @@ def test_readyz_answers_for_both_workers_from_either(pool: Pool) -> None:
             assert response.json()["api_workers"] == [{"pid": pid, "ready": True} for pid in pids]
 
 
-def test_a_label_added_on_one_worker_is_served_by_both(pool: Pool) -> None:
-    assert pool.call("POST", "/v1/tasks", {**TASK, "name": "grows"}).status_code == 201
-    pool.classify("grows")  # both workers load the task
-    response = pool.call("POST", "/v1/tasks/grows/labels", {"label": "2", "word": "okay"})
+def test_a_label_added_on_one_worker_is_served_by_both(workers: Workers) -> None:
+    assert workers.call("POST", "/v1/tasks", {**TASK, "name": "grows"}).status_code == 201
+    workers.classify("grows")  # both workers load the task
+    response = workers.call("POST", "/v1/tasks/grows/labels", {"label": "2", "word": "okay"})
     assert response.status_code == 201, response.text
-    for answers in pool.classify("grows").values():
+    for answers in workers.classify("grows").values():
         assert all(set(answer["predictions"][0]["probabilities"]) == {"0", "1", "2"} for answer in answers)
 
 
-def test_a_deleted_task_is_gone_from_both(pool: Pool) -> None:
-    assert pool.call("POST", "/v1/tasks", {**TASK, "name": "doomed"}).status_code == 201
-    pool.classify("doomed")  # both workers load the task
-    assert pool.call("DELETE", "/v1/tasks/doomed").status_code == 204
-    answers = pool.each_worker("POST", "/v1/tasks/doomed/classify", {"texts": ["a good film"]})
+def test_a_deleted_task_is_gone_from_both(workers: Workers) -> None:
+    assert workers.call("POST", "/v1/tasks", {**TASK, "name": "doomed"}).status_code == 201
+    workers.classify("doomed")  # both workers load the task
+    assert workers.call("DELETE", "/v1/tasks/doomed").status_code == 204
+    answers = workers.each_worker("POST", "/v1/tasks/doomed/classify", {"texts": ["a good film"]})
     assert {response.status_code for responses in answers.values() for response in responses} == {404}
 
 
-def test_a_published_checkpoint_is_swapped_in_on_both(pool: Pool) -> None:
+def test_a_published_checkpoint_is_swapped_in_on_both(workers: Workers) -> None:
     examples = [{"text": text, "label": label, "id": i} for i, (text, label) in enumerate(TRAINING_EXAMPLES)]
-    assert pool.call("POST", "/v1/tasks/reviews/examples", {"examples": examples}).status_code == 201
+    assert workers.call("POST", "/v1/tasks/reviews/examples", {"examples": examples}).status_code == 201
     train = {"method": "prompt-ft", "steps": 2, "batch_size": 4, "eval_every": 2, "force": True}
-    job = _ok(pool.call("POST", "/v1/tasks/reviews/train", train))
-    worker = Worker(redis.Redis.from_url(pool.bus.url), pool.artifacts, max_length=48)
+    job = _ok(workers.call("POST", "/v1/tasks/reviews/train", train))
+    worker = Worker(redis.Redis.from_url(workers.bus.url), workers.artifacts, max_length=48)
     assert worker.run_once(block_ms=100) == job["id"]
-    version = _ok(pool.call("GET", f"/v1/jobs/{job['id']}"))["published"]["version"]
+    version = _ok(workers.call("GET", f"/v1/jobs/{job['id']}"))["published"]["version"]
 
     def both_serve_it() -> bool:
-        answers = pool.classify()
+        answers = workers.classify()
         return all(answers[pid][-1]["model_version"] == version for pid in answers)
 
     wait_for(both_serve_it, 60)
 
 
-def test_readyz_waits_for_a_restarted_worker(pool: Pool) -> None:
-    killed, survivor = pool.pids()
+def test_readyz_waits_for_a_restarted_worker(workers: Workers) -> None:
+    killed, survivor = workers.pids()
     os.kill(killed, signal.SIGKILL)  # uvicorn starts another in its place
 
     def not_ready() -> dict | None:
-        response = pool.call("GET", "/readyz")
+        response = workers.call("GET", "/readyz")
         return response.json() if response.status_code == 503 else None
 
     body = wait_for(not_ready, 30)
     assert body["reason"] == "1 of 2 api workers ready"
     assert [w["pid"] for w in body["api_workers"] if w["ready"]] == [survivor]
-    back = wait_for(pool.ready, 120)["api_workers"]
+    back = wait_for(workers.ready, 120)["api_workers"]
     assert len(back) == 2 and killed not in {w["pid"] for w in back} and survivor in {w["pid"] for w in back}
 
 
 def test_a_pool_drops_workers_that_are_gone(tmp_path: Path) -> None:
-    open_pool(tmp_path)
+    open_worker_set(tmp_path)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     (tmp_path / "ready" / f"{gone.pid}.json").write_text(f'{{"pid": {gone.pid}, "ready": true}}')
-    board = WorkerPool(tmp_path, size=2)
+    board = ApiWorkerSet(tmp_path, size=2)
     board.announce(ready=True)
     assert board.members(own_ready=False) == [{"pid": os.getpid(), "ready": False}]
     assert not (tmp_path / "ready" / f"{gone.pid}.json").exists()

@@ -26,22 +26,22 @@ POOL_DIR_ENV = "OPENBOOK_API_POOL_DIR"  # set by `openbook serve` for its worker
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's own: it reads it when imported
 
 
-def open_pool(directory: Path) -> dict[str, str]:
-    """Lay out a fresh pool directory; returns the environment its workers need."""
+def open_worker_set(directory: Path) -> dict[str, str]:
+    """Lay out a fresh directory for a set of api workers; returns the environment its workers need."""
     (directory / "metrics").mkdir(parents=True)
     (directory / "ready").mkdir()
     return {POOL_DIR_ENV: str(directory), METRICS_DIR_ENV: str(directory / "metrics")}
 
 
 @dataclass(frozen=True)
-class WorkerPool:
-    """One worker's view of its pool: the shared directory and how many workers there should be."""
+class ApiWorkerSet:
+    """One worker's view of its set: the shared directory and how many workers there should be."""
 
     directory: Path
     size: int
 
     @classmethod
-    def from_environment(cls, size: int) -> WorkerPool:
+    def from_environment(cls, size: int) -> ApiWorkerSet:
         return cls(Path(os.environ[POOL_DIR_ENV]), size)
 
     @property
