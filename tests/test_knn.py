@@ -1,7 +1,5 @@
 """kNN scoring (`knn.py`): each path against a brute-force reference on seeded synthetic data."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -77,14 +75,6 @@ def test_knn_config_rejects_bad_values(kwargs):
 def test_knn_config_rejects_unknown_scoring(kwargs):
     with pytest.raises(ValueError):
         KnnConfig(**kwargs)
-
-
-def test_a_config_saved_before_the_scoring_options_reads_as_it_scored_then():
-    assert KnnConfig.from_saved({"k": 8, "temperature": 0.1, "lam": 0.3}) == KnnConfig(
-        8, 0.1, 0.3, similarity="cosine", standardise=False
-    )
-    saved = dataclasses.asdict(KnnConfig(4, 1.0, 0.5, similarity="centred", standardise=True))
-    assert KnnConfig.from_saved(saved) == KnnConfig(**saved)
 
 
 def _old_knn_distribution(similarities, labels, num_labels, temperature):

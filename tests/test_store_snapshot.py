@@ -87,7 +87,7 @@ def test_a_snapshot_of_another_format_version_is_refused(tmp_path: Path, filled_
         read_snapshot(tmp_path / "snap")
 
 
-def test_texts_round_trip_and_a_snapshot_without_them_loads(tmp_path: Path, filled_store):
+def test_texts_round_trip_and_a_store_without_them_writes_none(tmp_path: Path, filled_store):
     store, (ids, vectors, labels) = filled_store(20, seed=21, shard_size=8)
     store.add(ids[:3], vectors[:3], labels[:3], texts=["a", ("pair a", "pair b"), "ünïcode"])
     write_snapshot(store, tmp_path / "snap")
@@ -95,14 +95,13 @@ def test_texts_round_trip_and_a_snapshot_without_them_loads(tmp_path: Path, fill
     assert loaded.texts_of(ids[:3]) == ["a", ("pair a", "pair b"), "ünïcode"]
     with pytest.raises(KeyError, match="without its text"):
         loaded.texts_of(ids[3:4])
-    # A snapshot written before stores kept texts has no texts file and no "texts_file" entry.
-    manifest_path = tmp_path / "snap" / "store.json"
-    manifest = json.loads(manifest_path.read_text())
-    del manifest["texts_file"]
-    manifest_path.write_text(json.dumps(manifest))
-    (tmp_path / "snap" / "texts.json").unlink()
-    old = read_snapshot(tmp_path / "snap")
-    assert len(old) == len(store) and old.export_state().texts == {}
+    # A store no text was given to writes no texts file, and loads with none.
+    bare, _ = filled_store(20, seed=21, shard_size=8)
+    write_snapshot(bare, tmp_path / "bare")
+    assert json.loads((tmp_path / "bare" / "store.json").read_text())["texts_file"] is None
+    assert not (tmp_path / "bare" / "texts.json").exists()
+    loaded_bare = read_snapshot(tmp_path / "bare")
+    assert len(loaded_bare) == len(bare) and loaded_bare.export_state().texts == {}
     # Texts for an id the store does not hold mean the parts disagree.
     write_snapshot(store, tmp_path / "bad")
     (tmp_path / "bad" / "texts.json").write_text(json.dumps({"ids": [10**6], "texts": ["x"]}))

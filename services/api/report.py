@@ -56,7 +56,7 @@ def task_report(runtime: TaskRuntime, artifacts: Path, version: str | None) -> s
     record = manifest.get("dev_scores")
     if record is None:
         raise NoReport(
-            409, f"version {version!r} keeps no dev scores (made before they were kept, or with fewer than 2)"
+            409, f"version {version!r} keeps no dev scores (saved without them, or with fewer than 2)"
         )
     return _report(
         runtime,
@@ -64,7 +64,7 @@ def task_report(runtime: TaskRuntime, artifacts: Path, version: str | None) -> s
         version,
         str(manifest.get("log_offset", "")),
         manifest.get("dev_scored_on", "dev"),
-        float(manifest.get("confidence_temperature", 1.0)),
+        float(manifest["confidence_temperature"]),
         tuple(manifest["labels"]),
     )
 

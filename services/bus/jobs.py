@@ -75,7 +75,7 @@ if state ~= 'queued' and state ~= 'running' then
   return state
 end
 local task = redis.call('HGET', KEYS[1], 'task')
-local generation = redis.call('HGET', KEYS[1], 'generation') or '0'
+local generation = redis.call('HGET', KEYS[1], 'generation')
 if redis.call('HEXISTS', KEYS[2], task) == 0 or (redis.call('HGET', KEYS[3], task) or '0') ~= generation then
   redis.call('HSET', KEYS[1], 'state', 'cancelled', 'error', 'its task was deleted')
   return 'cancelled'
@@ -240,13 +240,12 @@ class JobQueue:
         if state != b"running" or (record := self.get(job_id)) is None:  # type: ignore[arg-type]
             self.ack(entry_id, consumer)  # finished, cancelled or gone: nothing to run
             return None
-        generation = record.get("generation", "0")  # a record from before generations counts as the first
         job = Job(
             record["id"],
             record["task"],
             record["method"],
             record["train_config"],
-            generation,
+            record["generation"],
             record["force"],
         )
         return entry_id, job

@@ -259,7 +259,7 @@ def list_versions(client: redis.Redis, task: str) -> tuple[str | None, list[dict
         pipe.hvals(versions_key(task))
         current, raw = pipe.execute()
     serving = None if current is None else json.loads(current)["version"]
-    records = [_read(value) for value in raw]
+    records = [json.loads(value) for value in raw]
     for record in records:  # a pointer published by hand (no record) leaves the last served one retired
         if record["state"] == "serving" and record["version"] != serving:
             record["state"] = "retired"
@@ -274,7 +274,7 @@ def promote(client: redis.Redis, task: str, version: str) -> dict[str, Any]:
     if answer in (b"notask", b"noversion"):
         raise UnknownVersion(f"no task {task!r}" if answer == b"notask" else f"no version {version!r}")
     wait_durable(client)
-    return _read(answer)
+    return json.loads(answer)
 
 
 def set_pinned(client: redis.Redis, task: str, version: str, pinned: bool) -> dict[str, Any]:
@@ -282,7 +282,7 @@ def set_pinned(client: redis.Redis, task: str, version: str, pinned: bool) -> di
     if answer is None:
         raise UnknownVersion(f"no version {version!r}")
     wait_durable(client)
-    return _read(answer)
+    return json.loads(answer)
 
 
 def retain(client: redis.Redis, task: str, artifacts_dir: str | Path, keep: int) -> list[str]:
@@ -297,9 +297,3 @@ def retain(client: redis.Redis, task: str, artifacts_dir: str | Path, keep: int)
         if re.fullmatch(VERSION_PATTERN, version) and version not in (".", ".."):
             shutil.rmtree(Path(artifacts_dir) / task / version, ignore_errors=True)
     return victims
-
-
-def _read(raw: bytes) -> dict[str, Any]:
-    record = json.loads(raw)
-    record.setdefault("pinned", False)
-    return record

@@ -62,8 +62,8 @@ def _from_checkpoint(path: Path) -> dict[str, Any]:
 
     manifest = json.loads((path / MANIFEST_NAME).read_text())
     if manifest.get("dev_scores") is None:
-        raise ValueError(f"{path} keeps no dev scores (made before they were kept, or with fewer than 2)")
-    temperature = float(manifest.get("confidence_temperature", 1.0))
+        raise ValueError(f"{path} keeps no dev scores (saved without them, or with fewer than 2)")
+    temperature = float(manifest["confidence_temperature"])
     report = report_of(scored_from_record(manifest["dev_scores"]), manifest["labels"], temperature)
     return {
         "checkpoint": str(path),

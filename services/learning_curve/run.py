@@ -27,8 +27,8 @@ from pathlib import Path
 import redis
 import torch
 from openbook.backbone import BackboneConfig, default_dtype, load_backbone, resolve_dtype
-from openbook.experiments.setfit_peer import is_peer, peer_config, recorded_peer_config
-from openbook.methods import build_method, method_config, recorded_config
+from openbook.experiments.setfit_peer import is_peer, peer_config
+from openbook.methods import build_method, method_config
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset
 from openbook.training import TrainConfig
@@ -166,21 +166,12 @@ SAME_SETUP = ("backbone", "test_size", "pool_size", "training", "max_length")
 
 def _setup(settings: dict) -> dict:
     """What the records of a run made with `settings` (as results.json holds them) measure: the SAME_SETUP
-    keys, the method's every option and each SetFit baseline's (`baseline <name>`). Runs that recorded
-    only the method's spec are read with today's defaults; runs that recorded no SetFit options ran
-    what `setfit` meant then (`setfit_peer.LEGACY_OPTIONS`: all-MiniLM-L6-v2, no cap)."""
-    peers = settings.get("peer_configs", {})
+    keys, the method's every option and each SetFit baseline's (`baseline <name>`)."""
     return (
         {key: _plain(settings.get(key)) for key in SAME_SETUP}
+        | {"method": _plain(settings["method_config"])}
         | {
-            "method": _plain(
-                recorded_config(settings["method_config"])
-                if settings.get("method_config")
-                else method_config(settings["method"])
-            )
-        }
-        | {
-            f"baseline {name}": _plain(recorded_peer_config(peers.get(name, {})))
+            f"baseline {name}": _plain(settings["peer_configs"][name])
             for name in settings.get("baselines", [])
             if is_peer(name)
         }

@@ -27,7 +27,7 @@ from openbook.classifier import Classifier
 from openbook.data import Example
 from openbook.demonstrations import DemoConfig
 from openbook.knn import KnnConfig
-from openbook.methods import METHODS, Method, MethodError, weights_sha256, with_added_options
+from openbook.methods import METHODS, Method, MethodError, weights_sha256
 from openbook.prompting import Template, Verbalizer
 from openbook.training import TrainConfig
 from openbook.version import __version__
@@ -92,8 +92,7 @@ def save_classifier(
 def method_of(manifest: dict[str, Any]) -> Method:
     """The configured method a manifest names (KeyError, TypeError or MethodError if it cannot say)."""
     method_class = METHODS[manifest["method"]]
-    config = with_added_options(method_class.config_class, manifest["method_config"])
-    return method_class(method_class.config_class(**config))
+    return method_class(method_class.config_class(**manifest["method_config"]))
 
 
 def loads_onto(path: str | Path, backbone: Backbone) -> bool:
@@ -110,7 +109,7 @@ def loads_onto(path: str | Path, backbone: Backbone) -> bool:
             spec["kind"],
             spec["layer"],
             spec["max_length"],
-            spec.get("dtype", "float32"),
+            spec["dtype"],
         )
         method = method_of(manifest)
     except (OSError, ValueError, KeyError, TypeError):  # MethodError is a ValueError
@@ -149,7 +148,7 @@ def load_classifier(
                     max_length=spec["max_length"],
                     device=device,
                     kind=spec["kind"],
-                    dtype=spec.get("dtype", "float32"),  # checkpoints from before dtypes were float32
+                    dtype=spec["dtype"],
                 )
             )
         if weights_sha256(backbone.model) != spec["weights_sha256"]:
@@ -163,13 +162,11 @@ def load_classifier(
             Template(manifest["template"]),
             Verbalizer(tuple(manifest["labels"]), tuple(manifest["label_words"])),
             store=checkpoint.store,
-            knn=KnnConfig.from_saved(manifest["knn"]),
+            knn=KnnConfig(**manifest["knn"]),
             demos=None if manifest["demos"] is None else DemoConfig(**manifest["demos"]),
             label_bias=None if bias is None else np.asarray(bias, dtype=np.float32),
-            confidence_temperature=float(
-                manifest.get("confidence_temperature", 1.0)
-            ),  # 1: before it was kept
-            label_scoring=manifest.get("label_scoring", "exact"),  # exact: before there was a choice
+            confidence_temperature=float(manifest["confidence_temperature"]),
+            label_scoring=manifest["label_scoring"],
         )
     except (KeyError, TypeError) as error:
         raise CheckpointError(f"{path}: manifest is missing or has a malformed entry: {error}") from None

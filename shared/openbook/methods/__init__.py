@@ -10,11 +10,9 @@ from openbook.methods.base import (
     build_method,
     check_prompt_fits,
     method_config,
-    recorded_config,
     recorded_spec,
     register_method,
     weights_sha256,
-    with_added_options,
 )
 
 __all__ = [
@@ -33,10 +31,8 @@ __all__ = [
     "method_config",
     "peft_prompts",
     "prompt_ft",
-    "recorded_config",
     "recorded_spec",
     "register_method",
     "retroprompt",
     "weights_sha256",
-    "with_added_options",
 ]

@@ -7,10 +7,8 @@ only talk to this interface, so adding a method is adding one module.
 
 A method spec on the command line is the method's name followed by `/option`s:
 `retroprompt/no-knn-infer` sets the boolean field `knn_infer` to False, and
-`retroprompt/demo-m=2` sets a field to a value. A config may keep an older
-spelling of an option as an alias (`retroprompt/no-demos` is
-`retroprompt/demos=none`), so that specs recorded before still parse; specs
-are written in the canonical spelling.
+`retroprompt/demo-m=2` sets a field to a value. Specs are written in one
+canonical spelling: every option off its default, in field order.
 """
 
 from __future__ import annotations
@@ -45,9 +43,6 @@ class MethodError(ValueError):
 class MethodConfig:
     # Fields that change only how a trained model predicts: runs differing in them share one training.
     INFERENCE_ONLY: ClassVar[tuple[str, ...]] = ()
-    # Older spellings of options, alias -> canonical (e.g. "no-demos" -> "demos=none"): parsed as the
-    # canonical option.
-    OPTION_ALIASES: ClassVar[dict[str, str]] = {}
 
     def training_key(self) -> tuple[tuple[str, Any], ...]:
         return tuple((k, v) for k, v in dataclasses.asdict(self).items() if k not in self.INFERENCE_ONLY)
@@ -264,23 +259,23 @@ def register_method(cls: type[Method]) -> type[Method]:
 
 
 def build_method(spec: str) -> Method:
-    """`retroprompt/no-demos/knn-loss` -> a configured Method; unknown names and options raise MethodError."""
+    """`retroprompt/knn-loss` -> a configured Method; unknown names and options raise MethodError."""
     name = spec.split("/")[0].strip()
     if name not in METHODS:
         raise MethodError(f"unknown method {name!r}; registered: {', '.join(sorted(METHODS))}")
     cls = METHODS[name]
-    return cls(config_from_options(spec, cls.config_class, cls.config_class.OPTION_ALIASES))
+    return cls(config_from_options(spec, cls.config_class))
 
 
-def config_from_options(spec: str, config_class: type[Any], aliases: dict[str, str] | None = None) -> Any:
+def config_from_options(spec: str, config_class: type[Any]) -> Any:
     """The config dataclass that `spec` (`name/option/key=value...`) asks for, every other field at its
     default: `flag` / `no-flag` set a boolean field, `key=value` any other, converted to the default's
-    type. `aliases` maps older spellings of options to canonical ones. MethodError for an unknown
-    option, a value of the wrong type, or a config that refuses the values."""
+    type. MethodError for an unknown option, a value of the wrong type, or a config that refuses the
+    values."""
     name, *options = [part.strip() for part in spec.split("/")]
     fields = {f.name: f for f in dataclasses.fields(config_class)}
     values: dict[str, Any] = {}
-    for option in ((aliases or {}).get(o, o) for o in options):
+    for option in options:
         key, sep, raw = option.partition("=")
         negated = not sep and key.startswith("no-")
         field_name = (key[3:] if negated else key).replace("-", "_")
@@ -321,30 +316,12 @@ def method_config(spec: str) -> dict[str, Any]:
     return json.loads(json.dumps({"name": method.name, **dataclasses.asdict(method.config)}))
 
 
-# Options added after records and checkpoints of their methods existed, each with the value every run
-# made before it had (what ran then), whatever its default is now. A new option goes here.
-ADDED_OPTIONS: dict[str, Any] = {"freeze_embeddings": False}
-
-
-def with_added_options(config_class: type[MethodConfig], recorded: dict[str, Any]) -> dict[str, Any]:
-    """`recorded` (a method config as a record or manifest keeps it) with each option in ADDED_OPTIONS
-    that `config_class` has and `recorded` predates, at the value that ran."""
-    fields = {field.name for field in dataclasses.fields(config_class)}
-    return {name: value for name, value in ADDED_OPTIONS.items() if name in fields} | recorded
-
-
-def recorded_config(recorded: dict[str, Any]) -> dict[str, Any]:
-    """A record's `method_config` (with its method's "name") as `method_config` writes one now: the
-    options added since the record was made at the values that ran (`with_added_options`)."""
-    return with_added_options(METHODS[recorded["name"]].config_class, recorded)
-
-
 def recorded_spec(recorded: dict[str, Any]) -> str:
     """The spec that names a record's `method_config` under today's defaults: once a default changes,
     the name its run goes by (a `retroprompt` run recorded without demonstrations is
     `retroprompt/demos=none` once demonstrations are the default). MethodError where the recorded
     options no longer make a config."""
-    options = recorded_config(recorded)
+    options = dict(recorded)
     cls = METHODS[options.pop("name")]
     try:  # JSON gave lists where the config holds tuples
         config = cls.config_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()})

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -77,14 +76,12 @@ from openbook.store import KnowledgeStore
 @dataclass(frozen=True)
 class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
     INFERENCE_ONLY = ("knn_infer",)
-    # the spelling from when demonstrations were on or off
-    OPTION_ALIASES: ClassVar[dict[str, str]] = {"no-demos": "demos=none"}
     BACKBONES = ("full", "lora")
     DEMOS = ("neural", "words", "text", "none")
 
     # One of DEMOS. The default is the mode with the best dev mean among those measured on every task
     # and seed (docs/experiments/retroprompt-parts-gemma3-270m.md, "The demonstrations on gemma3-270m, by
-    # the rule"); True and False (older configs) read as neural and none.
+    # the rule").
     demos: str = "neural"
     # The kNN-guided loss: off by default, chosen on dev (docs/experiments/retroprompt-parts-gemma3-270m.md,
     # "RetroPrompt's parts under the default budget"); beta, k, temperature and min_p_knn are its settings.
@@ -105,8 +102,6 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
     contrastive_temperature: float = 0.07
 
     def __post_init__(self) -> None:
-        if isinstance(self.demos, bool):  # checkpoints and configs from when demonstrations were on or off
-            object.__setattr__(self, "demos", "neural" if self.demos else "none")
         if self.demos not in self.DEMOS:
             raise ValueError(f"demos must be one of {', '.join(self.DEMOS)}, got {self.demos!r}")
         self._check_demo_options()
