@@ -24,7 +24,7 @@ def test_knn_guided_weights_are_leave_one_out() -> None:
     vectors = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=np.float32)
     store.add(np.arange(3), vectors, np.array([0, 1, 1]))
     gold = torch.tensor([0, 1])
-    config = RetroPromptConfig(knn_loss=True, k=2, temperature=0.1, min_p_knn=1e-6, beta=1.0)
+    config = RetroPromptConfig(knn_loss=True, loss_k=2, loss_temperature=0.1, min_p_knn=1e-6, beta=1.0)
     weights = knn_guided_weights(store, vectors[:2], np.array([0, 1]), gold, 2, config)
     # Example 0 is the only label-0 item: without itself its neighbours are all label 1, so p_kNN(gold) is
     # tiny and the weight large. Example 1 still has example 2 (same vector, label 1) as a neighbour.

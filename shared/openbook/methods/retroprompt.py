@@ -84,12 +84,13 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
     # the rule").
     demos: str = "neural"
     # The kNN-guided loss: off by default, chosen on dev (docs/experiments/retroprompt-parts-gemma3-270m.md,
-    # "RetroPrompt's parts under the default budget"); beta, k, temperature and min_p_knn are its settings.
+    # "RetroPrompt's parts under the default budget"); beta, loss_k, loss_temperature and min_p_knn are its
+    # settings (inference's k and T are the classifier's `KnnConfig`).
     knn_loss: bool = False
     knn_infer: bool = True
     beta: float = 1.0  # weight of the kNN term in the loss
-    k: int = 16  # neighbours for the loss's p_kNN
-    temperature: float = 0.1  # of the loss's p_kNN
+    loss_k: int = 16  # neighbours for the loss's p_kNN
+    loss_temperature: float = 0.1  # of the loss's p_kNN
     min_p_knn: float = 0.01
     demo_m: int = 4  # neighbours per class averaged into one demonstration (neural, words)
     demo_temperature: float = 0.1  # of that average
@@ -129,8 +130,8 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
             )
         if self.demo_texts < 1:
             raise ValueError(f"demo_texts must be at least 1, got {self.demo_texts}")
-        if self.k < 1 or self.temperature <= 0:
-            raise ValueError("k must be at least 1 and temperature positive")
+        if self.loss_k < 1 or self.loss_temperature <= 0:
+            raise ValueError("loss-k must be at least 1 and loss-temperature positive")
         if not 0 < self.min_p_knn <= 1:
             raise ValueError(f"min_p_knn must be in (0, 1], got {self.min_p_knn}")
         DemoConfig(self.demo_m, self.demo_temperature, classes=self.demo_classes)  # validates
@@ -147,9 +148,8 @@ class RetroPromptConfig(MethodConfig, LoraOptions, EmbeddingOptions):
 
     def _check_loss_options(self) -> None:
         defaults = RetroPromptConfig
-        loss_only = [
-            n for n in ("beta", "k", "temperature", "min_p_knn") if getattr(self, n) != getattr(defaults, n)
-        ]
+        settings = ("beta", "loss_k", "loss_temperature", "min_p_knn")
+        loss_only = [n for n in settings if getattr(self, n) != getattr(defaults, n)]
         if loss_only and not self.knn_loss:
             names = ", ".join(n.replace("_", "-") for n in loss_only)
             raise ValueError(f"{names} set the kNN-guided loss, which is off: add knn-loss")
@@ -172,10 +172,9 @@ def knn_guided_weights(
     config: RetroPromptConfig,
 ) -> torch.Tensor:
     """(B,) 1 + beta * -log p_kNN(gold), with leave-one-out retrieval; no gradient flows through it."""
-    hits = store.search(queries, config.k, exclude_ids=ids)
-    p_knn = knn_distribution(
-        torch.from_numpy(hits.similarities), torch.from_numpy(hits.labels), num_labels, config.temperature
-    )  # (B, C)
+    hits = store.search(queries, config.loss_k, exclude_ids=ids)
+    similarities, labels = torch.from_numpy(hits.similarities), torch.from_numpy(hits.labels)
+    p_knn = knn_distribution(similarities, labels, num_labels, config.loss_temperature)  # (B, C)
     p_gold = p_knn.gather(1, gold.cpu()[:, None]).squeeze(1).clamp(min=config.min_p_knn)  # (B,)
     return (1.0 + config.beta * -torch.log(p_gold)).to(gold.device)
 
