@@ -116,6 +116,18 @@ def test_confidence_is_calibrated_on_dev_and_the_dev_scores_kept(
     loaded, _ = load(fitted.path, causal_dir)
     assert loaded.confidence_temperature == pytest.approx(calibration["temperature"])
 
+    # the gate's score of this candidate, read from those dev scores, is the one `dev_check` computes
+    # afresh (a store of the train examples), at a temperature that changes the likelihood
+    from openbook.fitting import dev_check, served_dev_score
+
+    classifier.confidence_temperature = 2.0
+    words = [toy.verbalizer.labels[i] for i in toy.labels]
+    afresh = dev_check(classifier, StoreExamples(toy.texts, words, np.arange(len(words))), dev)
+    read = served_dev_score(fitted.dev_scores, 2.0)
+    assert afresh is not None and read.accuracy == afresh.accuracy
+    assert read.log_likelihood == pytest.approx(afresh.log_likelihood, abs=1e-5)
+    assert read.log_likelihood != pytest.approx(served_dev_score(fitted.dev_scores, 1.0).log_likelihood)
+
 
 def test_store_examples_replace_the_store_with_those_ids(
     causal_dir: Path, tmp_path: Path, toy, fresh_classifier

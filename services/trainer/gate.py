@@ -31,10 +31,11 @@ from openbook.artifacts import CheckpointError
 from openbook.backbone import Backbone
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier
-from openbook.fitting import DevCheck, LabelledTexts, StoreExamples, dev_check
+from openbook.fitting import LabelledTexts, StoreExamples, dev_check
 from openbook.labels import LabelError, fit_to_labels
 from openbook.prompting import TextInput
 from openbook.selection import lambda_on_store
+from openbook.training import DevScore
 
 from services.bus.task_spec import Task, task_classifier
 from services.bus.versions import Published
@@ -57,7 +58,7 @@ def load_serving(published: Published, task: Task, device: str) -> Classifier:
 
 def score(
     classifier: Classifier, examples: Examples, train_ids: list[int], dev_ids: list[int]
-) -> DevCheck | None:
+) -> DevScore | None:
     """`classifier` scored on dev with a store of the train examples only; None with no dev example."""
     train = StoreExamples(
         [examples[i][0] for i in train_ids], [examples[i][1] for i in train_ids], np.array(train_ids)
@@ -70,7 +71,7 @@ def score(
 
 def untrained_score(
     task: Task, backbone: Backbone, examples: Examples, train_ids: list[int], dev_ids: list[int]
-) -> DevCheck | None:
+) -> DevScore | None:
     """The untrained task scored as a candidate is: None with no dev example. Run it before training
     changes `backbone`'s weights."""
     if not dev_ids:
@@ -95,12 +96,15 @@ def judge(
     dev_ids: list[int],
     *,
     force: bool = False,
-    untrained: DevCheck | None = None,
+    untrained: DevScore | None = None,
+    candidate_score: DevScore | None = None,
 ) -> dict[str, Any]:
     """The gate's record: {metric, candidate, serving (dev accuracies), their log-likelihoods,
     serving_version, dev, verdict}; for a first candidate, `untrained` (`untrained_score`) is the
-    serving side, recorded as `serving` with `serving_version` null."""
-    candidate_score = score(candidate, examples, train_ids, dev_ids)
+    serving side, recorded as `serving` with `serving_version` null. `candidate_score`: the candidate's
+    score as its training already took it (`fitting.served_dev_score`); scored here when not given."""
+    if candidate_score is None:
+        candidate_score = score(candidate, examples, train_ids, dev_ids)
     serving_score = None
     if force:
         verdict = "forced"
@@ -125,11 +129,11 @@ def judge(
     }
 
 
-def loses(candidate: DevCheck | None, serving: DevCheck | None) -> bool:
+def loses(candidate: DevScore | None, serving: DevScore | None) -> bool:
     """Whether the candidate does worse than the serving version; with nothing to compare, it does not."""
     return candidate is not None and serving is not None and candidate.key() < serving.key()
 
 
-def _rounded(check: DevCheck | None, field: str) -> float | None:
+def _rounded(check: DevScore | None, field: str) -> float | None:
     """A score as the records keep it: 6 decimals, which the version record's Lua JSON keeps exactly."""
     return None if check is None else round(getattr(check, field), 6)

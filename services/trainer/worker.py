@@ -37,7 +37,7 @@ import redis
 from openbook.artifacts import MANIFEST_NAME, sha256_file
 from openbook.backbone import BackboneConfig, load_backbone
 from openbook.dev_split import split_dev
-from openbook.fitting import FitSets, fit_and_save
+from openbook.fitting import FitSets, fit_and_save, served_dev_score
 from openbook.methods import build_method, weights_sha256
 from openbook.prompting import TextInput
 from openbook.training import TrainConfig
@@ -249,6 +249,12 @@ class Worker:
             dev_ids,
             force=job.force,
             untrained=untrained,
+            # dev as the candidate serves it, scored once, in training's calibration step
+            candidate_score=(
+                None
+                if fitted.dev_scores is None or not dev_ids
+                else served_dev_score(fitted.dev_scores, classifier.confidence_temperature)
+            ),
         )
         record = new_record(
             version=version,

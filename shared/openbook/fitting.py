@@ -22,7 +22,8 @@
 dev held out by `dev_split.split_dev`, and every example, dev included, in the saved store.
 
 `dev_check` scores a trained classifier on dev as it would serve (accuracy, then the
-gold label's log-likelihood), for the service's promotion gate.
+gold label's log-likelihood: `training.DevScore`), for the service's promotion gate; a job's own
+candidate is scored from the dev scores of step 2b (`served_dev_score`), so dev is scored once.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from openbook.calibration import with_temperature
 from openbook.checkpoints import examples_sha256, save_classifier
 from openbook.classifier import Classifier
 from openbook.data import Example
@@ -44,7 +46,7 @@ from openbook.prompting import TextInput
 from openbook.quality import Scored, calibrate, score_examples
 from openbook.selection import choose_knn_on_dev
 from openbook.store import KnowledgeStore
-from openbook.training import TrainConfig, TrainResult, train
+from openbook.training import DevScore, TrainConfig, TrainResult, train
 
 
 @dataclass(frozen=True)
@@ -272,32 +274,26 @@ def fit_and_save(
     return Fitted(saved, dev_metrics, result, dev_scores)
 
 
-@dataclass(frozen=True)
-class DevCheck:
-    """A classifier's score on dev as it would serve, ranked as training ranks its dev checks."""
-
-    accuracy: float
-    log_likelihood: float  # mean log P(gold) of the final distribution
-
-    def key(self) -> tuple[float, float]:
-        return (self.accuracy, self.log_likelihood)
-
-
-def dev_check(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) -> DevCheck | None:
+def dev_check(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) -> DevScore | None:
     """The final prediction (kNN interpolation included) scored on dev; None with no dev example.
 
     The classifier predicts with a store of the train examples alone, embedded by its own weights, so no
-    dev example is its own neighbour. The classifier itself is left as it was.
+    dev example is its own neighbour. The classifier itself is left as it was. `fit_classifier` scores
+    dev this way too (its `Scored` dev scores): `served_dev_score` reads a job's score from them.
     """
     if len(dev.texts) == 0:
         return None
     store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
     scoring = dataclasses.replace(classifier, store=store)
     scoring.add_examples(train.texts, train.labels, ids=train.ids)
-    predictions = scoring.predict(dev.texts)
-    predicted = scoring.label_indices([p.label for p in predictions])
-    gold = [p.probabilities[scoring.labels[i]] for p, i in zip(predictions, dev.labels, strict=True)]
-    return DevCheck(float((predicted == dev.labels).mean()), float(np.log(np.maximum(gold, 1e-12)).mean()))
+    scored = score_examples(scoring, dev.texts, _label_names(scoring, dev), dev.example_ids())
+    return DevScore.of(scored.probabilities, scored.gold)
+
+
+def served_dev_score(dev_scores: Scored, temperature: float) -> DevScore:
+    """`dev_check`'s score, from the dev scores `fit_classifier` took before calibration (T = 1) and the
+    confidence temperature it then adopted: the same distributions, without scoring dev again."""
+    return DevScore.of(with_temperature(dev_scores.probabilities, temperature), dev_scores.gold)
 
 
 def dev_accuracy(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) -> float | None:

@@ -189,9 +189,20 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DevScore:
-    step: int
+    """A score on dev, ranked by accuracy, then the gold labels' mean log-likelihood: training's dev
+    checks (of the prompt's P_LM, at a `step`) and the promotion gate's (of the final distribution, as
+    it serves: `fitting.dev_check`) alike."""
+
+    step: int | None  # the training step checked; None: a classifier as it serves
     accuracy: float
     log_likelihood: float  # mean log P(gold) on dev
+
+    @classmethod
+    def of(cls, probabilities: np.ndarray, gold: np.ndarray, step: int | None = None) -> DevScore:
+        """From (N, C) distributions and the (N,) gold label indices."""
+        p_gold = probabilities[np.arange(len(gold)), gold]
+        accuracy = float((probabilities.argmax(-1) == gold).mean())
+        return cls(step, accuracy, float(np.log(np.maximum(p_gold, 1e-12)).mean()))
 
     def key(self) -> tuple[float, float]:
         return (self.accuracy, self.log_likelihood)
@@ -349,12 +360,7 @@ def evaluate_dev(
 ) -> DevScore:
     """Dev accuracy and mean gold log-likelihood of the prompt's (calibrated) P_LM."""
     p_lm = calibrated_p_lm(classifier.embed(texts).lm_log_probs, classifier.label_bias)
-    gold = p_lm[np.arange(len(labels)), labels]
-    return DevScore(
-        step=step,
-        accuracy=float((p_lm.argmax(-1) == labels).mean()),
-        log_likelihood=float(np.log(np.maximum(gold, 1e-12)).mean()),
-    )
+    return DevScore.of(p_lm, labels, step)
 
 
 def _set_training(classifier: Classifier, mode: bool) -> None:
