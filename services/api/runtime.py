@@ -35,8 +35,8 @@ from openbook.labels import fit_to_labels
 from openbook.mixed import MixedForward
 from openbook.prompting import TextInput
 from openbook.quality import Scored, leave_one_out
-from openbook.selection import lambda_on_store
 
+from services.api.lambda_on_store import LAMBDA_WAIT_S, LambdaOnStore
 from services.bus.examples_log import ExampleLog, LogEntry
 from services.bus.replay import replay
 from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY, Task
@@ -89,11 +89,9 @@ class TaskRuntime:
     # what the replica does to a backbone it loads (compiles it, openbook.compiled); applied in `adopt` to
     # a checkpoint that brings a backbone of its own
     prepare_backbone: Callable[[Backbone], Backbone] | None = None
-    # While untrained with `knn.lam` null, λ is chosen on the stored examples (selection.lambda_on_store)
-    # each time the store changes; these are their label scores under `scored_by`, kept from the forward
-    # that embedded them.
-    lm_scores: dict[int, np.ndarray] = field(default_factory=dict)
-    scored_by: Classifier | None = None
+    # While untrained with `knn.lam` null, λ is chosen on the stored examples each time the store changes
+    # (services/api/lambda_on_store.py): their label scores, and the thread that keeps them level.
+    lam_on_store: LambdaOnStore = field(default_factory=LambdaOnStore)
 
     def bind_spec(self, raw: bytes) -> None:
         """Serve the spec Redis holds as `raw` (the registry's lookup): `predict` checks it still does."""
@@ -122,35 +120,34 @@ class TaskRuntime:
         """A published checkpoint was refused (the old version keeps serving): say why, in `swap_error`."""
         self.swap_error = f"{published.version}: {type(error).__name__}: {error}"
 
-    def catch_up(self) -> None:
-        """Apply the log entries after `offset` (blocking: call from a worker thread)."""
+    def catch_up(self, lambda_wait_s: float = LAMBDA_WAIT_S) -> None:
+        """Apply the log entries after `offset` (blocking: call from a worker thread), then wait up to
+        `lambda_wait_s` for an untrained task's λ to catch up with them (lambda_on_store.py)."""
         with self.lock:
             self._apply_log()
+        self.lam_on_store.settle(lambda_wait_s)
 
     def _apply_log(self) -> None:  # the caller holds the lock
         entries = self.log.read(after=self.offset)
-        choosing = self._chooses_lambda()
-        rescored = choosing and self.scored_by is not self.classifier  # new, or grown by labels
-        if rescored:
-            self.lm_scores.clear()
-            self.scored_by = self.classifier
-        replay(self.classifier, entries, self.lm_scores if choosing else None)
-        self._remember(entries)
-        if choosing and (entries or rescored):
-            self._choose_lambda()
+        lam, classifier = self.lam_on_store, self.classifier
+        if not self.chooses_lambda():
+            replay(classifier, entries)
+            self._remember(entries)
+        elif classifier.scores_words_by_tree:  # the keys now, the scores and λ in the thread
+            replay(classifier, entries)
+            self._remember(entries)
+            if entries or lam.scored_by is not classifier:
+                lam.due(self)
+        else:  # the scores come with the keys' forward, and λ at once
+            rescored = lam.scored_by is not classifier
+            replay(classifier, entries, lam.scores_for(classifier))
+            self._remember(entries)
+            if entries or rescored:
+                lam.choose(classifier, self.texts)
 
-    def _chooses_lambda(self) -> bool:
+    def chooses_lambda(self) -> bool:
+        """Whether λ is chosen on the stored examples: untrained, and no λ in the task's spec."""
         return self.published is None and self.task.knn.lam is None
-
-    def _choose_lambda(self) -> None:  # the caller holds the lock
-        """λ from the stored examples, each scored leave-one-out: the evidence an untrained task has."""
-        ids = self.classifier.store.ids()
-        missing = [i for i in ids.tolist() if i not in self.lm_scores]
-        if missing:  # stored before this classifier scored them (labels were added since)
-            scored = self.classifier.embed([self.texts[i] for i in missing], vectors_only=True)
-            self.lm_scores.update(zip(missing, scored.lm_log_probs, strict=True))
-        rows = np.stack([self.lm_scores[i] for i in ids.tolist()]) if len(ids) else np.zeros((0, 0))
-        self.classifier.knn = lambda_on_store(self.classifier, ids, rows)
 
     def _remember(self, entries: Sequence[LogEntry]) -> None:
         for entry in entries:
@@ -261,8 +258,7 @@ class TaskRuntime:
             self._remember([e for e in tail if _order(e.offset) > _order(self.offset)])
             self.classifier, self.model_version, self.swap_error = classifier, published.version, None
             self.published = published
-            self.lm_scores.clear()  # a trained classifier's λ was chosen on dev
-            self.scored_by = None
+            self.lam_on_store.forget()  # a trained classifier's λ was chosen on dev
 
 
 Result = tuple[list[Prediction], str, str]  # predictions, model version, store version

@@ -40,7 +40,7 @@ from openbook.knn import KnnConfig, knn_distribution, knn_mixture, knn_search
 from openbook.prompting import EncodedBatch, PromptEncoder, PromptError, Template, TextInput, Verbalizer
 from openbook.soft_prompts import SoftPrompt
 from openbook.store import KnowledgeStore, SearchResult
-from openbook.word_scores import LabelScoring
+from openbook.word_scores import LabelScoring, word_tree
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,17 @@ class Classifier:
         return label_bias(
             mode, lambda texts: self.embed(texts).lm_log_probs, self.template.is_pair, domain_lm_log_probs
         )
+
+    @property
+    def scores_words_by_tree(self) -> bool:
+        """Whether scoring the labels runs a pass over their words' token tree after the prompt's forward
+        (a causal backbone's multi-token words, scored exactly: `word_scores.py`), the part of a forward
+        whose cost grows with the labels."""
+        if self.backbone.kind != "causal" or self.label_scoring != "exact":
+            return False
+        if self.prompt is not None and self.prompt.scores_labels:
+            return False
+        return word_tree(self.encoder.label_token_ids).has_tails
 
     def label_indices(self, labels: Sequence[str]) -> np.ndarray:
         return np.array([self.verbalizer.index(label) for label in labels], dtype=np.int64)

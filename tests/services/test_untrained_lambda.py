@@ -1,11 +1,15 @@
 """An untrained task with `knn.lam` null serves λ chosen on its stored examples, each scored leave-one-out
-(`selection.lambda_on_store`), chosen again whenever the store changes; a λ given in the spec is kept."""
+(`selection.lambda_on_store`), chosen again whenever the store changes; a λ given in the spec is kept.
+Where the labels' scores cost a pass over their words' tree, they and λ follow in a thread of the task's
+own, off its lock (services/api/lambda_on_store.py)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import pytest
+from openbook.classifier import Classifier
 from openbook.selection import lambda_on_store
 
 from services.api.runtime import TaskRuntime
@@ -34,10 +38,9 @@ class Log:
         return [e for e in self.entries if int(e.offset.split("-")[0]) > int(after.split("-")[0])]
 
 
-def _runtime(causal_backbone, lam: float | None) -> tuple[TaskRuntime, Log]:
-    task = Task.model_validate(
-        {**CLUSTERS_TASK, "knn": {**CLUSTERS_TASK["knn"], "lam": lam}, "backbone": "tiny"}
-    )
+def _runtime(causal_backbone, lam: float | None, labels: dict | None = None) -> tuple[TaskRuntime, Log]:
+    spec = {**CLUSTERS_TASK, "knn": {**CLUSTERS_TASK["knn"], "lam": lam}, "backbone": "tiny"}
+    task = Task.model_validate(spec | ({"labels": labels} if labels else {}))
     log = Log()
     return TaskRuntime(task, task_classifier(task, causal_backbone), log), log  # type: ignore[arg-type]
 
@@ -52,6 +55,7 @@ def _expected(runtime: TaskRuntime) -> float:
 
 def test_lambda_is_chosen_on_the_store_and_again_when_it_changes(causal_backbone):
     runtime, log = _runtime(causal_backbone, None)
+    assert not runtime.classifier.scores_words_by_tree  # one-token words: scored with the keys
     runtime.catch_up()
     assert len(runtime.classifier.store) == 0 and runtime.classifier.knn.lam == 0.0  # the prompt alone
     log.add(*EXAMPLES[:1])
@@ -64,13 +68,13 @@ def test_lambda_is_chosen_on_the_store_and_again_when_it_changes(causal_backbone
     assert (
         chosen == _expected(runtime) and chosen > 0.5
     )  # the store tells the clusters apart; the prompt does not
-    assert sorted(runtime.lm_scores) == sorted(e["id"] for e in EXAMPLES)
+    assert sorted(runtime.lam_on_store.scores) == sorted(e["id"] for e in EXAMPLES)
 
     for e in EXAMPLES[1:]:
         if e["label"] == "b":
             log.delete(e["id"])
     runtime.catch_up()
-    assert sorted(runtime.lm_scores) == sorted(
+    assert sorted(runtime.lam_on_store.scores) == sorted(
         e["id"] for e in EXAMPLES if e["label"] == "a" or e is EXAMPLES[0]
     )
     assert runtime.classifier.knn.lam == _expected(runtime)
@@ -82,7 +86,7 @@ def test_labels_added_score_the_stored_examples_again(causal_backbone):
     runtime.catch_up()
     runtime.grow_labels(runtime.task.model_copy(update={"labels": {**runtime.task.labels, "c": "fun"}}))
     runtime.catch_up()  # no new entry, but a classifier with another label
-    assert {row.shape for row in runtime.lm_scores.values()} == {(3,)}
+    assert {row.shape for row in runtime.lam_on_store.scores.values()} == {(3,)}
     assert runtime.classifier.knn.lam == _expected(runtime)
 
 
@@ -91,4 +95,40 @@ def test_a_lambda_given_in_the_spec_is_kept(causal_backbone, lam):
     runtime, log = _runtime(causal_backbone, lam)
     log.add(*EXAMPLES)
     runtime.catch_up()
-    assert runtime.classifier.knn.lam == lam and not runtime.lm_scores
+    assert runtime.classifier.knn.lam == lam and not runtime.lam_on_store.scores
+
+
+def test_words_scored_by_tree_are_scored_off_the_lock_while_classify_goes_on(causal_backbone, monkeypatch):
+    # words of several tokens on the tiny vocabulary: their scores need the tree pass
+    runtime, log = _runtime(causal_backbone, None, {"a": "good fun film", "b": "bad book river"})
+    assert runtime.classifier.scores_words_by_tree
+    log.add(*EXAMPLES[:3])
+    runtime.catch_up()
+    assert runtime.lam_on_store.settle(30)
+    chosen = runtime.classifier.knn.lam
+
+    scoring, release = threading.Event(), threading.Event()
+    real_embed = Classifier.embed
+
+    def held(self, texts, **options):  # the refresh's scoring waits until released
+        if options.get("vectors_only"):
+            scoring.set()
+            assert release.wait(30)
+        return real_embed(self, texts, **options)
+
+    monkeypatch.setattr(Classifier, "embed", held)
+    log.add(*EXAMPLES[3:])
+    runtime.catch_up(lambda_wait_s=0)  # the keys are stored; the scores are due
+    assert scoring.wait(30) and len(runtime.classifier.store) == len(EXAMPLES)
+    assert runtime.lock.acquire(timeout=5)  # the refresh scores off the task's lock: classify goes on
+    try:
+        assert runtime.offset == log.entries[-1].offset
+        assert len(runtime.classifier.predict(["yes the movie was great and fun"])) == 1
+    finally:
+        runtime.lock.release()
+    assert runtime.classifier.knn.lam == chosen and not runtime.lam_on_store.settle(0)
+    release.set()
+    assert runtime.lam_on_store.settle(30)
+    monkeypatch.setattr(Classifier, "embed", real_embed)
+    assert sorted(runtime.lam_on_store.scores) == sorted(e["id"] for e in EXAMPLES)
+    assert runtime.classifier.knn.lam == _expected(runtime) and runtime.classifier.knn.lam > 0.5

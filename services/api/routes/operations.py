@@ -35,16 +35,19 @@ async def livez() -> dict:
         503: {"model": Readiness, "description": "Loading, Redis unreachable, or an api worker not ready"},
     },
 )
-async def readyz(registry: Registry, threads: Threads, pool: ApiWorkers) -> JSONResponse:
+async def readyz(registry: Registry, threads: Threads, worker_set: ApiWorkers) -> JSONResponse:
     """Ready: Redis answers, every task is loaded, every store has caught up with its log, and so has
     every api worker behind this port (`api_workers`, each with its pid)."""
     body = await _own_readiness(registry, threads)
     ready = body["status"] == "ready"
     # A worker's own check is the full one above; the others' is what they announced (loaded and
     # replayed), each catching up with the log again at its next batch.
-    workers = pool.members(ready) if pool is not None else [{"pid": os.getpid(), "ready": ready}]
+    workers = worker_set.members(ready) if worker_set is not None else [{"pid": os.getpid(), "ready": ready}]
     body["api_workers"] = workers
-    count, expected = sum(worker["ready"] for worker in workers), pool.size if pool is not None else 1
+    count, expected = (
+        sum(worker["ready"] for worker in workers),
+        worker_set.size if worker_set is not None else 1,
+    )
     if ready and count < expected:
         body |= {"status": "not ready", "reason": f"{count} of {expected} api workers ready"}
     return JSONResponse(body, 200 if body["status"] == "ready" else 503)
