@@ -40,7 +40,7 @@ from openbook.knn import KnnConfig, knn_distribution, knn_mixture, knn_search
 from openbook.prompting import EncodedBatch, PromptEncoder, PromptError, Template, TextInput, Verbalizer
 from openbook.soft_prompts import SoftPrompt
 from openbook.store import KnowledgeStore, SearchResult
-from openbook.word_scores import LabelScoring, word_tree
+from openbook.word_scores import LabelScoring
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ class Classifier:
             return False
         if self.prompt is not None and self.prompt.scores_labels:
             return False
-        return word_tree(self.encoder.label_token_ids).has_tails
+        return any(len(ids) > 1 for ids in self.encoder.label_token_ids)
 
     def label_indices(self, labels: Sequence[str]) -> np.ndarray:
         return np.array([self.verbalizer.index(label) for label in labels], dtype=np.int64)
