@@ -285,7 +285,7 @@ def embed_once(
     ]
     parts = []
     starts = range(0, len(texts), CACHE_CHUNK)
-    for start in tqdm(starts, desc=progress or "", unit="chunk", disable=not progress or len(starts) < 2):
+    for number, start in enumerate(starts, 1):
         chunk = texts[start : start + CACHE_CHUNK]
         digest = hashlib.sha256(json.dumps([*setting, chunk]).encode()).hexdigest()[:16]
         path = Path(cache_dir) / f"embeddings-{digest}.npz"
@@ -293,7 +293,8 @@ def embed_once(
             with np.load(path) as stored:
                 parts.append(Embeddings(stored["vectors"], stored["lm_log_probs"], stored["truncated"]))
             continue
-        embedded = classifier.embed(chunk, progress=False)
+        part = f" {number}/{len(starts)}" if len(starts) > 1 else ""
+        embedded = classifier.embed(chunk, progress=f"{progress}{part}" if progress else False)
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = staging_name(path)
         with staging.open("wb") as handle:
@@ -367,8 +368,15 @@ def evaluate_task(
     for seed in tqdm(seeds, desc=f"{task} seeds", disable=not progress):
         started = time.perf_counter()
         train_labels, dev_labels = labels[seed]
-        train = embed_once(classifier, [e.text for e in splits[seed].train], cache_dir, progress=False)
-        dev = embed_once(classifier, [e.text for e in splits[seed].dev], cache_dir, progress=False)
+        train, dev = (
+            embed_once(
+                classifier,
+                [e.text for e in getattr(splits[seed], part)],
+                cache_dir,
+                progress=f"{task} {part} (seed {seed})" if progress else False,
+            )
+            for part in ("train", "dev")
+        )
         store = KnowledgeStore(train.vectors.shape[1])
         train_ids = np.arange(len(train_labels))
         store.add(train_ids, train.vectors, train_labels)
