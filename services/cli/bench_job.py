@@ -42,6 +42,7 @@ def run_bench_job(argv: list[str]) -> int:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the job may take")
+    parser.add_argument("--out", help="a directory to add this run's record to (job.json: one per run)")
     args = parser.parse_args(argv)
     try:
         train = load_kshot(args.data or data_root() / "k-shot", args.task, args.seed, test=False).train
@@ -99,7 +100,33 @@ def run_bench_job(argv: list[str]) -> int:
         f"{dev['step_budget']} steps run, the best dev score at step {dev['best_step']}"
     )
     print(f"gate: {summary['verdict']}, dev scores {summary['gate']}")
+    if args.out is not None:
+        record = {
+            "command": "openbook bench job " + " ".join(argv),
+            **{
+                key: getattr(args, key)
+                for key in ("task", "seed", "backbone", "method", "device", "training")
+            },
+            "examples": len(train),
+            "labels": len(verbalizer.labels),
+            "job_done_s": round(done, 1),
+            "served_s": round(served, 1),
+            "trained_on": examples,
+            "dev_metrics": {key: dev[key] for key in ("steps_run", "step_budget", "best_step")},
+            "gate": summary["verdict"],
+        }
+        _add_record(Path(args.out), record)
     return 0
+
+
+def _add_record(out: Path, record: dict) -> None:
+    """Add `record` to `out/job.json` (a list, one record per run), replaced whole."""
+    from openbook.atomic import write_text
+
+    path = out / "job.json"
+    records = json.loads(path.read_text()) if path.is_file() else []
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps([*records, record], indent=2) + "\n")
 
 
 def _kind(backbone: str) -> str:

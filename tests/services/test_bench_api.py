@@ -1,7 +1,10 @@
 """`openbook bench api` and `bench job` end to end on a tiny backbone: their correctness lines are asserted,
 not their times. `bench api` runs the api in-process and as two workers behind one port (`--workers 1,2`)."""
 
+import json
 import re
+
+import pytest
 
 from services.cli import main
 
@@ -62,7 +65,8 @@ def test_bench_job_times_an_automatic_job_through_the_service(causal_dir, tmp_pa
     data = toy_dataset(tmp_path / "k-shot", seeds=(1,), task="SST-2")
     args = ["bench", "job", "--task", "SST-2", "--seed", "1"]
     args += ["--data", str(data), "--backbone", str(causal_dir)]
-    assert main([*args, "--per-request", "3", "--max-length", "48"]) == 0
+    records = tmp_path / "records"
+    assert main([*args, "--per-request", "3", "--max-length", "48", "--out", str(records)]) == 0
     out = capsys.readouterr().out
     assert "SST-2 seed 1: 8 examples, 2 labels, method retroprompt" in out
     done, served = (float(s) for s in re.search(r"job done (\d+) s .* served after (\d+) s", out).groups())
@@ -73,5 +77,9 @@ def test_bench_job_times_an_automatic_job_through_the_service(causal_dir, tmp_pa
     assert trained is not None, out
     train, dev, run, budget = (int(n) for n in trained.groups())
     assert (train + dev, budget) == (8, 32) and 1 <= run <= budget
+    (record,) = json.loads((records / "job.json").read_text())  # what it printed, kept
+    assert (record["job_done_s"], record["served_s"]) == pytest.approx((done, served), abs=0.5)
+    assert record["trained_on"] == {"train": train, "dev": dev} and record["gate"] == "first"
+    assert record["command"].startswith("openbook bench job --task SST-2")
     assert main([*args[:-4], "--data", str(tmp_path / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
