@@ -1,3 +1,4 @@
+import dataclasses
 from math import comb
 
 import numpy as np
@@ -211,38 +212,6 @@ def test_binomial_tail():
     assert binomial_tail(10, 10) == pytest.approx(0.5**10)
 
 
-# A fresh sentiment task, as a service task starts (the default KnnConfig, content-free calibration): four
-# examples per label, written for this test, and near-paraphrases of each.
-FIRST_USE_EXAMPLES = [
-    ("The plot dragged on forever and I nearly fell asleep.", "0"),
-    ("The food arrived cold and the waiter ignored us all night.", "0"),
-    ("This phone stopped charging after two days, a waste of money.", "0"),
-    ("The actors seemed bored and the jokes never landed.", "0"),
-    ("A warm, funny film that left the whole audience smiling.", "1"),
-    ("The staff were friendly and the pasta was delicious.", "1"),
-    ("The battery lasts for days and the screen is gorgeous.", "1"),
-    ("An inspiring book that I could not put down.", "1"),
-]
-FIRST_USE_PARAPHRASES = [  # one per example, in the same order
-    "The story dragged on endlessly and I almost fell asleep.",
-    "Our food came cold and the waiter ignored us the whole night.",
-    "This phone quit charging after two days, such a waste of money.",
-    "The cast looked bored and none of the jokes landed.",
-    "A warm and funny movie that left the entire audience smiling.",
-    "The staff was friendly and the pasta was delicious.",
-    "Battery lasts for days and the display is gorgeous.",
-    "An inspiring book that I just could not put down.",
-]
-FIRST_USE_PROBES = [
-    ("I loved every minute of it.", "1"),
-    ("Absolutely terrible, I want my money back.", "0"),
-    ("What a wonderful experience.", "1"),
-    ("The worst service I have ever had.", "0"),
-    ("Great value and it works perfectly.", "1"),
-    ("It broke the first time I used it.", "0"),
-]
-
-
 def _packaged_backbone(name: str):
     """A registered backbone; the test is skipped where its weights' package is not installed."""
     import importlib.metadata
@@ -269,20 +238,11 @@ FIRST_USE_MISSES = {"gemma3-270m": {"It broke the first time I used it."}}
 @pytest.fixture(scope="module", params=["gemma3-270m", "smollm2-135m"])
 def fresh_task(request: pytest.FixtureRequest):
     """A fresh task as the service starts one (content-free calibration, the default kNN settings), with
-    four examples per label and λ chosen on them, each scored leave-one-out (`selection.lambda_on_store`)."""
-    from openbook.selection import lambda_on_store
+    four examples per label and λ chosen on them (`experiments.first_use_probes`)."""
+    from openbook.experiments.first_use_probes import fresh_task
 
-    classifier = Classifier(
-        _packaged_backbone(request.param),
-        Template("Review: {text}\nSentiment: {mask}"),
-        Verbalizer.parse("0=negative,1=positive"),
-    )
-    assert classifier.knn == KnnConfig()
-    classifier.label_bias = classifier.calibration_bias("content-free")
-    texts, labels = [text for text, _ in FIRST_USE_EXAMPLES], [label for _, label in FIRST_USE_EXAMPLES]
-    embedded = classifier.embed(texts, vectors_only=True)
-    ids = classifier.add_embeddings(embedded, labels, texts=texts)
-    classifier.knn = lambda_on_store(classifier, ids, embedded.lm_log_probs)
+    classifier, ids = fresh_task(_packaged_backbone(request.param))
+    assert dataclasses.replace(classifier.knn, lam=KnnConfig().lam) == KnnConfig()  # the defaults but λ
     return request.param, classifier, ids
 
 
@@ -290,9 +250,11 @@ def fresh_task(request: pytest.FixtureRequest):
 def test_a_fresh_task_knows_near_paraphrases_of_its_examples(fresh_task):
     """Nothing trained: a near-paraphrase of an example is classified right, its nearest neighbour is that
     example, and P_kNN puts at least 0.8 on its label."""
+    from openbook.experiments.first_use_probes import EXAMPLES, PARAPHRASES
+
     _, classifier, ids = fresh_task
-    paraphrased = classifier.predict(FIRST_USE_PARAPHRASES)
-    for (example, label), example_id, prediction in zip(FIRST_USE_EXAMPLES, ids, paraphrased, strict=True):
+    paraphrased = classifier.predict(PARAPHRASES)
+    for (example, label), example_id, prediction in zip(EXAMPLES, ids, paraphrased, strict=True):
         assert prediction.label == label, example
         assert prediction.neighbours[0].id == example_id, example  # the example it restates
         assert prediction.p_knn is not None and prediction.p_knn[label] >= 0.8, (example, prediction.p_knn)
@@ -301,7 +263,9 @@ def test_a_fresh_task_knows_near_paraphrases_of_its_examples(fresh_task):
 @pytest.mark.real_backbone
 def test_a_fresh_task_classifies_plain_probes(fresh_task):
     """Nothing trained: plain probes are classified right, but for the misses reported for the backbone."""
+    from openbook.experiments.first_use_probes import PROBES
+
     name, classifier, _ = fresh_task
-    probes = classifier.predict([text for text, _ in FIRST_USE_PROBES])
-    wrong = {text for (text, label), p in zip(FIRST_USE_PROBES, probes, strict=True) if p.label != label}
+    probes = classifier.predict([text for text, _ in PROBES])
+    wrong = {text for (text, label), p in zip(PROBES, probes, strict=True) if p.label != label}
     assert wrong == FIRST_USE_MISSES.get(name, set())

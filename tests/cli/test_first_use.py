@@ -34,3 +34,18 @@ def test_counts_below_one_are_refused(tmp_path, capsys, toy_dataset):
     args = ["first-use", "--data", str(data), "--task", "toy", "--per-class", "0,2", "--out", str(out)]
     assert main(args) == 2
     assert "--per-class" in capsys.readouterr().err and not out.exists()
+
+
+def test_probes_write_a_fresh_tasks_answers_per_backbone(tmp_path, causal_dir, capsys):
+    out = tmp_path / "out"
+    args = ["first-use", "--probes", "--backbone", str(causal_dir), "--out", str(out)]
+    assert main(args) == 0
+    assert main(args) == 0  # run again: the backbone's record is replaced, not added
+    (record,) = json.loads((out / "probes.json").read_text())
+    assert record["backbone"] == str(causal_dir) and record["command"].startswith(
+        "openbook first-use --probes"
+    )
+    assert len(record["paraphrases"]) == 8 and len(record["probes"]) == 6
+    assert record["probes_right"] == sum(p["predicted"] == p["label"] for p in record["probes"])
+    assert 0 <= record["paraphrases_known"] <= 8 and 0.0 <= record["lam"] <= 1.0
+    assert f"{record['probes_right']} of 6 plain probes right" in capsys.readouterr().out

@@ -55,7 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure()
     try:
-        if hasattr(args, "data_layout"):
+        if hasattr(args, "data_layout") and not getattr(
+            args, "probes", False
+        ):  # first-use --probes reads none
             args.data = common.data_dir(args)
         COMMANDS[args.command].run(args, argv)
     except common.USER_ERRORS as error:

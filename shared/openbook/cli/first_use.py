@@ -31,6 +31,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--seeds", default="13,21,42,87,100")
     check.add_argument("--per-class", default="1,2,4,8", help="examples per class in the store, e.g. 1,2,4,8")
     check.add_argument("--out", required=True, help="directory for results.json and results.md")
+    check.add_argument(
+        "--probes",
+        action="store_true",
+        help="instead: a fresh sentiment task probed with near-paraphrases and plain probes "
+        "(openbook.experiments.first_use_probes), its answers added to OUT/probes.json per --backbone",
+    )
     add_prompt_arguments(check)
     add_label_scoring_argument(check)
 
@@ -42,6 +48,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.data import load_train_dev
     from openbook.experiments.first_use import check_seed, first_use_table
 
+    if args.probes:
+        return _probes(args, argv)
     tasks = [t.strip() for t in args.task.split(",") if t.strip()]
     seeds = [int(s) for s in args.seeds.split(",")]
     per_class = [int(n) for n in args.per_class.split(",")]
@@ -65,3 +73,23 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     )
     write_text(out / "results.md", table)
     print(table)
+
+
+def _probes(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    from openbook.atomic import write_text
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.experiments.first_use_probes import fresh_task, probe
+
+    classifier, ids = fresh_task(load_backbone(BackboneConfig(name=args.backbone, device=args.device)))
+    record = {"command": f"openbook {shlex.join(argv)}", "backbone": args.backbone, **probe(classifier, ids)}
+    out = Path(args.out)
+    path = out / "probes.json"
+    records = (
+        [r for r in json.loads(path.read_text()) if r["backbone"] != args.backbone] if path.is_file() else []
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps([*records, record], indent=1) + "\n")
+    print(
+        f"{args.backbone}: {record['paraphrases_known']} of {len(record['paraphrases'])} paraphrases known, "
+        f"{record['probes_right']} of {len(record['probes'])} plain probes right (λ {record['lam']})"
+    )
