@@ -51,8 +51,8 @@ class LambdaOnStore:
         self._settled.set()
 
     def scores_for(self, classifier: Classifier) -> dict[int, np.ndarray]:
-        """The scores that replaying the log keeps level under `classifier` (cheap scores only), all
-        scored again where another classifier scored them (new, or grown by labels)."""
+        """The scores held under `classifier`: none where another classifier scored them (new, or grown
+        by labels). Replaying the log keeps them level itself where they are cheap."""
         if self.scored_by is not classifier:
             self.scores.clear()
             self.scored_by = classifier
@@ -95,10 +95,8 @@ class LambdaOnStore:
                 classifier = runtime.classifier
                 if not runtime.chooses_lambda():
                     return self._finish()
-                if self.scored_by is not classifier:  # new, or grown by labels: every score again
-                    self.scores.clear()
-                    self.scored_by = classifier
-                missing = [i for i in classifier.store.ids().tolist() if i not in self.scores]
+                scores = self.scores_for(classifier)  # new, or grown by labels: every score again
+                missing = [i for i in classifier.store.ids().tolist() if i not in scores]
                 texts = [runtime.texts[i] for i in missing]
             try:  # off the lock: the forward that costs, while classify goes on
                 scored = classifier.embed(texts, vectors_only=True).lm_log_probs if texts else None

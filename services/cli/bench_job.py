@@ -115,18 +115,10 @@ def run_bench_job(argv: list[str]) -> int:
             "dev_metrics": {key: dev[key] for key in ("steps_run", "step_budget", "best_step")},
             "gate": summary["verdict"],
         }
-        _add_record(Path(args.out), record)
+        from openbook.atomic import add_json_record
+
+        add_json_record(Path(args.out) / "job.json", record)  # one record per run
     return 0
-
-
-def _add_record(out: Path, record: dict) -> None:
-    """Add `record` to `out/job.json` (a list, one record per run), replaced whole."""
-    from openbook.atomic import write_text
-
-    path = out / "job.json"
-    records = json.loads(path.read_text()) if path.is_file() else []
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps([*records, record], indent=2) + "\n")
 
 
 def _kind(backbone: str) -> str:

@@ -7,10 +7,11 @@ file is on disk before the rename publishes it. Staging names start with
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -76,3 +77,11 @@ def write_text(target: Path, text: str) -> None:
     """Replace `target` with `text` (UTF-8), atomically."""
     with staged_file(target) as staging:
         staging.write_text(text, encoding="utf-8")
+
+
+def add_json_record(target: Path, record: dict, replaces: Callable[[dict], bool] = lambda old: False) -> None:
+    """Add `record` to the JSON list in `target` (made if absent), dropping the records it `replaces`;
+    the file is replaced whole, atomically."""
+    records = json.loads(target.read_text()) if target.is_file() else []
+    kept = [old for old in records if not replaces(old)]
+    write_text(target, json.dumps([*kept, record], indent=1) + "\n")

@@ -76,19 +76,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
 
 
 def _probes(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    from openbook.atomic import write_text
+    from openbook.atomic import add_json_record
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.experiments.first_use_probes import fresh_task, probe
 
     classifier, ids = fresh_task(load_backbone(BackboneConfig(name=args.backbone, device=args.device)))
     record = {"command": f"openbook {shlex.join(argv)}", "backbone": args.backbone, **probe(classifier, ids)}
-    out = Path(args.out)
-    path = out / "probes.json"
-    records = (
-        [r for r in json.loads(path.read_text()) if r["backbone"] != args.backbone] if path.is_file() else []
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps([*records, record], indent=1) + "\n")
+    # one record per backbone: a run again replaces its own
+    add_json_record(Path(args.out) / "probes.json", record, lambda old: old["backbone"] == args.backbone)
     print(
         f"{args.backbone}: {record['paraphrases_known']} of {len(record['paraphrases'])} paraphrases known, "
         f"{record['probes_right']} of {len(record['probes'])} plain probes right (λ {record['lam']})"
