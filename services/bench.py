@@ -399,9 +399,16 @@ def measure_replicas(bench: _Bench, second: Served) -> None:
         for pa, pb in zip(a["predictions"], b["predictions"], strict=True)
         for k in pa["probabilities"]
     )
-    same = ids[0] == ids[1] and same_labels and same_neighbours and a["model_version"] == b["model_version"]
+    agree = {
+        "ids": ids[0] == ids[1],
+        "versions": a["model_version"] == b["model_version"],
+        "labels": same_labels,
+        "neighbours": same_neighbours,
+    }
+    differ = [name for name, same in agree.items() if not same]
     print(
         f"replicas: {len(ids[0])} vs {len(ids[1])} examples,"
-        f" same ids, versions, labels and neighbours: {same};"
-        f" largest probability difference {gap:.1e} (embedding batches differ in padding)"
+        f" same ids, versions, labels and neighbours: {not differ}"
+        + (f" (differ: {', '.join(differ)})" if differ else "")
+        + f"; largest probability difference {gap:.1e} (embedding batches differ in padding)"
     )
