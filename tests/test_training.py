@@ -16,6 +16,7 @@ from openbook.training import (
     DEFAULT_EVAL_EVERY,
     DEFAULT_MAX_STEPS,
     DEFAULT_MIN_STEPS,
+    TRAIN_STAGES,
     TrainConfig,
     train,
 )
@@ -273,15 +274,20 @@ def test_an_epoch_budget_runs_its_steps_and_checks_dev_at_the_last(
 ) -> None:
     classifier, method = fresh_classifier(causal_dir, "prompt-ft")
     config = dataclasses.replace(CONFIG, steps=None, epochs=2.5, eval_every=4)  # 8 examples, batch 4
-    reported: list[tuple[int, int]] = []
+    reported: list[tuple[int, int] | str] = []
 
     def report(step: int, steps: int, loss: float) -> None:
         reported.append((step, steps))
 
     texts, labels = toy.texts, toy.labels
-    result = train(classifier, method, texts, labels, texts, labels, config, progress=False, on_step=report)
+    result = train(
+        classifier, method, texts, labels, texts, labels, config,
+        progress=False, on_step=report, on_stage=reported.append,
+    )  # fmt: skip
     assert result.step_budget == result.steps_run == 5  # ceil(2.5 * 8 / 4), patience never ran out
-    assert reported == [(step, 5) for step in range(1, 6)]  # progress is out of the budget
+    # progress is out of the budget, and each stage is announced as it begins, around the steps
+    assert reported == ["preparing", "training", *((step, 5) for step in range(1, 6)), "finishing"]
+    assert tuple(r for r in reported if isinstance(r, str)) == TRAIN_STAGES
     assert [check["step"] for check in result.history] == [0, 4, 5]  # every 4 steps, and the last
 
 

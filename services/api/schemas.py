@@ -200,7 +200,11 @@ class JobOut(BaseModel):
     task: str
     method: str
     state: str  # queued, running, succeeded, failed, cancelled (its task was deleted)
-    progress: float
+    progress: float  # of the training steps
+    # what a running job is doing: preparing (the backbone, the store, calibration, the untrained dev
+    # score), training (its steps: progress), finishing (the store under the kept weights), judging (the
+    # promotion gate, publishing); once it has ended, the last stage it reached
+    stage: str | None = None
     loss: float | None = None  # the training loss at the last step reported
     train_config: dict
     metrics: dict | None = None

@@ -32,6 +32,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 from openbook.artifacts import MANIFEST_NAME, sha256_file
@@ -183,11 +184,13 @@ class Worker:
             if stop.wait(self.heartbeat_ttl_s / 3):
                 return
 
-    def _report(self, job: Job, step: int, steps: int, loss: float) -> None:
+    def _report(self, job: Job, **fields: Any) -> None:
+        """Progress, loss or stage into the job's record; where the worker is stopping, or the job is no
+        longer its own, training stops here."""
         if self.stop is not None and self.stop.is_set():
             raise Interrupted(job.id)
         try:
-            ours = self.queue.report(job.id, self.consumer, progress=round(step / steps, 4), loss=loss)
+            ours = self.queue.report(job.id, self.consumer, **fields)
         except redis.ConnectionError:
             return  # progress is best effort while Redis is away; the training goes on
         if not ours:
@@ -202,6 +205,7 @@ class Worker:
         examples, offset = fold_log(ExampleLog(self.client, job.task))
         if len({label for _, label in examples.values()}) < 2 or offset is None:
             raise JobError("training needs examples of at least 2 labels")
+        self._report(job, stage="preparing")  # the backbone's load and the untrained rival's score first
         train_ids, dev_ids = split_dev(examples)
         backbone = load_backbone(
             BackboneConfig(name=task.backbone, max_length=self.max_length, device=self.device)
@@ -234,10 +238,12 @@ class Worker:
                 "dev_scored_on": sets.dev_scored_on(),
             },
             progress=False,
-            on_step=lambda step, steps, loss: self._report(job, step, steps, loss),
+            on_step=lambda step, steps, loss: self._report(job, progress=round(step / steps, 4), loss=loss),
+            on_stage=lambda stage: self._report(job, stage=stage),
         )
         path = fitted.path
         metrics = {**fitted.dev_metrics, "train": len(train_ids), "dev": len(dev_ids)}
+        self._report(job, stage="judging")  # the promotion gate, then publishing
         serving = current_checkpoint(self.client, job.task)
         gate = judge(
             classifier,

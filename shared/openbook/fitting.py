@@ -172,6 +172,7 @@ def fit_classifier(
     store_examples: StoreExamples | None = None,
     progress: bool = True,
     on_step: Callable[[int, int, float], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Any], TrainResult, Scored | None]:
     """Steps 1-3 without saving: train `classifier` (already `method.prepare`d) in place and choose its
     inference and confidence on dev; returns the dev metrics, the training result and the dev scores
@@ -186,6 +187,7 @@ def fit_classifier(
         config,
         progress=progress,
         on_step=on_step,
+        on_stage=on_stage,
     )
     dev_metrics: dict[str, Any] = {
         "accuracy": result.best.accuracy,
@@ -257,6 +259,7 @@ def fit_and_save(
     overwrite: bool = False,
     progress: bool = True,
     on_step: Callable[[int, int, float], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> Fitted:
     """Train `classifier` (already `method.prepare`d) in place, choose its inference on dev, save it."""
     dev_metrics, result, dev_scores = fit_classifier(
@@ -268,6 +271,7 @@ def fit_and_save(
         store_examples=store_examples,
         progress=progress,
         on_step=on_step,
+        on_stage=on_stage,
     )
     record = TrainingRecord(base_weights_sha256, training_data_sha256, config, dev_metrics, dev_scores)
     saved = save_fitted(path, classifier, method, record, extra=extra, overwrite=overwrite)

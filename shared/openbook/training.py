@@ -86,6 +86,12 @@ DEFAULT_EVAL_EVERY = 8  # steps between dev checks, unless `eval_every` is given
 # budget, chosen on dev").
 DEFAULT_MAX_STEPS = 120
 
+# What a training run is doing, in order (`train(on_stage=...)`; a job record's `stage`). On a large task
+# with many labels the first and last can take longer than the steps: preparing builds the store and the
+# domain calibration and scores the untrained weights on dev; finishing re-embeds the store under the
+# kept weights.
+TRAIN_STAGES = ("preparing", "training", "finishing")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -230,9 +236,12 @@ def train(
     *,
     progress: bool = True,
     on_step: Callable[[int, int, float], None] | None = None,  # (step, steps, loss), e.g. a job record
+    on_stage: Callable[[str], None] | None = None,  # each of TRAIN_STAGES as it begins, e.g. a job record
 ) -> TrainResult:
     """Train `classifier` (already `method.prepare`d) in place; it ends with the best dev weights."""
     _check_data(train_labels, dev_labels, len(classifier.labels))
+    stage = on_stage or (lambda name: None)
+    stage("preparing")
     steps = config.total_steps(len(train_texts))
     check_every = config.check_every(len(train_texts))
     started = time.perf_counter()
@@ -280,6 +289,7 @@ def train(
             best_tensors = _snapshot(method.trained_tensors(classifier))
             stale = 0
             order = np.empty(0, dtype=np.int64)
+            stage("training")
             bar = tqdm(range(1, steps + 1), desc=f"train {method.spec}", disable=not progress)
             for step in bar:
                 if len(order) == 0:
@@ -323,6 +333,7 @@ def train(
                 else:
                     bar.set_postfix(loss=f"{result.losses[-1]:.3f}", dev=f"{result.best.accuracy:.3f}")
             bar.close()
+    stage("finishing")
     method.load_trained(classifier, best_tensors)
     reembed(classifier, train_texts, train_labels, progress=progress)  # the kept weights' keys
     result.seconds = time.perf_counter() - started

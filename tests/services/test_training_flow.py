@@ -95,6 +95,7 @@ def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal
         assert record["progress"] == 1.0 and record["metrics"]["train"] + record["metrics"]["dev"] == len(
             EXAMPLES
         )
+        assert record["stage"] == "judging"  # the last stage it reached
 
         # An example posted after training is replayed into the new store, not lost by the swap.
         api.post(
@@ -152,6 +153,7 @@ def test_a_job_that_cannot_train_fails_with_a_reason(server, causal_dir, tmp_pat
         Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts").run_once(block_ms=100)
         record = api.get(f"/v1/jobs/{job_id}").json()
         assert record["state"] == "failed" and "at least 2 labels" in record["error"]
+        assert record["stage"] is None  # it failed before preparing anything
         assert not (tmp_path / "artifacts" / "reviews").exists()
         assert api.get("/v1/jobs/nope").status_code == 404
         assert 'openbook_jobs{state="failed"} 1.0' in api.get("/metrics").text
@@ -215,9 +217,11 @@ def test_a_dead_workers_job_is_queued_again_at_once(server) -> None:
     job_id = queue.submit("reviews", "prompt-ft", {"steps": 1})
     assert queue.claim("worker-a", block_ms=100) is not None
     assert queue.get(job_id)["state"] == "running"
+    assert queue.report(job_id, "worker-a", progress=0.5, stage="training")
     assert worker_died(client, "worker-a", "its worker was killed by SIGKILL") == [job_id]
     record = queue.get(job_id)
     assert record["state"] == "queued" and record["progress"] == 0.0 and "SIGKILL" in record["error"]
+    assert "stage" not in record  # queued again, it has not begun any
     taken = queue.claim("worker-b", block_ms=100)  # with the default idle time of a minute
     assert taken is not None and taken[1].id == job_id
     assert queue.get(job_id)["state"] == "running" and queue.get(job_id)["worker"] == "worker-b"

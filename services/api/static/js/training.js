@@ -67,7 +67,7 @@ function render() {
         "tr",
         { dataset: { job: record.id, state: record.state } },
         el("td", {}, el("code", { title: record.id }, record.id.slice(0, 8)), " ", record.method, ` · ${budget(record.train_config)}`, record.trigger === "auto" ? " · automatic" : ""),
-        el("td", { class: "job-state" }, record.state),
+        el("td", { class: "job-state" }, record.state === "running" && record.stage ? `running · ${record.stage}` : record.state),
         el("td", {}, el("progress", { max: 1, value: record.progress, "aria-label": `progress ${percent(record.progress)}` }), ` ${percent(record.progress)}`),
         el("td", {}, losses.length ? [`${losses.at(-1).toFixed(4)} `, sparkline(losses)] : "—"),
         el("td", { class: "job-result" }, result(record)),
