@@ -7,7 +7,7 @@ per class: 10 for clinc150's 1,500 examples); the split is POSTed in requests of
 job queues itself on the last. Reported: the seconds from the first POST to the job's end and to the first
 classify answered by the version it published, what it trained on, and the gate's dev scores (the
 service's own held-out examples, shown to say the job trained). A job still running at `--timeout` is
-reported, and recorded with `--out`, as not done, with its state and progress then.
+reported, and recorded with `--out`, as not done, with its state, stage and progress then.
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ def run_bench_job(argv: list[str]) -> int:
             waited = time.perf_counter() - first_post
             if waited > args.timeout:  # checked once the POSTs are answered: they may take longer
                 then = (
-                    {key: jobs[0][key] for key in ("state", "progress")} if jobs else {"state": "not queued"}
+                    {key: jobs[0].get(key) for key in ("state", "stage", "progress")}
+                    if jobs
+                    else {"state": "not queued"}
                 )
                 print(
                     f"openbook bench job: no job ended within {args.timeout:.0f} s; then: {then}",
