@@ -20,6 +20,7 @@ from openbook.training import (
     TrainConfig,
 )
 from openbook.untrained import UNTRAINED_KNN, build_classifier
+from openbook.word_scores import LabelScoring
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -273,6 +274,12 @@ class TaskCreate(BaseModel):
     )
     backbone: str | None = Field(None, description="default: the service's backbone")
     method: str = "retroprompt"
+    label_scoring: LabelScoring = Field(
+        "exact",
+        description="exact: log P(word | prompt) over every token of a multi-token label word; vectors:"
+        " each label's vector in the slot's space (the mean of its word's output rows), one product for all"
+        " labels, far cheaper with many labels of long words on a causal backbone",
+    )
     knn: KnnSettings = KnnSettings()
     training: TrainingSettings = TrainingSettings()
     min_confidence: MinConfidence = Field(
@@ -295,4 +302,4 @@ def task_classifier(task: Task, backbone: Backbone) -> Classifier:
         UNTRAINED_KNN.lam if task.knn.lam is None else task.knn.lam,  # None: TaskRuntime chooses it
         task.knn.similarity,
     )
-    return build_classifier(backbone, task.template, task.labels, knn=knn)
+    return build_classifier(backbone, task.template, task.labels, knn=knn, label_scoring=task.label_scoring)

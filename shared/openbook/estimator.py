@@ -35,6 +35,7 @@ from openbook.models import default_backbone
 from openbook.prompting import Template, TextInput, Verbalizer
 from openbook.training import TrainConfig, TrainResult
 from openbook.untrained import build_classifier
+from openbook.word_scores import LabelScoring
 
 DEFAULT_METHOD = "retroprompt"  # a service task's default method
 MAX_LENGTH = 128  # tokens per prompt, as the service and the command line cut them
@@ -143,11 +144,13 @@ def create_classifier(
     backbone: str | Backbone | None = None,
     method: str | Method = DEFAULT_METHOD,
     device: str | None = None,
+    label_scoring: LabelScoring = "exact",
 ) -> Estimator:
     """An untrained classifier, as a new service task starts: `labels` as label -> word, or label names
     alone (each scored by its readable word, book_flight -> "book flight"); `backbone` a registered name,
     a local model directory or hub id, or a loaded Backbone (default `$OPENBOOK_DEFAULT_BACKBONE`, else
-    gemma3-270m); `method` a spec (`retroprompt/knn-loss`).
+    gemma3-270m); `method` a spec (`retroprompt/knn-loss`); `label_scoring` "exact" or "vectors" (one
+    product for all labels, cheaper with many labels of long words: `word_scores.py`).
     Before `fit` it predicts from the prompt alone (its store is empty)."""
     method = build_method(method) if isinstance(method, str) else method
     backbone = default_backbone() if backbone is None else backbone
@@ -155,7 +158,7 @@ def create_classifier(
         config = BackboneConfig(name=backbone, max_length=MAX_LENGTH, device=device or default_device())
         backbone = load_backbone(config)
     method.check_backbone(backbone)
-    return Estimator(build_classifier(backbone, template, labels), method)
+    return Estimator(build_classifier(backbone, template, labels, label_scoring=label_scoring), method)
 
 
 def load(path: str | Path, *, device: str | None = None, backbone: Backbone | None = None) -> Estimator:

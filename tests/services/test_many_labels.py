@@ -7,6 +7,7 @@ import itertools
 import time
 from pathlib import Path
 
+import httpx
 import redis
 
 from services.api.app import create_app
@@ -65,3 +66,43 @@ def test_a_task_of_150_label_names_takes_1500_examples_classifies_and_trains(
         wait_for(lambda: client.classify("intents", texts[:1]).model_version == version.version)
         timings["total"] = time.perf_counter() - started
     print(f"150 labels: {timings}")
+
+
+def test_a_task_scored_by_label_vectors_keeps_them_through_training(
+    server, causal_dir: Path, tmp_path: Path
+) -> None:
+    """`label_scoring: vectors` on a causal backbone, the cheap scoring of 150 multi-token words: chosen at
+    creation, used by classify (no pass over the words' tree) and kept by the trained version."""
+    examples = [
+        ExampleIn(text=f"please {name.replace('_', ' ')}", label=name, id=i) for i, name in enumerate(NAMES)
+    ]
+    app = create_app(api_settings(server.url, causal_dir))
+    with serving(app) as base, OpenBookClient(base) as client:
+        task = client.create_task("vectors", "{text} Intent: {mask}", NAMES, label_scoring="vectors")
+        assert task.label_scoring == "vectors"
+        assert client.create_task("exact", "{text} Intent: {mask}", NAMES[:2]).label_scoring == "exact"
+        body = {
+            "name": "fast",
+            "template": "{text} Intent: {mask}",
+            "labels": NAMES[:2],
+            "label_scoring": "fast",
+        }
+        refused = httpx.post(f"{base}/v1/tasks", json=body)  # a scoring that does not exist: nothing written
+        assert refused.status_code == 422 and "label_scoring" in refused.text
+        assert (
+            httpx.get(f"{base}/v1/tasks/fast").status_code == 404
+            and httpx.get(f"{base}/v1/tasks/vectors").is_success
+        )
+        for first in range(0, len(examples), BATCH):
+            client.add_examples("vectors", examples[first : first + BATCH])
+        runtime = app.state.registry.runtimes["vectors"]
+        assert runtime.classifier.label_scoring == "vectors" and not runtime.classifier.scores_words_by_tree
+        answer = client.classify("vectors", ["please book flight"])
+        assert len(answer.predictions[0].probabilities) == 150
+
+        job = client.train("vectors", **TRAIN)
+        worker = Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts", max_length=48)
+        assert worker.run_once(block_ms=100) == job.id
+        (version,) = client.versions("vectors").versions
+        wait_for(lambda: client.classify("vectors", ["x"]).model_version == version.version)
+        assert app.state.registry.runtimes["vectors"].classifier.label_scoring == "vectors"
