@@ -107,6 +107,18 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_
     assert shared["retroprompt"]["inference"] == "knn-interp"
     assert shared["retroprompt"]["selected_on"] == "dev"  # its prompt was trained on the training examples
     assert shared["retroprompt/no-knn-infer"]["inference"] == "zero-shot"
+    # every trained classifier is read three ways; its own inference is one of them, and a training run's
+    # variants share one set of readings
+    for record in (r for r in first if r["method"] != "zero-shot"):
+        readings = record["params"]["readings"]
+        assert set(readings) == {"zero-shot", "knn", "knn-interp"}, record["method"]
+        own = readings[record["params"]["inference"]]
+        assert (own["accuracy"], own["dev_accuracy"]) == (
+            record["accuracy"],
+            record["params"]["dev_accuracy"],
+        )
+    assert shared["retroprompt"]["readings"] == shared["retroprompt/no-knn-infer"]["readings"]
+    assert "read three ways" in (out / "results.md").read_text()
     assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"
 
     args[args.index("--seeds") + 1] = "1,2"  # resume: only seed 2 runs

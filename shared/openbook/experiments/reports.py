@@ -112,6 +112,32 @@ def out_of_scope_table(records: Sequence[EvalRecord], method_order: Sequence[str
     return "\n".join(lines) + "\n"
 
 
+def readings_table(records: Sequence[EvalRecord], method_order: Sequence[str] = ()) -> str:
+    """Markdown, for the trained records that read their classifier three ways (`params.readings`): the
+    prompt alone, the store alone and both, on test (dev in a dev-only run); "" if none."""
+    read = [r for r in records if "readings" in r.params]
+    if not read:
+        return ""
+    figure = "dev_accuracy" if scored_on(read) == "dev" else "accuracy"
+    lines = [
+        "| task | method | its inference | prompt alone | store alone (knn) | both (knn-interp) | seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple[str, str], list[EvalRecord]] = {}
+    for record in read:
+        groups.setdefault((record.task, record.method), []).append(record)
+    methods = list(dict.fromkeys([*method_order, *(method for _, method in groups)]))
+    for (task, method), runs in sorted(groups.items(), key=lambda item: methods.index(item[0][1])):
+        cells = [
+            _mean_std([run.params["readings"][reading][figure] for run in runs])
+            for reading in ("zero-shot", "knn", "knn-interp")
+        ]
+        lines.append(
+            f"| {task} | {method} | {runs[0].params['inference']} | {' | '.join(cells)} | {len(runs)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _mean_std(fractions: Sequence[float | None] | np.ndarray) -> str:
     percent = 100 * np.array(fractions, dtype=float)
     return f"{percent.mean():.1f} ({percent.std():.1f})"
@@ -233,6 +259,14 @@ def write_results(
         table += (
             "\nOut-of-scope queries, refused below a confidence threshold chosen on in-scope dev alone (the"
             " highest within the cost in dev accuracy); in %, mean (std) over seeds:\n\n" + refusals
+        )
+    readings = readings_table(records, method_order)
+    if readings:
+        table += (
+            "\nEach trained classifier read three ways, its weights and store as trained: the prompt alone"
+            " (with its demonstrations, where the method shows them), the store of trained keys alone, and"
+            " both interpolated, each chosen on dev;"
+            f" {scored_on(records)} accuracy in %, mean (std) over seeds:\n\n" + readings
         )
     target = target_lines(records)
     if target:

@@ -13,8 +13,11 @@ run was given and did (`step_budget`, `epochs`, `check_every`: the steps between
 its dev checks, `steps_run`) and what dev made
 of it: `dev_accuracy` (the final classifier, its kNN interpolation included)
 and the kept step's dev score (`best_step`, `best_step_dev_accuracy` and
-`best_step_dev_log_likelihood`, of the prompt alone). With splits whose `test`
-is None (a dev-only run) no test text is read and the record has no test figures.
+`best_step_dev_log_likelihood`, of the prompt alone). Each record also reads its trained classifier
+in all three ways (`readings`: the prompt alone, the store of trained keys alone and both interpolated,
+each chosen on dev as the inference methods are), so a table shows whether the store speaks after
+training. With splits whose `test` is None (a dev-only run) no test text is read and the record has no
+test figures.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 from openbook.classifier import Classifier
 from openbook.data import KShotSplits, load_kshot
 from openbook.experiments.evaluation import (
     INFERENCE_METHODS,
     EvalRecord,
+    MethodResult,
     example_labels,
     method_inputs,
     out_of_scope_on_test,
@@ -39,6 +44,19 @@ from openbook.experiments.evaluation import (
 from openbook.methods import Method, build_method, method_config
 from openbook.training import TrainConfig, train
 from tqdm.auto import tqdm
+
+# The ways every trained classifier is read besides its own inference (`readings` in each record): the
+# prompt alone, the store of trained keys alone, and both interpolated (evaluation.INFERENCE_METHODS).
+READINGS = ("zero-shot", "knn", "knn-interp")
+
+
+def _reading(
+    result: MethodResult, test_labels: np.ndarray | None, num_labels: int
+) -> dict[str, float | None]:
+    return {
+        "dev_accuracy": result.params["dev_accuracy"],
+        "accuracy": scores_on_test(result.p_test, test_labels, num_labels)[0],
+    }
 
 
 def evaluate_trained(
@@ -97,9 +115,15 @@ def evaluate_trained(
                 trained.store, trained.label_bias, dev, dev_labels, test, test_labels, knn=classifier.knn
             )
             shared_seconds = time.perf_counter() - started
+            read = {reading: INFERENCE_METHODS[reading](inputs) for reading in READINGS}
+            readings = {
+                reading: _reading(read_so, test_labels, len(classifier.labels))
+                for reading, read_so in read.items()
+            }
             for spec in group:
                 inference_started = time.perf_counter()
-                outcome = INFERENCE_METHODS[methods[spec].inference](inputs)
+                inference = methods[spec].inference
+                outcome = read[inference] if inference in read else INFERENCE_METHODS[inference](inputs)
                 test_accuracy, test_macro_f1 = scores_on_test(
                     outcome.p_test, test_labels, len(classifier.labels)
                 )
@@ -122,6 +146,7 @@ def evaluate_trained(
                         "steps_run": result.steps_run,
                         "train_seconds": round(result.seconds, 1),
                         "shared_training": [s for s in group if s != spec],
+                        "readings": readings,
                         **params_on_test(test, test_labels),
                         **out_of_scope_on_test(outcome, dev_labels, test_labels),
                     },
