@@ -10,8 +10,8 @@ a local port (real HTTP), and the trainer worker, on the chosen backbone.
    classify on the replica sees it, vs one bare forward of that example's text + 20 ms;
 4. hot swap under load: failed requests while a trained checkpoint is swapped in, and the time from
    publishing to the first response served by the new version;
-5. replicas: two api replicas on one Redis, after a burst of POSTs and the swap, hold the same ids and
-   give the same predictions.
+5. replicas: two api replicas on one Redis, after a burst of POSTs and the swap, hold the same ids and,
+   once both serve the swapped-in version, give the same predictions.
 
 With `workers` (`--workers 1,2,4`), 1-3 are measured once per count: 1 on the in-process api as above,
 N > 1 on `openbook serve` with N api processes behind one port (services/api/api_workers.py), in a
@@ -384,8 +384,16 @@ def measure_replicas(bench: _Bench, second: Served) -> None:
             "/v1/tasks/bench/examples", json={"examples": burst[start : start + 8]}
         ).raise_for_status()
     probe = {"texts": synthetic_sentences(8, seed=19), "neighbours": True}
-    a = httpx.post(f"{bench.first.base}/v1/tasks/bench/classify", json=probe, timeout=600).json()
-    b = httpx.post(f"{second.base}/v1/tasks/bench/classify", json=probe, timeout=600).json()
+    # Compared once both serve the same version: a replica swaps in the hot swap's checkpoint on its own
+    # schedule (seconds with a large backbone), and before that the two differ by design.
+    waited, deadline = time.perf_counter(), time.monotonic() + 300
+    while True:
+        a = httpx.post(f"{bench.first.base}/v1/tasks/bench/classify", json=probe, timeout=600).json()
+        b = httpx.post(f"{second.base}/v1/tasks/bench/classify", json=probe, timeout=600).json()
+        if a["model_version"] == b["model_version"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    waited = time.perf_counter() - waited
     ids = [
         sorted(s.app.state.registry.runtimes["bench"].classifier.store.ids().tolist())
         for s in (bench.first, second)
@@ -410,5 +418,6 @@ def measure_replicas(bench: _Bench, second: Served) -> None:
         f"replicas: {len(ids[0])} vs {len(ids[1])} examples,"
         f" same ids, versions, labels and neighbours: {not differ}"
         + (f" (differ: {', '.join(differ)})" if differ else "")
-        + f"; largest probability difference {gap:.1e} (embedding batches differ in padding)"
+        + f"; largest probability difference {gap:.1e} (embedding batches differ in padding);"
+        f" waited {waited:.1f} s for both to serve one version"
     )
