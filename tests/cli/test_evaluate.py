@@ -118,6 +118,8 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_
             record["params"]["dev_accuracy"],
         )
     assert shared["retroprompt"]["readings"] == shared["retroprompt/no-knn-infer"]["readings"]
+    # where each ran, so a grid resumed on another machine stays legible
+    assert all((r["params"]["device"], r["params"]["dtype"]) == ("cpu", "float32") for r in first)
     assert "read three ways" in (out / "results.md").read_text()
     assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"
 

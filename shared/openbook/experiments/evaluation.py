@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 from openbook.atomic import staging_name
+from openbook.backbone import Backbone
 from openbook.calibration import CalibrationMode, calibrated_p_lm
 from openbook.classifier import Classifier, Embeddings
 from openbook.data import Example, KShotSplits, load_kshot
@@ -249,6 +250,12 @@ def params_on_test(test: Embeddings | None, test_labels: np.ndarray | None = Non
     return query_counts(labels) | {"truncated_test": int(test.truncated.sum())}
 
 
+def ran_on(backbone: Backbone) -> dict[str, str]:
+    """Where a record's forwards ran: the device type and the weights' dtype (bfloat16 on CUDA by default,
+    float32 on a CPU), which a grid run across machines would otherwise not tell apart."""
+    return {"device": backbone.device.type, "dtype": str(backbone.dtype).removeprefix("torch.")}
+
+
 def query_counts(test_labels: np.ndarray | None) -> dict[str, int]:
     """How many in-scope test queries a record was scored on, and out-of-scope ones where there are."""
     if test_labels is None:
@@ -405,6 +412,7 @@ def evaluate_task(
                 params={
                     **result.params,
                     "calibration": calibration,
+                    **ran_on(classifier.backbone),
                     **params_on_test(test_embeddings, test_labels),
                     **out_of_scope_on_test(result, dev_labels, test_labels),
                 },

@@ -38,6 +38,7 @@ from openbook.experiments.evaluation import (
     method_inputs,
     out_of_scope_on_test,
     params_on_test,
+    ran_on,
     scored_queries,
     scores_on_test,
 )
@@ -147,6 +148,7 @@ def evaluate_trained(
                         "train_seconds": round(result.seconds, 1),
                         "shared_training": [s for s in group if s != spec],
                         "readings": readings,
+                        **ran_on(classifier.backbone),
                         **params_on_test(test, test_labels),
                         **out_of_scope_on_test(outcome, dev_labels, test_labels),
                     },
