@@ -7,6 +7,7 @@ import re
 import pytest
 
 from services.cli import main
+from tests.conftest import _save_gemma
 
 
 def test_bench_api_reports_every_measurement(causal_dir, capsys):
@@ -47,6 +48,11 @@ def test_a_stand_in_has_the_backbones_tokenizer_and_layer_types_at_width_64(caus
     text = "a quietly moving film"
     ids = [AutoTokenizer.from_pretrained(where)(text).input_ids for where in (path, causal_dir)]
     assert ids[0] == ids[1]
+    # a model of several kinds of layer (Gemma 3: sliding windows, then full attention) keeps each kind
+    gemma = _save_gemma(tmp_path / "gemma", causal_dir, num_hidden_layers=3,
+                        layer_types=["sliding_attention", "sliding_attention", "full_attention"])  # fmt: skip
+    small = AutoConfig.from_pretrained(make_stand_in(str(gemma), tmp_path / "gemma-stand-in"))
+    assert (small.num_hidden_layers, small.layer_types) == (2, ["sliding_attention", "full_attention"])
 
 
 def test_the_worker_rule_takes_the_most_throughput_within_the_latency_target():
