@@ -46,8 +46,8 @@ from openbook.methods import Method, build_method, method_config
 from openbook.training import TrainConfig, train
 from tqdm.auto import tqdm
 
-# The ways every trained classifier is read besides its own inference (`readings` in each record): the
-# prompt alone, the store of trained keys alone, and both interpolated (evaluation.INFERENCE_METHODS).
+# The three ways every trained classifier is read, its own inference among them (`readings` in each
+# record): the prompt alone, the store of trained keys alone, both interpolated (INFERENCE_METHODS).
 READINGS = ("zero-shot", "knn", "knn-interp")
 
 
@@ -118,8 +118,8 @@ def evaluate_trained(
             shared_seconds = time.perf_counter() - started
             read = {reading: INFERENCE_METHODS[reading](inputs) for reading in READINGS}
             readings = {
-                reading: _reading(read_so, test_labels, len(classifier.labels))
-                for reading, read_so in read.items()
+                reading: _reading(outcome_of, test_labels, len(classifier.labels))
+                for reading, outcome_of in read.items()
             }
             for spec in group:
                 inference_started = time.perf_counter()
