@@ -89,7 +89,7 @@ def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_trains_only_the_generator_and_round_trips(
     sharp_dir: Path, spec: str, tmp_path: Path, toy, save_and_reload
 ) -> None:
-    classifier, method = fresh(sharp_dir, f"{spec}/prompt-lr=0.01", toy)  # tiny models: 10x the default
+    classifier, method = fresh(sharp_dir, f"{spec}/prompt-lr=0.003", toy)  # tiny models: 3x the default
     backbone_before = {k: v.clone() for k, v in classifier.backbone.model.state_dict().items()}
     assert classifier.prompt is not None
     prompt_before = {k: v.clone() for k, v in classifier.prompt.state_dict().items()}
@@ -102,7 +102,7 @@ def test_trains_only_the_generator_and_round_trips(
     # The loss over all training texts (dev = train here) at each dev check: unlike the per-batch losses
     # it has no sampling noise, and unlike the kept weights (chosen on accuracy first) it is the loss.
     losses = [-h["log_likelihood"] for h in result.history]
-    assert min(losses[1:]) < 0.7 * losses[0]
+    assert min(losses[1:]) < 0.7 * losses[0], losses
     for name, tensor in classifier.backbone.model.state_dict().items():
         assert torch.equal(tensor, backbone_before[name]), f"frozen backbone weight {name} changed"
     changed = [k for k, v in classifier.prompt.state_dict().items() if not torch.equal(v, prompt_before[k])]
