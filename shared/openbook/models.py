@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from openbook.atomic import staged_directory, staged_file
 
@@ -242,14 +243,14 @@ def save_random_model(
 
     source = resolve_backbone(backbone)
     config = AutoConfig.from_pretrained(source)
-    shape = dict(shape or {})
-    layers, kinds = shape.get("num_hidden_layers"), getattr(config, "layer_types", None)
-    if layers is not None and kinds and "layer_types" not in shape:
+    fields: dict[str, Any] = dict(shape or {})
+    layers, kinds = fields.get("num_hidden_layers"), getattr(config, "layer_types", None)
+    if layers is not None and kinds and "layer_types" not in fields:
         # fewer layers keep every kind of layer the model has (Gemma 3's sliding and full attention),
         # in the order they first come, repeated to the new depth
         distinct = list(dict.fromkeys(kinds))
-        shape["layer_types"] = [distinct[i % len(distinct)] for i in range(layers)]
-    for name, value in shape.items():
+        fields["layer_types"] = [distinct[i % len(distinct)] for i in range(layers)]
+    for name, value in fields.items():
         setattr(config, name, value)
     directory.mkdir(parents=True, exist_ok=True)
     AutoTokenizer.from_pretrained(source).save_pretrained(directory)
