@@ -127,17 +127,18 @@ def test_a_job_cancelled_while_it_trains_stops_at_its_next_step(server, causal_d
     with api_client(server, causal_dir, tmp_path) as api:
         create_with_examples(api)
         job_id = api.post("/v1/tasks/reviews/train", json={**TRAIN, "steps": 50}).json()["id"]
-        steps: list[int] = []
+        steps: list[float] = []
 
         class DeletingWorker(Worker):
-            def _report(self, job, step, steps_total, loss):
-                steps.append(step)
-                if step == 1:
-                    assert api.delete("/v1/tasks/reviews").status_code == 204
-                super()._report(job, step, steps_total, loss)
+            def _report(self, job, **fields):
+                if "progress" in fields:  # a step's report (stage reports come before the first)
+                    steps.append(fields["progress"])
+                    if len(steps) == 1:
+                        assert api.delete("/v1/tasks/reviews").status_code == 204
+                super()._report(job, **fields)
 
         assert DeletingWorker(client, artifacts, max_length=48).run_once(block_ms=100) == job_id
-        assert steps == [1]  # it stopped there instead of training on
+        assert steps == [1 / 50]  # it stopped at its first step instead of training on
         assert api.get(f"/v1/jobs/{job_id}").json()["state"] == "cancelled"
         assert not (artifacts / "reviews").exists()
 
