@@ -73,6 +73,7 @@ def run_bench_job(argv: list[str]) -> int:
         )
         first_post = time.perf_counter()
         client.add_examples(name, [(i, example.text, example.label) for i, example in enumerate(train)])
+        size = {"examples": len(train), "labels": len(verbalizer.labels)}
         job, done, served = None, None, None
         while served is None:
             jobs = client.jobs(name)
@@ -87,14 +88,7 @@ def run_bench_job(argv: list[str]) -> int:
                     f"openbook bench job: no job ended within {args.timeout:.0f} s; then: {then}",
                     file=sys.stderr,
                 )
-                if args.out is not None:
-                    _record(
-                        args,
-                        argv,
-                        len(train),
-                        len(verbalizer.labels),
-                        {"not_done_at_s": round(waited, 1), "then": then},
-                    )
+                _record(args, argv, size | {"not_done_at_s": round(waited, 1), "then": then})
                 return 1
             if done is None and jobs and jobs[0]["state"] in TERMINAL:
                 job, done = jobs[0], time.perf_counter() - first_post
@@ -121,38 +115,33 @@ def run_bench_job(argv: list[str]) -> int:
         f"{dev['step_budget']} steps run, the best dev score at step {dev['best_step']}"
     )
     print(f"gate: {summary['verdict']}, dev scores {summary['gate']}")
-    if args.out is not None:
-        _record(
-            args,
-            argv,
-            len(train),
-            len(verbalizer.labels),
-            {
-                "job_done_s": round(done, 1),
-                "served_s": round(served, 1),
-                "trained_on": examples,
-                "dev_metrics": {key: dev[key] for key in ("steps_run", "step_budget", "best_step")},
-                "gate": summary["verdict"],
-            },
-        )
+    _record(
+        args,
+        argv,
+        size
+        | {
+            "job_done_s": round(done, 1),
+            "served_s": round(served, 1),
+            "trained_on": examples,
+            "dev_metrics": {key: dev[key] for key in ("steps_run", "step_budget", "best_step")},
+            "gate": summary["verdict"],
+        },
+    )
     return 0
 
 
-def _record(args: argparse.Namespace, argv: list[str], examples: int, labels: int, outcome: dict) -> None:
-    """This run's record, added to OUT/job.json (one per run)."""
+def _record(args: argparse.Namespace, argv: list[str], outcome: dict) -> None:
+    """This run's record, added to OUT/job.json (one per run), where `--out` is given."""
+    if args.out is None:
+        return
     from openbook.atomic import add_json_record
 
+    options = ("task", "seed", "shots", "backbone", "method", "device", "training")
     record = {
         "command": "openbook bench job " + " ".join(argv),
-        **{
-            key: getattr(args, key)
-            for key in ("task", "seed", "shots", "backbone", "method", "device", "training")
-        },
-        "examples": examples,
-        "labels": labels,
-        **outcome,
+        **{key: getattr(args, key) for key in options},
     }
-    add_json_record(Path(args.out) / "job.json", record)
+    add_json_record(Path(args.out) / "job.json", record | outcome)
 
 
 def _kind(backbone: str) -> str:
