@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-constrained-dev ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-trained clinc150-scoring-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -297,13 +297,6 @@ clinc150-scoring-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
 		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods zero-shot,knn,knn-interp \
 		--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) --out docs/results/clinc150-vectors-dev-$(TABLE_BACKBONE)
-
-# The third scoring's side of the rule (docs/decisions.md, "Many labels"): constrained scoring on the same
-# dev sets, untrained, 5 seeds; test is never read.
-clinc150-constrained-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
-		--backbone $(TABLE_BACKBONE) --label-scoring constrained --methods zero-shot,knn,knn-interp \
-		--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) --out docs/results/clinc150-constrained-dev-$(TABLE_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).

@@ -276,11 +276,9 @@ class TaskCreate(BaseModel):
     method: str = "retroprompt"
     label_scoring: LabelScoring = Field(
         "exact",
-        description="exact: log P(word | prompt) over every token of a multi-token label word;"
-        " constrained: a word's later tokens normalised over the label words' continuations only, as"
-        " constrained decoding generates them; vectors: each label's vector in the slot's space (the mean of"
-        " its word's output rows), one product for all labels. The last two cost far less with many labels"
-        " of long words on a causal backbone",
+        description="exact: log P(word | prompt) over every token of a multi-token label word; vectors:"
+        " each label's vector in the slot's space (the mean of its word's output rows), one product for all"
+        " labels, far cheaper with many labels of long words on a causal backbone",
     )
     knn: KnnSettings = KnnSettings()
     training: TrainingSettings = TrainingSettings()

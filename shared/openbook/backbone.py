@@ -237,18 +237,12 @@ class Backbone:
         """The slot vector and every label's score: one forward, and for a causal LM's multi-token words
         one more call over their token tree (`word_scores.py`), whatever the number of labels.
 
-        `scoring="constrained"` normalises a word's later tokens over the label words' continuations
-        (a pass over the few nodes where they branch); `scoring="vectors"` scores the labels by their
-        vectors in the slot's space (no tree pass, no LM head): see `word_scores.py`. A prompt that
-        scores the labels itself overrides all three.
+        `scoring="vectors"` scores the labels by their vectors in the slot's space instead (see
+        `word_scores.py`): no tree pass, no LM head. A prompt that scores the labels itself overrides both.
         """
         own_label_head = prompt is not None and prompt.scores_labels
         reads_head_input = own_label_head or scoring == "vectors"  # the labels are scored from h, not logits
-        words = (
-            word_tree(label_token_ids, constrained=scoring == "constrained")
-            if self.kind == "causal" and not reads_head_input
-            else None
-        )
+        words = word_tree(label_token_ids) if self.kind == "causal" and not reads_head_input else None
         tails = words is not None and words.has_tails  # multi-token words: a pass over their tree follows
         # A hook on the head reads its input: the compiled forward, recorded without it, is left aside.
         run = self._prepare(batch, demo_vectors, prompt, compilable=not tails and not reads_head_input)

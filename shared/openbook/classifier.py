@@ -40,7 +40,7 @@ from openbook.knn import KnnConfig, knn_distribution, knn_mixture, knn_search
 from openbook.prompting import EncodedBatch, PromptEncoder, PromptError, Template, TextInput, Verbalizer
 from openbook.soft_prompts import SoftPrompt
 from openbook.store import KnowledgeStore, SearchResult
-from openbook.word_scores import LabelScoring, word_tree
+from openbook.word_scores import LabelScoring
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,7 @@ class Classifier:
     # P = softmax(log P / T) after the interpolation: temperature scaling fitted on dev (quality.calibrate)
     confidence_temperature: float = 1.0
     batch_size: int = 32
-    # How P_LM scores the label words (`word_scores.py`): exactly, constrained to the label words'
-    # continuations, or by label vectors in the slot's space
+    # How P_LM scores the label words (`word_scores.py`): exactly, or by label vectors in the slot's space
     label_scoring: LabelScoring = "exact"
 
     def __post_init__(self) -> None:
@@ -141,14 +140,13 @@ class Classifier:
     @property
     def scores_words_by_tree(self) -> bool:
         """Whether scoring the labels runs a pass over their words' token tree after the prompt's forward
-        (a causal backbone's multi-token words, scored exactly or constrained: `word_scores.py`), the part
-        of a forward whose cost grows with the labels."""
-        if self.backbone.kind != "causal" or self.label_scoring == "vectors":
+        (a causal backbone's multi-token words, scored exactly: `word_scores.py`), the part of a forward
+        whose cost grows with the labels."""
+        if self.backbone.kind != "causal" or self.label_scoring != "exact":
             return False
         if self.prompt is not None and self.prompt.scores_labels:
             return False
-        words = word_tree(self.encoder.label_token_ids, constrained=self.label_scoring == "constrained")
-        return words.has_tails
+        return any(len(ids) > 1 for ids in self.encoder.label_token_ids)
 
     def label_indices(self, labels: Sequence[str]) -> np.ndarray:
         return np.array([self.verbalizer.index(label) for label in labels], dtype=np.int64)

@@ -149,8 +149,8 @@ def create_classifier(
     """An untrained classifier, as a new service task starts: `labels` as label -> word, or label names
     alone (each scored by its readable word, book_flight -> "book flight"); `backbone` a registered name,
     a local model directory or hub id, or a loaded Backbone (default `$OPENBOOK_DEFAULT_BACKBONE`, else
-    gemma3-270m); `method` a spec (`retroprompt/knn-loss`); `label_scoring` "exact", "constrained" or
-    "vectors" (the last two cheaper with many labels of long words: `word_scores.py`).
+    gemma3-270m); `method` a spec (`retroprompt/knn-loss`); `label_scoring` "exact" or "vectors" (one
+    product for all labels, cheaper with many labels of long words: `word_scores.py`).
     Before `fit` it predicts from the prompt alone (its store is empty)."""
     method = build_method(method) if isinstance(method, str) else method
     backbone = default_backbone() if backbone is None else backbone

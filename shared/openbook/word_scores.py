@@ -34,22 +34,9 @@ rows (the normaliser needs every logit; a chunk bounds the (rows, V) logits held
 autograd each chunk is recomputed in the backward pass rather than kept).
 
 The pass still runs the body on every node and the full-vocabulary normaliser at each, so on a CPU
-150 multi-token labels cost several times two labels (docs: `openbook bench labels`). Two cheaper
-scorings are options (`LabelScoring`, `Classifier.label_scoring`).
-
-`constrained` scores a word as constrained decoding would generate it among the label words: the first
-token as above, each later token normalised over the tokens the words continue with at that point
-(its siblings in the tree), not over the vocabulary:
-
-    log P(w_t | x, w_<t) = z(w_t) - logsumexp_{s in siblings} z(s)     (z: the head's logits there)
-
-A token that no other word continues with there has probability 1 and costs nothing; so the pass feeds
-only the nodes where words branch, and their ancestors (19 of clinc150's 116 nodes on Gemma 3), and
-the head computes only the siblings' logits, not the vocabulary's normaliser. Where a label word ends
-at a node that others continue past ("transfer", "transfer money"), the word that ends has no token to
-compare with: that node's factors are normalised over the vocabulary, as exact scoring does.
-
-`vectors` is DART's idea of label vectors in the slot's space (Zhang et al., ICLR 2022):
+150 multi-token labels cost several times two labels (docs: `openbook bench labels`). The cheap
+alternative, an option and not the default (`LabelScoring`, `Classifier.label_scoring`), is DART's
+idea of label vectors in the slot's space (Zhang et al., ICLR 2022):
 
     P_LM(c | x) = softmax_c(h · v_c + b_c)
 
@@ -75,9 +62,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-LabelScoring = Literal[
-    "exact", "constrained", "vectors"
-]  # what `Backbone.forward` scores labels with (see above)
+LabelScoring = Literal["exact", "vectors"]  # what `Backbone.forward` scores labels with (see above)
 LOGIT_BUDGET = 1 << 26  # logits (float32: 256 MiB) one chunk of the head's full-vocabulary pass may hold
 MAX_TREE_NODES = 512  # nodes one pass feeds: bounds its (N, N) path table and (rows, N, K + N) masks
 
@@ -94,11 +79,6 @@ class WordTree:
     edge_node: torch.Tensor  # (E,) the node whose output scores a factor
     edge_child: torch.Tensor  # (E,) which of that node's children it is
     edge_label: torch.Tensor  # (E,) the label (in the whole label set) whose word the factor belongs to
-    real_child: torch.Tensor  # (N, M) bool: which of `children`'s entries are tokens, not padding
-    # Nodes whose factors are normalised over the vocabulary (every node, scored exactly), and those
-    # normalised over their children alone (constrained scoring, where no label word ends at the node)
-    vocabulary_nodes: torch.Tensor  # (N1,) node indices
-    sibling_nodes: torch.Tensor  # (N2,) node indices, N1 + N2 = N
 
     def to(self, device: torch.device) -> WordTree:
         return WordTree(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))
@@ -111,7 +91,7 @@ class LabelWords:
     one token."""
 
     first: torch.Tensor  # (C,)
-    trees: tuple[WordTree, ...]  # constrained scoring's hold only the nodes it reads, and their ancestors
+    trees: tuple[WordTree, ...]
 
     @property
     def has_tails(self) -> bool:
@@ -121,16 +101,15 @@ class LabelWords:
         return LabelWords(self.first.to(device), tuple(tree.to(device) for tree in self.trees))
 
 
-def word_tree(label_token_ids: Sequence[Sequence[int]], *, constrained: bool = False) -> LabelWords:
-    """The trees of `label_token_ids` (one token list per label), built once per label set: every
-    proper prefix of a word, or with `constrained` only those that constrained scoring reads."""
+def word_tree(label_token_ids: Sequence[Sequence[int]]) -> LabelWords:
+    """The trees of `label_token_ids` (one token list per label), built once per label set."""
     # Kept across calls, so never built as inference tensors, which a later training step cannot read.
     with torch.inference_mode(False):
-        return _label_words(tuple(tuple(ids) for ids in label_token_ids), MAX_TREE_NODES, constrained)
+        return _label_words(tuple(tuple(ids) for ids in label_token_ids), MAX_TREE_NODES)
 
 
 @functools.lru_cache(maxsize=64)
-def _label_words(words: tuple[tuple[int, ...], ...], max_nodes: int, constrained: bool = False) -> LabelWords:
+def _label_words(words: tuple[tuple[int, ...], ...], max_nodes: int) -> LabelWords:
     if any(len(ids) == 0 for ids in words):
         raise ValueError("a label word has no tokens")
     groups: list[list[int]] = []  # labels per tree, in token order so that shared prefixes sit together
@@ -144,58 +123,45 @@ def _label_words(words: tuple[tuple[int, ...], ...], max_nodes: int, constrained
         else:
             prefixes |= new
         groups[-1].append(label)
-    trees = (_word_tree(words, group, constrained) for group in groups)
     return LabelWords(
         first=torch.tensor([ids[0] for ids in words], dtype=torch.long),
-        trees=tuple(tree for tree in trees if tree is not None),
+        trees=tuple(_word_tree(words, group) for group in groups),
     )
 
 
-def _word_tree(words: tuple[tuple[int, ...], ...], labels: list[int], constrained: bool) -> WordTree | None:
-    """The tree of `labels`' words; with `constrained`, pruned to the nodes it reads and their
-    ancestors (None if it reads none: every factor is 1)."""
-    children: dict[tuple[int, ...], list[int]] = {}  # in insertion order, a parent before its children
+def _word_tree(words: tuple[tuple[int, ...], ...], labels: list[int]) -> WordTree:
+    nodes: dict[tuple[int, ...], int] = {}
+    parents: list[int] = []
+    children: list[list[int]] = []
+    edges: list[tuple[int, int, int]] = []  # (node, child slot, label)
     for label in labels:
         ids = words[label]
         for depth in range(1, len(ids)):
-            siblings = children.setdefault(ids[:depth], [])
-            if ids[depth] not in siblings:
-                siblings.append(ids[depth])
-    whole = set(words)  # a prefix that is itself a label word is normalised over the vocabulary
-    read = {p for p, c in children.items() if not constrained or len(c) > 1 or p in whole}
-    kept = {p[:depth] for p in read for depth in range(1, len(p) + 1)}  # and the ancestors they attend to
-    prefixes = [p for p in children if p in kept]
-    if not read:
-        return None
-    index = {prefix: i for i, prefix in enumerate(prefixes)}
-    count = len(prefixes)
+            prefix = ids[:depth]
+            if prefix not in nodes:  # a prefix's parent was met before it: parents precede children
+                nodes[prefix] = len(nodes)
+                parents.append(nodes[prefix[:-1]] if depth > 1 else -1)
+                children.append([])
+            node, child = nodes[prefix], ids[depth]
+            if child not in children[node]:
+                children[node].append(child)
+            edges.append((node, children[node].index(child), label))
+    count = len(nodes)
     on_path = torch.eye(count, dtype=torch.bool)
-    for node, prefix in enumerate(prefixes):
-        if len(prefix) > 1:
-            on_path[node] |= on_path[index[prefix[:-1]]]
-    width = max(len(c) for c in children.values())
-    padded = [children[p] + [0] * (width - len(children[p])) for p in prefixes]
-    real = [[True] * len(children[p]) + [False] * (width - len(children[p])) for p in prefixes]
-    edges = [  # (node, child slot, label)
-        (index[ids[:depth]], children[ids[:depth]].index(ids[depth]), label)
-        for label in labels
-        for ids in (words[label],)
-        for depth in range(1, len(ids))
-        if ids[:depth] in read
-    ]
+    for node, parent in enumerate(parents):
+        if parent >= 0:
+            on_path[node] |= on_path[parent]
+    width = max((len(c) for c in children), default=0)
+    padded = [c + [0] * (width - len(c)) for c in children]
     edge = torch.tensor(edges, dtype=torch.long).reshape(-1, 3)
-    by_vocabulary = torch.tensor([not constrained or p in whole for p in prefixes])
     return WordTree(
-        tokens=torch.tensor([prefix[-1] for prefix in prefixes], dtype=torch.long),
-        depth=torch.tensor([len(prefix) for prefix in prefixes], dtype=torch.long),
+        tokens=torch.tensor([prefix[-1] for prefix in nodes], dtype=torch.long),
+        depth=torch.tensor([len(prefix) for prefix in nodes], dtype=torch.long),
         on_path=on_path,
         children=torch.tensor(padded, dtype=torch.long).reshape(count, width),
         edge_node=edge[:, 0],
         edge_child=edge[:, 1],
         edge_label=edge[:, 2],
-        real_child=torch.tensor(real, dtype=torch.bool).reshape(count, width),
-        vocabulary_nodes=by_vocabulary.nonzero().flatten(),
-        sibling_nodes=(~by_vocabulary).nonzero().flatten(),
     )
 
 
@@ -236,23 +202,12 @@ def _tree_factors(
         past_key_values=cache,
         use_cache=True,
     )
-    hidden = out.last_hidden_state  # (B, N, H) the head's input at each node
-    parts, order = [], []
-    if len(tree.vocabulary_nodes):
-        nodes = tree.vocabulary_nodes
-        states = hidden[:, nodes].reshape(rows * len(nodes), -1)  # (B*N1, H)
-        vocabulary = model.get_output_embeddings().weight.shape[0]
-        found = _children_log_probs(model, states, tree.children[nodes].repeat(rows, 1), vocabulary)
-        parts.append(found.view(rows, len(nodes), -1))
-        order.append(nodes)
-    if len(tree.sibling_nodes):
-        nodes = tree.sibling_nodes
-        parts.append(
-            _sibling_log_probs(model, hidden[:, nodes], tree.children[nodes], tree.real_child[nodes])
-        )
-        order.append(nodes)
-    # (B, N, M) in node order: the two parts' rows put back where their nodes are
-    child_log_probs = torch.cat(parts, dim=1)[:, torch.cat(order).argsort()]
+    hidden = out.last_hidden_state.reshape(rows * count, -1)  # (B*N, H) the head's input at each node
+    children = tree.children.repeat(rows, 1)  # (B*N, M)
+    vocabulary = model.get_output_embeddings().weight.shape[0]
+    child_log_probs = _children_log_probs(model, hidden, children, vocabulary).view(
+        rows, count, -1
+    )  # (B, N, M)
     return child_log_probs[:, tree.edge_node, tree.edge_child]  # (B, E)
 
 
@@ -333,24 +288,6 @@ def _children_log_probs(
         else:
             parts.append(chunk_log_probs(states, tokens))
     return torch.cat(parts)
-
-
-def _sibling_log_probs(
-    model: Any, hidden: torch.Tensor, children: torch.Tensor, real: torch.Tensor
-) -> torch.Tensor:
-    """(B, N, M) log p(child | node) normalised over each node's children alone, from the nodes' head
-    inputs (B, N, H): only the children's logits are computed."""
-    head: nn.Module = model.get_output_embeddings()
-    weight = head.weight  # (V, H)
-    assert isinstance(weight, torch.Tensor)
-    logits = torch.einsum("bnh,nmh->bnm", hidden, weight[children].to(hidden.dtype)).float()
-    bias = getattr(head, "bias", None)
-    if bias is not None:
-        logits = logits + bias[children].float()
-    softcap = getattr(model.config, "final_logit_softcapping", None)
-    if softcap is not None:
-        logits = torch.tanh(logits / softcap) * softcap
-    return F.log_softmax(logits.masked_fill(~real, float("-inf")), dim=-1)
 
 
 def label_vector_log_probs(

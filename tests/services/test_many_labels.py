@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 import redis
 
 from services.api.app import create_app
@@ -69,20 +68,18 @@ def test_a_task_of_150_label_names_takes_1500_examples_classifies_and_trains(
     print(f"150 labels: {timings}")
 
 
-@pytest.mark.parametrize("scoring", ["vectors", "constrained"])
-def test_a_task_scored_cheaply_keeps_its_scoring_through_training(
-    server, causal_dir: Path, tmp_path: Path, scoring: str
+def test_a_task_scored_by_label_vectors_keeps_them_through_training(
+    server, causal_dir: Path, tmp_path: Path
 ) -> None:
-    """A cheap scoring of 150 multi-token words on a causal backbone, `label_scoring: vectors` (no pass over
-    the words' tree) or `constrained` (a pass over the nodes where they branch): chosen at creation, used
-    by classify and kept by the trained version."""
+    """`label_scoring: vectors` on a causal backbone, the cheap scoring of 150 multi-token words: chosen at
+    creation, used by classify (no pass over the words' tree) and kept by the trained version."""
     examples = [
         ExampleIn(text=f"please {name.replace('_', ' ')}", label=name, id=i) for i, name in enumerate(NAMES)
     ]
     app = create_app(api_settings(server.url, causal_dir))
     with serving(app) as base, OpenBookClient(base) as client:
-        task = client.create_task("cheap", "{text} Intent: {mask}", NAMES, label_scoring=scoring)
-        assert task.label_scoring == scoring
+        task = client.create_task("vectors", "{text} Intent: {mask}", NAMES, label_scoring="vectors")
+        assert task.label_scoring == "vectors"
         assert client.create_task("exact", "{text} Intent: {mask}", NAMES[:2]).label_scoring == "exact"
         body = {
             "name": "fast",
@@ -94,19 +91,18 @@ def test_a_task_scored_cheaply_keeps_its_scoring_through_training(
         assert refused.status_code == 422 and "label_scoring" in refused.text
         assert (
             httpx.get(f"{base}/v1/tasks/fast").status_code == 404
-            and httpx.get(f"{base}/v1/tasks/cheap").is_success
+            and httpx.get(f"{base}/v1/tasks/vectors").is_success
         )
         for first in range(0, len(examples), BATCH):
-            client.add_examples("cheap", examples[first : first + BATCH])
-        runtime = app.state.registry.runtimes["cheap"]
-        assert runtime.classifier.label_scoring == scoring
-        assert runtime.classifier.scores_words_by_tree == (scoring == "constrained")  # the verbs branch
-        answer = client.classify("cheap", ["please book flight"])
+            client.add_examples("vectors", examples[first : first + BATCH])
+        runtime = app.state.registry.runtimes["vectors"]
+        assert runtime.classifier.label_scoring == "vectors" and not runtime.classifier.scores_words_by_tree
+        answer = client.classify("vectors", ["please book flight"])
         assert len(answer.predictions[0].probabilities) == 150
 
-        job = client.train("cheap", **TRAIN)
+        job = client.train("vectors", **TRAIN)
         worker = Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts", max_length=48)
         assert worker.run_once(block_ms=100) == job.id
-        (version,) = client.versions("cheap").versions
-        wait_for(lambda: client.classify("cheap", ["x"]).model_version == version.version)
-        assert app.state.registry.runtimes["cheap"].classifier.label_scoring == scoring
+        (version,) = client.versions("vectors").versions
+        wait_for(lambda: client.classify("vectors", ["x"]).model_version == version.version)
+        assert app.state.registry.runtimes["vectors"].classifier.label_scoring == "vectors"

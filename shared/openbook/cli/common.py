@@ -61,11 +61,10 @@ def add_label_scoring_argument(parser: argparse.ArgumentParser) -> None:
     """--label-scoring: how P_LM scores the label words (see openbook/word_scores.py)."""
     parser.add_argument(
         "--label-scoring",
-        choices=["exact", "constrained", "vectors"],
+        choices=["exact", "vectors"],
         default="exact",
-        help="exact: log P(word | prompt) over every token of a multi-token word; constrained: a word's "
-        "later tokens normalised over the label words' continuations only (cheaper for many long words); "
-        "vectors: label vectors in the slot's space (the mean of the word's LM-head rows), one product",
+        help="exact: log P(word | prompt) over every token of a multi-token word; vectors: label vectors in "
+        "the slot's space (the mean of the word's LM-head rows), one product, cheaper for many long words",
     )
 
 
