@@ -35,6 +35,12 @@ def run_bench_job(argv: list[str]) -> int:
     parser.add_argument("--data", help="the k-shot/ directory (default: $OPENBOOK_DATA/k-shot)")
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
     parser.add_argument("--method", default="retroprompt", help="the task's method (default: the service's)")
+    parser.add_argument(
+        "--label-scoring",
+        choices=["exact", "vectors"],
+        default="exact",
+        help="the task's label scoring (default: the service's, exact)",
+    )
     parser.add_argument("--per-request", type=int, default=32, help="examples per POST")
     parser.add_argument(
         "--training",
@@ -68,6 +74,7 @@ def run_bench_job(argv: list[str]) -> int:
                 "template": template.source,
                 "labels": dict(zip(verbalizer.labels, verbalizer.words, strict=True)),
                 "method": args.method,
+                "label_scoring": args.label_scoring,
                 "training": {**args.training, "auto": True, "every": len(train)},
             }
         )
@@ -106,7 +113,8 @@ def run_bench_job(argv: list[str]) -> int:
         version = next(v for v in client.versions(name) if v["version"] == summary["version"])
     print(
         f"{args.task} seed {args.seed}: {len(train)} examples, {len(verbalizer.labels)} labels, "
-        f"method {args.method}, backbone {args.backbone}, device {args.device}, training {args.training}"
+        f"method {args.method}, label scoring {args.label_scoring}, backbone {args.backbone}, device "
+        f"{args.device}, training {args.training}"
     )
     print(f"job done {done:.0f} s after the first POST; its version served after {served:.0f} s")
     examples, dev = version["examples"], version["dev_metrics"]
@@ -136,7 +144,7 @@ def _record(args: argparse.Namespace, argv: list[str], outcome: dict) -> None:
         return
     from openbook.atomic import add_json_record
 
-    options = ("task", "seed", "shots", "backbone", "method", "device", "training")
+    options = ("task", "seed", "shots", "backbone", "method", "label_scoring", "device", "training")
     record = {
         "command": "openbook bench job " + " ".join(argv),
         **{key: getattr(args, key) for key in options},

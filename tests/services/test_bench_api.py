@@ -87,11 +87,14 @@ def test_bench_job_times_an_automatic_job_through_the_service(causal_dir, tmp_pa
     assert (record["job_done_s"], record["served_s"]) == pytest.approx((done, served), abs=0.5)
     assert record["trained_on"] == {"train": train, "dev": dev} and record["gate"] == "first"
     assert record["command"].startswith("openbook bench job --task SST-2") and record["shots"] == 16
+    assert record["label_scoring"] == "exact"  # the service's default, unless asked
     # a job that has not ended by --timeout is reported and recorded as not done, with where it was
     late = tmp_path / "late"
-    assert main([*args, "--max-length", "48", "--timeout", "0", "--out", str(late)]) == 1
+    options = ["--max-length", "48", "--timeout", "0", "--label-scoring", "vectors", "--out", str(late)]
+    assert main([*args, *options]) == 1
     assert "no job ended within 0 s" in capsys.readouterr().err
     (record,) = json.loads((late / "job.json").read_text())
+    assert record["label_scoring"] == "vectors"
     assert record["not_done_at_s"] >= 0 and "job_done_s" not in record
     assert record["then"]["state"] in {"not queued", "queued", "running"}
     assert main([*args[:-4], "--data", str(tmp_path / "nowhere")]) == 2
