@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-trained clinc150-scoring-dev ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -297,6 +297,14 @@ clinc150-scoring-dev: install
 	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
 		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods zero-shot,knn,knn-interp \
 		--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) --out docs/results/clinc150-vectors-dev-$(TABLE_BACKBONE)
+
+# The rule's second part: the trained default (retroprompt) with label vectors on the same dev sets, test
+# never read; its exact side is clinc150-trained's retroprompt rows. Resumable, a unit per seed.
+clinc150-vectors-trained-dev: install
+	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
+		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods retroprompt \
+		--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
+		--out docs/results/clinc150-vectors-trained-dev-$(TABLE_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).
