@@ -21,6 +21,7 @@ from pathlib import Path
 
 
 def run_bench_job(argv: list[str]) -> int:
+    from openbook.cli.common import add_label_scoring_argument
     from openbook.data import DataError, data_root, load_kshot
     from openbook.models import DEFAULT_BACKBONE
     from openbook.prompting import get_preset
@@ -35,12 +36,7 @@ def run_bench_job(argv: list[str]) -> int:
     parser.add_argument("--data", help="the k-shot/ directory (default: $OPENBOOK_DATA/k-shot)")
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
     parser.add_argument("--method", default="retroprompt", help="the task's method (default: the service's)")
-    parser.add_argument(
-        "--label-scoring",
-        choices=["exact", "vectors"],
-        default="exact",
-        help="the task's label scoring (default: the service's, exact)",
-    )
+    add_label_scoring_argument(parser)  # the task's, as POST /v1/tasks takes it
     parser.add_argument("--per-request", type=int, default=32, help="examples per POST")
     parser.add_argument(
         "--training",
