@@ -293,7 +293,8 @@ def test_eval_parallel_runs_each_task_and_seed_as_its_own_process(tmp_path, caus
     }
     merged = json.loads((in_parallel / "results.json").read_text())
     assert {(r["method"], r["seed"]): r["accuracy"] for r in merged} == serial  # the same runs, merged
-    assert sorted(p.name for p in (in_parallel / "logs").iterdir()) == ["toy-1.log", "toy-2.log"]
+    logs = sorted(p.name for p in (in_parallel / "logs").iterdir())
+    assert logs == ["toy-1-zero-shot,knn.log", "toy-2-zero-shot,knn.log"]  # named by methods too
     assert "Command: `openbook eval --data" in (in_parallel / "results.md").read_text()
     assert "--parallel 2" in (in_parallel / "results.md").read_text()  # the grid's command, not a unit's
     capsys.readouterr()

@@ -159,8 +159,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         # method or peer is a unit of its own, so a grid spreads over as many processes as it has runs.
         groups = ([",".join(frozen)] if frozen else []) + [m for m in methods if m not in frozen]
         units = [
+            # named by its methods too: a later grid into the same OUT keeps this one's logs
             Unit(
-                f"{task}-{seed}" + ("" if len(groups) == 1 else "-" + group.replace("/", "+")),
+                f"{task}-{seed}-" + group.replace("/", "+"),
                 unit_argv(argv, {"--task": task, "--seeds": str(seed), "--methods": group}),
             )
             for task in tasks
