@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev precision-dev precision-dev-clinc150 ipt-table bench clean
 
 install: $(STAMP)
 
@@ -305,6 +305,20 @@ clinc150-vectors-trained-dev: install
 		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods retroprompt \
 		--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/clinc150-vectors-trained-dev-$(TABLE_BACKBONE)
+
+# Mixed precision in training, judged on dev (docs/decisions.md, "Mixed precision in training": the rule,
+# written before these ran). The float32 sides are the 16-shot table's and clinc150-vectors-trained-dev's
+# records; these are the bfloat16 sides. Test is never read.
+PRECISION_SEEDS = 13,21,42
+precision-dev: install
+	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task trec,sst-5 --backbone $(TABLE_BACKBONE) \
+		--methods retroprompt --seeds $(PRECISION_SEEDS) --train-precision bfloat16 --parallel $(PARALLEL) \
+		--out docs/results/precision-dev-$(TABLE_BACKBONE)
+precision-dev-clinc150: install
+	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
+		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods retroprompt --seeds $(PRECISION_SEEDS) \
+		--train-precision bfloat16 --parallel $(PARALLEL) \
+		--out docs/results/precision-dev-clinc150-vectors-$(TABLE_BACKBONE)
 
 # IPT's pretrained prompt table (ipt/strategy=pretrained), built once into the model cache from the
 # full training sets under $(OPENBOOK_DATA) (a few CPU minutes).

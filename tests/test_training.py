@@ -84,6 +84,41 @@ def test_training_is_deterministic_for_a_seed(causal_dir: Path, toy, fresh_class
     assert runs[0] != runs[2]  # another seed shuffles differently
 
 
+def test_bfloat16_precision_multiplies_in_bfloat16_and_updates_float32_weights(
+    causal_dir: Path, toy, fresh_classifier
+) -> None:
+    seen: dict[str, set] = {"float32": set(), "bfloat16": set()}
+    for precision, dtypes in seen.items():
+        classifier, method = fresh_classifier(causal_dir, "retroprompt")
+        linears = [m for m in classifier.backbone.model.modules() if isinstance(m, torch.nn.Linear)]
+
+        def record(module: torch.nn.Module, inputs: Any, out: torch.Tensor, dtypes: set = dtypes) -> None:
+            dtypes.add((out.dtype, module.weight.dtype))
+
+        hooks = [m.register_forward_hook(record) for m in linears]
+        config = dataclasses.replace(CONFIG, steps=12, precision=precision)
+        before = {k: v.clone() for k, v in method.trained_tensors(classifier).items()}
+        result = train(
+            classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, config, progress=False
+        )
+        for hook in hooks:
+            hook.remove()
+        assert all(np.isfinite(result.losses))
+        trained = method.trained_tensors(classifier)
+        assert any(not torch.equal(trained[k], before[k]) for k in before)  # the steps changed weights
+        after = {p.dtype for p in classifier.backbone.model.parameters()}
+        assert after == {torch.float32}  # the tiny model's serving dtype, restored
+    assert seen["float32"] == {(torch.float32, torch.float32)}
+    # under autocast the products come out in bfloat16 while the weights they read stay float32
+    assert (torch.bfloat16, torch.float32) in seen["bfloat16"]
+    assert all(weight == torch.float32 for _, weight in seen["bfloat16"])
+
+
+def test_an_unknown_precision_is_refused() -> None:
+    with pytest.raises(ValueError, match="precision must be one of float32, bfloat16"):
+        TrainConfig(precision="float16")  # type: ignore[arg-type]  # what a bad config file would hold
+
+
 @pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "retroprompt/demos=none/knn-loss"])
 def test_domain_bias_comes_from_the_untrained_weights(
     causal_dir: Path, spec: str, toy, fresh_classifier

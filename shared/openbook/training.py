@@ -43,6 +43,13 @@ demonstrations, so a check every 8 steps would cost more than the steps.
 
 Whatever the budget, the last step is always checked.
 
+A run computes in float32 unless `precision` is "bfloat16": then its forwards and backwards run under
+autocast (matrix products in bfloat16, reductions such as the log-softmax in float32) while the weights,
+their gradients and AdamW's moments stay float32, the mixed precision of most LLM fine-tuning. That is
+everything between loading and the kept weights: the store's first keys, the calibration, the steps,
+the dev checks and re-embeddings. It pays where the device multiplies bfloat16 natively (CUDA; x86
+CPUs with AVX512-BF16 or AMX) and costs elsewhere.
+
 Before the first step the training examples are embedded into the store (ids
 0..N-1) and, with `calibration="domain"`, the label log-prior of the untrained
 prompt is measured on the training texts and then held fixed: training and
@@ -52,10 +59,12 @@ calibrated zero-shot classifier instead of the raw one.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -92,6 +101,16 @@ DEFAULT_MAX_STEPS = 120
 # kept weights.
 TRAIN_STAGES = ("preparing", "training", "finishing")
 
+# What a run's arithmetic is done in (`TrainConfig.precision`); the weights are float32 either way.
+Precision = Literal["float32", "bfloat16"]
+
+
+def precision_context(precision: Precision, device: str | torch.device) -> contextlib.AbstractContextManager:
+    """Autocast to bfloat16 on `device` for "bfloat16", nothing for "float32"."""
+    if precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -112,6 +131,7 @@ class TrainConfig:
     reembed_every: int | None = None  # steps between store re-embeddings; None: once per epoch
     calibration: CalibrationMode = "domain"
     seed: int = 13
+    precision: Precision = "float32"  # "bfloat16": mixed precision (autocast), the weights still float32
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.epochs is not None:
@@ -136,6 +156,9 @@ class TrainConfig:
             raise ValueError("reembed_every must be at least 1")
         if self.calibration == "content-free":
             raise ValueError("training calibrates on the training texts: use 'domain' or 'none'")
+        if self.precision not in get_args(Precision):
+            choices = ", ".join(get_args(Precision))
+            raise ValueError(f"precision must be one of {choices}, got {self.precision!r}")
 
     def steps_per_epoch(self, num_train: int) -> int:
         """Steps of one pass over `num_train` examples; the last batch may be short."""
@@ -250,7 +273,10 @@ def train(
     ids = np.arange(len(train_texts), dtype=np.int64)
     # Training updates float32 weights even on a half-precision backbone (see `float32_weights`);
     # the kept weights are cast back and the store re-embedded in the serving dtype below.
-    with float32_weights(classifier.backbone.model, classifier.prompt):
+    with (
+        float32_weights(classifier.backbone.model, classifier.prompt),
+        precision_context(config.precision, classifier.backbone.device),
+    ):
         classifier.store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
         classifier.label_bias = None
         # Domain calibration on the plain prompt reads the store pass's own label scores.

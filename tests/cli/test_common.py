@@ -79,15 +79,21 @@ def test_an_epoch_budget_from_the_flags_checks_dev_each_epoch_under_its_cap() ->
         train_config(parse_training("--epochs", "2", "--max-steps", "0"), seed=7)
 
 
-def test_the_settings_record_the_budget_as_it_was_given(tmp_path: Path) -> None:
-    from openbook.training import DEFAULT_MAX_STEPS
-
+def _settings_parser(out: Path) -> argparse.ArgumentParser:
+    """The arguments `checked_settings` reads, writing into `out`."""
     parser = argparse.ArgumentParser()
     add_prompt_arguments(parser)
     add_training_arguments(parser)
-    parser.add_argument("--out", default=str(tmp_path))
+    parser.add_argument("--out", default=str(out))
     for name in ("data", "shots", "calibration"):
         parser.add_argument(f"--{name}")
+    return parser
+
+
+def test_the_settings_record_the_budget_as_it_was_given(tmp_path: Path) -> None:
+    from openbook.training import DEFAULT_MAX_STEPS
+
+    parser = _settings_parser(tmp_path)
     by_steps = checked_settings(parser.parse_args(["--steps", "32"]))
     assert (by_steps["steps"], by_steps["eval_every"], "max_steps" in by_steps) == (
         32,
@@ -107,6 +113,18 @@ def test_the_settings_record_the_budget_as_it_was_given(tmp_path: Path) -> None:
     # the cap spelled out; no eval_every: a check every epoch (so results checked every 8 steps do not resume)
     assert (by_epochs["max_steps"], by_epochs["eval_every"]) == (DEFAULT_MAX_STEPS, None)
     assert "epochs" not in checked_settings(parser.parse_args(["--steps", "64"]))
+
+
+def test_bfloat16_precision_reaches_the_config_and_is_recorded_only_when_used(tmp_path: Path) -> None:
+    import json
+
+    parser = _settings_parser(tmp_path)
+    plain, mixed = parser.parse_args([]), parser.parse_args(["--train-precision", "bfloat16"])
+    assert (train_config(plain, 7).precision, train_config(mixed, 7).precision) == ("float32", "bfloat16")
+    assert "train_precision" not in checked_settings(plain)  # directories made before the flag resume
+    (tmp_path / "settings.json").write_text(json.dumps(checked_settings(plain)))
+    with pytest.raises(ValueError, match="train_precision: None -> 'bfloat16'"):
+        checked_settings(mixed)
 
 
 def test_label_scoring_reaches_the_classifier_and_the_settings(causal_dir: Path, tmp_path: Path) -> None:

@@ -116,6 +116,12 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         help="dev checks without gain before stopping (epochs, with --epochs and its checks)",
     )
     group.add_argument("--reembed-every", type=int, help="steps between store re-embeddings (default: epoch)")
+    group.add_argument(
+        "--train-precision",
+        choices=("float32", "bfloat16"),
+        default=default.precision,
+        help="bfloat16: mixed precision (autocast; the weights and optimiser stay float32)",
+    )
 
 
 def add_knn_arguments(parser: argparse.ArgumentParser) -> None:
@@ -173,6 +179,7 @@ def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
         patience=args.patience,
         reembed_every=args.reembed_every,
         seed=seed,
+        precision=args.train_precision,
     )
 
 
@@ -251,6 +258,8 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
         settings |= {"full": True, "full_dev_size": args.full_dev_size}
     if hasattr(args, "label_scoring"):  # the commands that build their classifier from the arguments
         settings["label_scoring"] = args.label_scoring
+    if args.train_precision != "float32":  # recorded only when used, so older directories still resume
+        settings["train_precision"] = args.train_precision
     settings |= extra or {}
     path = Path(args.out) / "settings.json"
     if path.exists():
