@@ -17,6 +17,7 @@ from openbook.training import (
     DEFAULT_EVAL_EVERY,
     DEFAULT_MAX_STEPS,
     DEFAULT_MIN_STEPS,
+    Precision,
     TrainConfig,
 )
 from openbook.untrained import UNTRAINED_KNN, build_classifier
@@ -202,6 +203,11 @@ class TrainOptions(BaseModel):
         ge=1,
         description="dev checks without a better score before stopping (epochs, with epochs' checks)",
     )
+    precision: Precision = Field(
+        TrainConfig.precision,
+        description="float32, or bfloat16: mixed precision (autocast; the weights and optimiser state stay "
+        "float32), faster where the device multiplies bfloat16 natively",
+    )
 
     @model_validator(mode="after")
     def _one_budget(self) -> Self:
@@ -226,6 +232,8 @@ class TrainOptions(BaseModel):
             include=set(TrainOptions.model_fields) - {"method", *BUDGET_KEYS, *BOUNDS, "eval_every"},
             exclude_none=True,
         )
+        if knobs["precision"] == TrainConfig.precision:  # written only when used, as settings.json does
+            del knobs["precision"]
         return knobs | budget
 
     def merged(self, changes: dict[str, Any]) -> Self:

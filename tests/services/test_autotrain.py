@@ -123,6 +123,7 @@ BAD_PATCHES = [
     ({"training": {"auto": None}}, ["body", "training", "auto"]),
     ({"training": {"auto": 1}}, ["body", "training", "auto"]),  # a JSON boolean, as the schema says
     ({"training": {"bogus": 1}}, ["body", "training", "bogus"]),
+    ({"training": {"precision": "float16"}}, ["body", "training", "precision"]),
     ({"training": {"every": 4}, "template": "{text} {mask}"}, ["body", "template"]),
     ({"name": "reviews"}, ["body", "name"]),
     ({}, ["body"]),  # nothing to change
@@ -142,7 +143,7 @@ def test_a_bad_patch_is_refused_and_changes_nothing(api: TestClient, server, bod
 def test_a_patch_merges_the_keys_given_over_the_stored_ones(api: TestClient) -> None:
     response = api.patch("/v1/tasks/reviews", json={"training": {"every": 9, "method": "prompt-ft"}})
     assert response.status_code == 200, response.text
-    unset = {"epochs": None, "max_steps": None, "min_steps": None}
+    unset = {"epochs": None, "max_steps": None, "min_steps": None, "precision": "float32"}
     expected = {**AUTO_TASK["training"], **unset, "every": 9, "method": "prompt-ft"}
     assert response.json()["training"] == expected and response.json()["template"] == TASK["template"]
     assert api.get("/v1/tasks/reviews").json()["training"] == expected
@@ -221,6 +222,9 @@ def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> No
     # the cap spelled out, no eval_every: a dev check every epoch
     assert (epochs["epochs"], epochs["max_steps"], "eval_every" in epochs) == (20, DEFAULT_MAX_STEPS, False)
     assert TrainConfig(**epochs).check_every(12) == 2
+    assert "precision" not in default  # float32, written only when another is asked for
+    mixed = api.post("/v1/tasks/reviews/train", json={"precision": "bfloat16"}).json()["train_config"]
+    assert TrainConfig(**mixed).precision == "bfloat16"  # as the worker will build it
     floored = api.post("/v1/tasks/reviews/train", json={"epochs": 2, "min_steps": 12}).json()["train_config"]
     assert floored["min_steps"] == 12 and TrainConfig(**floored).total_steps(10) == 12  # 2 x 3 steps, floored
 
@@ -229,7 +233,7 @@ def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> No
     for bad in ({"steps": 4, "epochs": 2}, {"epochs": 0}, {"epochs": -1}, {"epochs": 1e9}, {"min_steps": 8}):
         response = api.post("/v1/tasks/reviews/train", json=bad)
         assert response.status_code == 422, (bad, response.text)
-    assert client.xlen(JOBS_STREAM) == queued and len(jobs(api)) == 4  # nothing was queued
+    assert client.xlen(JOBS_STREAM) == queued and len(jobs(api)) == 5  # nothing was queued
     refused = api.post("/v1/tasks/reviews/train", json={"steps": 4, "epochs": 2}).json()["detail"]
     assert "steps or as epochs, not both" in refused[0]["msg"]
 
