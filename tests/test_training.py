@@ -28,18 +28,28 @@ from tests.test_checkpoints import HALF_PROBABILITY_ATOL
 CONFIG = TrainConfig(steps=60, batch_size=4, lr=3e-3, eval_every=6, patience=10, warmup_ratio=0.0)
 
 
-@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "retroprompt/demos=none/knn-loss"])
+@pytest.mark.parametrize(
+    ("spec", "precision"),
+    [
+        ("prompt-ft", "float32"),
+        ("retroprompt", "float32"),
+        ("retroprompt/demos=none/knn-loss", "float32"),
+        # each step's forward reads the weights the last step left (autocast's cast cache would not)
+        ("retroprompt", "bfloat16"),
+    ],
+)
 def test_loss_falls_and_checkpoint_round_trips(
-    model_dir: Path, spec: str, tmp_path: Path, toy, fresh_classifier, save_and_reload
+    model_dir: Path, spec: str, precision: str, tmp_path: Path, toy, fresh_classifier, save_and_reload
 ) -> None:
     classifier, method = fresh_classifier(model_dir, spec)
     base_sha = weights_sha256(classifier.backbone.model)
-    result = train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, CONFIG, progress=False)
+    config = dataclasses.replace(CONFIG, precision=precision)
+    result = train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, config, progress=False)
     assert np.mean(result.losses[-4:]) < 0.7 * np.mean(result.losses[:4])
     assert result.best.accuracy == 1.0
     before = classifier.predict(toy.texts[:4])
 
-    loaded, loaded_method = save_and_reload(classifier, method, model_dir, tmp_path, CONFIG, result, base_sha)
+    loaded, loaded_method = save_and_reload(classifier, method, model_dir, tmp_path, config, result, base_sha)
     assert loaded_method.spec == method.spec
     assert loaded.demos == classifier.demos and loaded.knn == classifier.knn
     after = loaded.predict(toy.texts[:4])

@@ -106,10 +106,15 @@ Precision = Literal["float32", "bfloat16"]
 
 
 def precision_context(precision: Precision, device: str | torch.device) -> contextlib.AbstractContextManager:
-    """Autocast to bfloat16 on `device` for "bfloat16", nothing for "float32"."""
+    """Autocast to bfloat16 on `device` for "bfloat16", nothing for "float32".
+
+    Without its cache of casts: autocast keeps the bfloat16 copy of each float32 weight until the
+    outermost autocast block ends, and this one spans a whole run, so every forward after the first
+    optimiser step would read the weights as they were before it.
+    """
     if precision == "float32":
         return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, cache_enabled=False)
 
 
 @dataclass(frozen=True)
