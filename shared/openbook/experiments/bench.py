@@ -281,19 +281,19 @@ def _epoch_passes_and_autocast(
     AVX512-BF16 those matmuls run natively. Its cost in accuracy shows as the largest change of a
     label's log-probability over the 32 prompts.
     """
-    device = base.backbone.device.type
+    from openbook.training import Precision, precision_context
+
+    device = base.backbone.device
     timings, scores = {}, {}
-    for name, enabled in (("float32", False), ("bfloat16 autocast", True)):
+    runs: tuple[tuple[str, Precision], ...] = (("float32", "float32"), ("bfloat16 autocast", "bfloat16"))
+    for name, precision in runs:  # as `training.train` runs them
 
-        def autocast(enabled: bool = enabled) -> torch.autocast:
-            return torch.autocast(device, dtype=torch.bfloat16, enabled=enabled)
-
-        def step(autocast: Callable[[], torch.autocast] = autocast) -> None:
-            with autocast():
+        def step(precision: Precision = precision) -> None:
+            with precision_context(precision, device):
                 method_step()
 
-        def forward(autocast: Callable[[], torch.autocast] = autocast, name: str = name) -> None:
-            with autocast():
+        def forward(precision: Precision = precision, name: str = name) -> None:
+            with precision_context(precision, device):
                 scores[name] = base.embed(corpus).lm_log_probs
 
         base.backbone.model.eval()
