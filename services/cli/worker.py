@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
         max_length=settings.max_length,
         heartbeat_ttl_s=settings.heartbeat_ttl_s,
         keep_versions=settings.keep_versions,
+        untrained_gate=settings.untrained_gate,
     )
     print(f"openbook worker {settings.worker_name}: waiting for jobs on {settings.redis_url}", flush=True)
     worker.run_forever(stop)

@@ -64,3 +64,31 @@ def test_a_job_trains_the_classifier_that_fit_trains(server, causal_dir: Path, t
     keys = ("dev_metrics", "dev_scores", "dev_scored_on", "training_data_sha256", "backbone", "train_config")
     for key in keys:
         assert ours[key] == theirs[key], key
+
+
+def test_openbook_worker_takes_the_untrained_gate_from_its_settings(monkeypatch, tmp_path: Path) -> None:
+    import argparse
+
+    import services.trainer.worker
+    from services.cli import worker
+
+    built: list[dict] = []
+
+    class Recorded:
+        def __init__(self, client, artifacts, **options) -> None:
+            built.append(options)
+
+        def run_forever(self, stop) -> None:
+            return None
+
+    monkeypatch.setattr(services.trainer.worker, "Worker", Recorded)
+    monkeypatch.setattr(worker.signal, "signal", lambda *args: None)  # the test process keeps its own
+    monkeypatch.setattr(worker, "fit_threads", lambda threads: None)  # and its thread counts
+    monkeypatch.setenv("OPENBOOK_DATA_DIR", str(tmp_path))
+    for value, gate in (("true", True), ("false", False)):
+        monkeypatch.setenv("OPENBOOK_UNTRAINED_GATE", value)
+        assert worker.run(argparse.Namespace()) == 0
+        assert built[-1]["untrained_gate"] is gate
+    monkeypatch.delenv("OPENBOOK_UNTRAINED_GATE")
+    assert worker.run(argparse.Namespace()) == 0
+    assert built[-1]["untrained_gate"] is False  # off by default
