@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev precision-dev precision-dev-clinc150 ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev precision-dev precision-dev-clinc150 curve-gate-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -144,6 +144,15 @@ learning-curve: setfit
 		--rounds 2,4,8,16,32 --test-size 500 --pool-size 500 --orders fixed,uncertainty \
 		--baselines knn-interp,prompt-ft,setfit --backbone $(CURVE_BACKBONE) --device $(CURVE_DEVICE) \
 		--parallel $(PARALLEL) --out docs/learning-curve-$(CURVE_BACKBONE)
+
+# The first gate against the untrained task, judged on a curve scored on 500 held-out training examples
+# (docs/decisions.md, "The first gate": the rule, written before this ran; test is never read): the
+# fixed order, the gate off and on, beside the untrained task (knn-interp) on the same examples.
+GATE_CURVE = --data $(OPENBOOK_DATA)/full --task SST-2,trec --seeds 13,21 --rounds 2,4,8,16,32 --judge 500 \
+	--orders fixed --baselines knn-interp --backbone $(CURVE_BACKBONE) --device $(CURVE_DEVICE) --parallel $(PARALLEL)
+curve-gate-dev: install
+	$(BIN)/openbook bench learning-curve $(GATE_CURVE) --out docs/learning-curve-gate-off-$(CURVE_BACKBONE)
+	$(BIN)/openbook bench learning-curve $(GATE_CURVE) --untrained-gate --out docs/learning-curve-gate-on-$(CURVE_BACKBONE)
 
 # Class-incremental SST-2 -> trec -> mpqa, no task id at test time: average accuracy and forgetting
 # (smollm2-135m, 32 steps). Made with plain cosine kNN, since changed: OUT=dir runs it afresh there.

@@ -54,6 +54,17 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         "--test-size", type=_size, default=500, help="test examples scored ('all': every one)"
     )
     parser.add_argument("--pool-size", type=_size, default=500, help="the uncertainty order's pool ('all')")
+    parser.add_argument(
+        "--judge",
+        type=int,
+        help="score on this many training examples held out of the labelling instead of test (a curve to "
+        "choose on; --test-size is then unused)",
+    )
+    parser.add_argument(
+        "--untrained-gate",
+        action="store_true",
+        help="the service's first gate against the untrained task (OPENBOOK_UNTRAINED_GATE)",
+    )
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=int, help="the jobs' budget in steps (default: the default budget)")
     budget.add_argument("--epochs", type=float, help="the jobs' budget in epochs instead")
@@ -129,6 +140,8 @@ def run_bench_learning_curve(argv: list[str]) -> int:
             },
             max_length=args.max_length,
             device=args.device,
+            untrained_gate=args.untrained_gate,
+            judge=args.judge,
             waiting=Waiting(timeout=args.timeout),
             command=shlex.join(["openbook", "bench", "learning-curve", *argv]),
         )

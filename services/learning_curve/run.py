@@ -73,6 +73,9 @@ class CurveSettings:
     )
     max_length: int = 128
     device: str = "cpu"
+    # the worker's first gate against the untrained task (OPENBOOK_UNTRAINED_GATE in the service)
+    untrained_gate: bool = False
+    judge: int | None = None  # score on this many held-out training examples instead of test (schedule.py)
     waiting: Waiting = field(default_factory=Waiting)
     command: str = ""  # as typed, for the record
 
@@ -131,7 +134,12 @@ def source(out: Path | None = None, root: Path | None = None) -> dict:
 
 @contextlib.contextmanager
 def service_stack(
-    directory: Path, *, backbone: str, max_length: int = 128, device: str = "cpu"
+    directory: Path,
+    *,
+    backbone: str,
+    max_length: int = 128,
+    device: str = "cpu",
+    untrained_gate: bool = False,
 ) -> Iterator[CurveClient]:
     """The embedded Redis, the api on a local port and a worker thread; a client of the api."""
     with EmbeddedRedis(directory / "redis") as bus:
@@ -145,7 +153,11 @@ def service_stack(
         )
         served = Served(settings)
         worker = Worker(
-            redis.Redis.from_url(bus.url), settings.artifacts, device=device, max_length=max_length
+            redis.Redis.from_url(bus.url),
+            settings.artifacts,
+            device=device,
+            max_length=max_length,
+            untrained_gate=untrained_gate,
         )
         stop = threading.Event()
         training = threading.Thread(target=worker.run_forever, args=(stop,), daemon=True)
@@ -169,6 +181,8 @@ def _setup(settings: dict) -> dict:
     keys, the method's every option and each SetFit baseline's (`baseline <name>`)."""
     return (
         {key: _plain(settings.get(key)) for key in SAME_SETUP}
+        # added later: a run recorded before either ran without the gate, on test
+        | {"untrained_gate": bool(settings.get("untrained_gate")), "judge": settings.get("judge")}
         | {"method": _plain(settings["method_config"])}
         | {
             f"baseline {name}": _plain(settings["peer_configs"][name])
@@ -192,7 +206,7 @@ def check_same_setup(s: CurveSettings, runs: Sequence[dict]) -> None:
     """ValueError if `s.out` holds records of another backbone, method, scoring setup or SetFit baseline
     than `s`'s."""
     ours = _setup(
-        {key: getattr(s, key) for key in SAME_SETUP}
+        {key: getattr(s, key) for key in (*SAME_SETUP, "untrained_gate", "judge")}
         | {
             "method_config": method_config(s.method),
             "baselines": list(s.baselines),
@@ -259,7 +273,8 @@ def run_learning_curve(
     baselines = [name for name in s.baselines if name not in skipped]
     runs, records = read_results(s.out)
     check_same_setup(s, runs)
-    data = {task: load_curve_data(s.data, task, s.test_size) for task in s.tasks}  # all data checked first
+    # all data checked first
+    data = {task: load_curve_data(s.data, task, s.test_size, s.judge) for task in s.tasks}
     units = [(task, seed, order) for task in s.tasks for seed in s.seeds for order in s.orders]
     todo = [
         u
@@ -307,7 +322,7 @@ def run_in_processes(
     runs, records = read_results(s.out)
     check_same_setup(s, runs)
     for task in s.tasks:  # all data checked before a process starts
-        load_curve_data(s.data, task, s.test_size)
+        load_curve_data(s.data, task, s.test_size, s.judge)
     todo: dict[str, tuple[tuple[str, int, str], Path]] = {}  # unit name: (task, seed, order), its --out
     units = []
     for key in [(task, seed, order) for task in s.tasks for seed in s.seeds for order in s.orders]:
@@ -354,7 +369,13 @@ def _run_units(
     computed: dict[str, Baselines] = {}
     with (
         tempfile.TemporaryDirectory(prefix="openbook-curve-") as tmp,
-        service_stack(Path(tmp), backbone=s.backbone, max_length=s.max_length, device=s.device) as client,
+        service_stack(
+            Path(tmp),
+            backbone=s.backbone,
+            max_length=s.max_length,
+            device=s.device,
+            untrained_gate=s.untrained_gate,
+        ) as client,
     ):
         for task, seed, order in tqdm(todo, desc="learning curve", disable=not progress):
             records = [

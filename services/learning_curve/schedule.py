@@ -29,11 +29,23 @@ class CurveData:
         return label_set(self.train)
 
 
-def load_curve_data(full_dir: str | Path, task: str, test_size: int | None) -> CurveData:
+def load_curve_data(
+    full_dir: str | Path, task: str, test_size: int | None, judge: int | None = None
+) -> CurveData:
     """The task's full training set and a fixed sample of `test_size` of its test set (`data.fixed_sample`:
-    the same sample whatever the seed, round or method)."""
+    the same sample whatever the seed, round or method).
+
+    With `judge`, a curve to choose on: `judge` training examples, a sample fixed as `fixed_sample` fixes
+    one, are held out of the labelling and scored in the test set's place; no test example is used.
+    """
     train, test = load_full_train_test(full_dir, task)
-    return CurveData(task, train, fixed_sample(test, test_size))
+    if judge is None:
+        return CurveData(task, train, fixed_sample(test, test_size))
+    if not 0 < judge < len(train):
+        raise ValueError(f"--judge needs between 1 and {len(train) - 1} of {task}'s training examples")
+    held = set(np.random.default_rng(0).permutation(len(train))[:judge].tolist())
+    judged = [e for i, e in enumerate(train) if i in held]
+    return CurveData(task, [e for i, e in enumerate(train) if i not in held], judged)
 
 
 def check_rounds(rounds: Sequence[int]) -> list[int]:

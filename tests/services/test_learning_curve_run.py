@@ -104,6 +104,8 @@ def test_records_are_added_to_only_under_the_same_method_backbone_and_scoring(tm
         ({"test_size": 200}, "test_size"),
         ({"backbone": "smollm2-135m"}, "backbone"),
         ({"training": {**settings.training, "steps": 64}}, "training"),
+        ({"untrained_gate": True}, "untrained_gate"),  # a run recorded without the key ran without it
+        ({"judge": 200}, "judge"),
     ]:
         with pytest.raises(ValueError, match=f"other settings \\({named}"):
             check_same_setup(settings, [_recorded(settings), _recorded(settings, **changes)])

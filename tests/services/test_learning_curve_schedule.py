@@ -72,6 +72,19 @@ def test_the_test_sample_is_the_same_for_every_seed_and_size_bounded(tmp_path: P
     assert len(load_curve_data(full, "sst-2", test_size=None).test) == 30  # the name's case does not matter
 
 
+def test_a_judged_curve_scores_held_out_training_examples_and_never_labels_them(tmp_path: Path) -> None:
+    full = _full(tmp_path / "full")
+    whole = load_curve_data(full, "SST-2", test_size=None)
+    judged = load_curve_data(full, "SST-2", test_size=None, judge=6)
+    assert len(judged.test) == 6 and judged.test == load_curve_data(full, "SST-2", None, judge=6).test
+    assert not any(e.text.startswith("test review") for e in judged.test)  # no test example is used
+    assert len(judged.train) == len(whole.train) - 6
+    assert not {e.text for e in judged.test} & {e.text for e in judged.train}  # never labelled
+    for bad in (0, len(whole.train)):
+        with pytest.raises(ValueError, match="--judge needs between 1 and"):
+            load_curve_data(full, "SST-2", test_size=None, judge=bad)
+
+
 def test_bad_rounds_and_unknown_tasks_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="increasing"):
         check_rounds([2, 2, 4])
