@@ -48,7 +48,8 @@ autocast (matrix products in bfloat16, reductions such as the log-softmax in flo
 their gradients and AdamW's moments stay float32, the mixed precision of most LLM fine-tuning. That is
 everything between loading and the kept weights: the store's first keys, the calibration, the steps,
 the dev checks and re-embeddings. It pays where the device multiplies bfloat16 natively (CUDA; x86
-CPUs with AVX512-BF16 or AMX) and costs elsewhere.
+CPUs with AVX512-BF16 or AMX) and costs elsewhere. It is an option, not the default: its dev rule found
+one unit 6 points under float32 (docs/decisions.md, "Mixed precision in training").
 
 Before the first step the training examples are embedded into the store (ids
 0..N-1) and, with `calibration="domain"`, the label log-prior of the untrained
