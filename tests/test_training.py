@@ -124,6 +124,22 @@ def test_bfloat16_precision_multiplies_in_bfloat16_and_updates_float32_weights(
     assert all(weight == torch.float32 for _, weight in seen["bfloat16"])
 
 
+@pytest.mark.parametrize("scoring", ["exact", "vectors"])
+def test_bfloat16_precision_trains_under_either_label_scoring(
+    causal_dir: Path, scoring: str, toy, fresh_classifier
+) -> None:
+    from openbook.training import precision_context
+
+    classifier, method = fresh_classifier(causal_dir, "retroprompt")
+    classifier = dataclasses.replace(classifier, label_scoring=scoring)
+    config = dataclasses.replace(CONFIG, steps=4, precision="bfloat16")
+    train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, config, progress=False)
+    with precision_context("bfloat16", classifier.backbone.device):
+        scored = classifier.embed(toy.texts[:3])
+    # what leaves a forward is float32 under autocast too: the store and numpy take it as it is
+    assert scored.vectors.dtype == np.float32 and scored.lm_log_probs.dtype == np.float32
+
+
 def test_an_unknown_precision_is_refused() -> None:
     with pytest.raises(ValueError, match="precision must be one of float32, bfloat16"):
         TrainConfig(precision="float16")  # type: ignore[arg-type]  # what a bad config file would hold

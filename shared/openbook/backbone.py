@@ -281,7 +281,8 @@ class Backbone:
                 ).float()
                 if own_label_head:
                     assert prompt is not None
-                    return SlotOutput(hidden=hidden, label_log_probs=prompt.label_logits(slot_features))
+                    own = prompt.label_logits(slot_features).float()  # float32 under autocast too
+                    return SlotOutput(hidden=hidden, label_log_probs=own)
                 scores = label_vector_log_probs(head, label_token_ids, slot_features)
                 return SlotOutput(hidden=hidden, label_log_probs=scores)
             slot_logits = out.logits[:real, -1] if self.kind == "causal" else out.logits[rows, slots]

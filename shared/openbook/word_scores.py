@@ -309,4 +309,4 @@ def label_vector_log_probs(
     bias = getattr(head, "bias", None)
     if bias is not None:
         logits = logits + mean_per_label(bias[tokens].float())
-    return F.log_softmax(logits, dim=-1)
+    return F.log_softmax(logits.float(), dim=-1)  # float32 under autocast too, whose product is bfloat16
