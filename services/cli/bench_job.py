@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 import time
@@ -142,7 +143,7 @@ def _record(args: argparse.Namespace, argv: list[str], outcome: dict) -> None:
 
     options = ("task", "seed", "shots", "backbone", "method", "label_scoring", "device", "training")
     record = {
-        "command": "openbook bench job " + " ".join(argv),
+        "command": shlex.join(["openbook", "bench", "job", *argv]),  # as a shell takes it back
         **{key: getattr(args, key) for key in options},
     }
     add_json_record(Path(args.out) / "job.json", record | outcome)
