@@ -43,9 +43,9 @@ def load_curve_data(
         return CurveData(task, train, fixed_sample(test, test_size))
     if not 0 < judge < len(train):
         raise ValueError(f"--judge needs between 1 and {len(train) - 1} of {task}'s training examples")
-    held = set(np.random.default_rng(0).permutation(len(train))[:judge].tolist())
-    judged = [e for i, e in enumerate(train) if i in held]
-    return CurveData(task, [e for i, e in enumerate(train) if i not in held], judged)
+    judged = fixed_sample(train, judge)
+    held = {id(example) for example in judged}
+    return CurveData(task, [e for e in train if id(e) not in held], judged)
 
 
 def check_rounds(rounds: Sequence[int]) -> list[int]:

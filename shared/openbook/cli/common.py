@@ -69,11 +69,14 @@ def add_label_scoring_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    from typing import get_args
+
     from openbook.training import (
         DEFAULT_EPOCHS,
         DEFAULT_EVAL_EVERY,
         DEFAULT_MAX_STEPS,
         DEFAULT_MIN_STEPS,
+        Precision,
         TrainConfig,
     )
 
@@ -118,7 +121,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--reembed-every", type=int, help="steps between store re-embeddings (default: epoch)")
     group.add_argument(
         "--train-precision",
-        choices=("float32", "bfloat16"),
+        choices=get_args(Precision),
         default=default.precision,
         help="bfloat16: mixed precision (autocast; the weights and optimiser stay float32)",
     )
