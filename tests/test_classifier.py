@@ -269,3 +269,18 @@ def test_a_fresh_task_classifies_plain_probes(fresh_task):
     probes = classifier.predict([text for text, _ in PROBES])
     wrong = {text for (text, label), p in zip(PROBES, probes, strict=True) if p.label != label}
     assert wrong == FIRST_USE_MISSES.get(name, set())
+
+
+def test_auto_label_scoring_is_exact_up_to_16_labels_and_label_vectors_above():
+    from openbook.word_scores import VECTORS_ABOVE, resolve_label_scoring
+
+    assert VECTORS_ABOVE == 16  # the rule's threshold (docs/decisions.md, "Many labels")
+    assert [resolve_label_scoring("auto", n) for n in (2, 16, 17, 150)] == [
+        "exact",
+        "exact",
+        "vectors",
+        "vectors",
+    ]
+    assert resolve_label_scoring("exact", 150) == "exact" and resolve_label_scoring("vectors", 2) == "vectors"
+    with pytest.raises(ValueError, match="one of auto, exact, vectors"):
+        resolve_label_scoring("fast", 2)  # type: ignore[arg-type]

@@ -126,12 +126,19 @@ def test_a_new_classifier_is_an_untrained_service_task(causal_backbone) -> None:
     assert proba.shape == (3, 2) and np.allclose(proba.sum(1), 1.0)
     with pytest.raises(ValueError, match="call fit first"):
         estimator.save("unused")
-    # exact scoring by default, as a task's: these multi-token words take a pass over their tree;
-    # label vectors on request, as a task's `label_scoring`, take none
+    # exact scoring by default at two labels, as a task's: these multi-token words take a pass over their
+    # tree; label vectors on request, as a task's `label_scoring`, or by default above 16 labels, take none
     assert classifier.label_scoring == "exact" and classifier.scores_words_by_tree
     names = ["book_flight", "transferMoney"]
     cheap = openbook.create_classifier(TEMPLATE, names, backbone=causal_backbone, label_scoring="vectors")
     assert cheap.classifier.label_scoring == "vectors" and not cheap.classifier.scores_words_by_tree
+    many = [f"book_flight_{n}" for n in range(17)]
+    assert (
+        openbook.create_classifier(TEMPLATE, many, backbone=causal_backbone).classifier.label_scoring
+        == "vectors"
+    )
+    exact = openbook.create_classifier(TEMPLATE, many, backbone=causal_backbone, label_scoring="exact")
+    assert exact.classifier.label_scoring == "exact" and exact.classifier.scores_words_by_tree
 
 
 def test_bad_examples_fail_before_any_training(causal_backbone) -> None:

@@ -21,7 +21,7 @@ from openbook.training import (
     TrainConfig,
 )
 from openbook.untrained import UNTRAINED_KNN, build_classifier
-from openbook.word_scores import LabelScoring
+from openbook.word_scores import VECTORS_ABOVE, LabelScoringChoice
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -282,11 +282,12 @@ class TaskCreate(BaseModel):
     )
     backbone: str | None = Field(None, description="default: the service's backbone")
     method: str = "retroprompt"
-    label_scoring: LabelScoring = Field(
-        "exact",
+    label_scoring: LabelScoringChoice = Field(
+        "auto",
         description="exact: log P(word | prompt) over every token of a multi-token label word; vectors:"
         " each label's vector in the slot's space (the mean of its word's output rows), one product for all"
-        " labels, far cheaper with many labels of long words on a causal backbone",
+        f" labels, far cheaper with many labels of long words on a causal backbone; auto: exact up to"
+        f" {VECTORS_ABOVE} labels, vectors above (as the task's labels stand when its classifier is built)",
     )
     knn: KnnSettings = KnnSettings()
     training: TrainingSettings = TrainingSettings()

@@ -35,7 +35,7 @@ from openbook.models import default_backbone
 from openbook.prompting import Template, TextInput, Verbalizer
 from openbook.training import TrainConfig, TrainResult
 from openbook.untrained import build_classifier
-from openbook.word_scores import LabelScoring
+from openbook.word_scores import LabelScoringChoice
 
 DEFAULT_METHOD = "retroprompt"  # a service task's default method
 MAX_LENGTH = 128  # tokens per prompt, as the service and the command line cut them
@@ -144,13 +144,14 @@ def create_classifier(
     backbone: str | Backbone | None = None,
     method: str | Method = DEFAULT_METHOD,
     device: str | None = None,
-    label_scoring: LabelScoring = "exact",
+    label_scoring: LabelScoringChoice = "auto",
 ) -> Estimator:
     """An untrained classifier, as a new service task starts: `labels` as label -> word, or label names
     alone (each scored by its readable word, book_flight -> "book flight"); `backbone` a registered name,
     a local model directory or hub id, or a loaded Backbone (default `$OPENBOOK_DEFAULT_BACKBONE`, else
-    gemma3-270m); `method` a spec (`retroprompt/knn-loss`); `label_scoring` "exact" or "vectors" (one
-    product for all labels, cheaper with many labels of long words: `word_scores.py`).
+    gemma3-270m); `method` a spec (`retroprompt/knn-loss`); `label_scoring` "exact", "vectors" (one
+    product for all labels, cheaper with many labels of long words: `word_scores.py`) or "auto" (exact up
+    to 16 labels, vectors above).
     Before `fit` it predicts from the prompt alone (its store is empty)."""
     method = build_method(method) if isinstance(method, str) else method
     backbone = default_backbone() if backbone is None else backbone

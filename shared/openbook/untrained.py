@@ -21,7 +21,7 @@ from openbook.calibration import CalibrationMode
 from openbook.classifier import Classifier
 from openbook.knn import KnnConfig
 from openbook.prompting import Template, Verbalizer
-from openbook.word_scores import LabelScoring
+from openbook.word_scores import LabelScoringChoice, resolve_label_scoring
 
 # Its lambda stands until the store holds examples to choose one on (`selection.lambda_on_store`); with no
 # neighbour to mix, P_LM alone is served whatever lambda is.
@@ -37,18 +37,20 @@ def build_classifier(
     knn: KnnConfig = UNTRAINED_KNN,
     calibration: CalibrationMode = UNTRAINED_CALIBRATION,
     batch_size: int = 32,
-    label_scoring: LabelScoring = "exact",
+    label_scoring: LabelScoringChoice = "auto",
 ) -> Classifier:
     """A classifier with an empty store and the untrained defaults (bad templates or label words raise
     PromptError); `labels` as label -> word, or label names alone (each scored by its readable word).
 
     The content-free prior is measured here (a forward); "none" sets no bias, for a caller that measures
     or resets it itself; a domain prior needs texts, so "domain" leaves the bias for the caller to set
-    from them."""
+    from them. `label_scoring` "auto" scores the label words exactly up to 16 labels and by label vectors
+    above (`word_scores.resolve_label_scoring`)."""
     verbalizer = labels if isinstance(labels, Verbalizer) else Verbalizer.of(labels)
     template = template if isinstance(template, Template) else Template(template)
+    scoring = resolve_label_scoring(label_scoring, len(verbalizer.labels))
     classifier = Classifier(
-        backbone, template, verbalizer, knn=knn, batch_size=batch_size, label_scoring=label_scoring
+        backbone, template, verbalizer, knn=knn, batch_size=batch_size, label_scoring=scoring
     )
     if calibration != "domain":
         classifier.label_bias = classifier.calibration_bias(calibration)

@@ -35,8 +35,8 @@ autograd each chunk is recomputed in the backward pass rather than kept).
 
 The pass still runs the body on every node and the full-vocabulary normaliser at each, so on a CPU
 150 multi-token labels cost several times two labels (docs: `openbook bench labels`). The cheap
-alternative, an option and not the default (`LabelScoring`, `Classifier.label_scoring`), is DART's
-idea of label vectors in the slot's space (Zhang et al., ICLR 2022):
+alternative, the default above 16 labels (`resolve_label_scoring`, `Classifier.label_scoring`), is
+DART's idea of label vectors in the slot's space (Zhang et al., ICLR 2022):
 
     P_LM(c | x) = softmax_c(h · v_c + b_c)
 
@@ -55,7 +55,7 @@ import copy
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -63,8 +63,23 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 LabelScoring = Literal["exact", "vectors"]  # what `Backbone.forward` scores labels with (see above)
+# What a task asks for: "auto" is exact scoring up to VECTORS_ABOVE labels and label vectors above that
+# (docs/decisions.md, "Many labels": chosen on clinc150's dev sets by a rule written before its grids ran).
+LabelScoringChoice = Literal["auto", "exact", "vectors"]
+VECTORS_ABOVE = 16  # the most classes one row's demonstrations show (`DemoConfig.classes`)
 LOGIT_BUDGET = 1 << 26  # logits (float32: 256 MiB) one chunk of the head's full-vocabulary pass may hold
 MAX_TREE_NODES = 512  # nodes one pass feeds: bounds its (N, N) path table and (rows, N, K + N) masks
+
+
+def resolve_label_scoring(choice: LabelScoringChoice, labels: int) -> LabelScoring:
+    """The scoring `choice` gives a task of `labels` labels ("auto": label vectors above VECTORS_ABOVE)."""
+    if choice == "auto":
+        return "vectors" if labels > VECTORS_ABOVE else "exact"
+    if choice not in get_args(LabelScoring):
+        raise ValueError(
+            f"label scoring must be one of {', '.join(get_args(LabelScoringChoice))}, got {choice!r}"
+        )
+    return choice
 
 
 @dataclass(frozen=True)

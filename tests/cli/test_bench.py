@@ -59,6 +59,7 @@ def test_bench_labels_prints_many_labels_beside_two(causal_dir, tmp_path, capsys
     assert main([*args, "--texts", "4", "--examples", "6", "--batch-size", "4", "--max-length", "48"]) == 0
     out = capsys.readouterr().out
     assert f"data: clinc150 ({clinc})" in out and "thread(s)" in out and "(float32)" in out
+    assert "label scoring auto (many: exact, two: exact)" in out  # auto: exact up to 16 labels
     assert "2 labels: " in out and "(book flight, book hotel)" in out  # underscores read as spaces
     assert "classify 4 texts" in out and "add 6 examples to the store" in out
     assert out.count("5 labels") == 3 and out.count("x\n") == 2  # the label line, then two ratio rows

@@ -148,6 +148,11 @@ def test_label_scoring_reaches_the_classifier_and_the_settings(causal_dir: Path,
     assert checked_settings(parser.parse_args(argv))["label_scoring"] == "exact"  # resumes as recorded
     with pytest.raises(ValueError, match="label_scoring: 'exact' -> 'vectors'"):
         checked_settings(args)
+    # the default, auto, is recorded as what it resolves to: above 16 labels, label vectors
+    many = ",".join(f"{n}=word{n}" for n in range(17))
+    wide = parser.parse_args([*argv[:-1], many, "--out", str(tmp_path / "wide")])
+    assert wide.label_scoring == "auto" and classifier_from_args(wide, None).label_scoring == "vectors"
+    assert checked_settings(wide)["label_scoring"] == "vectors"
 
 
 def test_every_committed_results_directory_records_its_knn_and_label_scoring() -> None:

@@ -42,6 +42,7 @@ def test_a_task_of_150_label_names_takes_1500_examples_classifies_and_trains(
         started = time.perf_counter()
         task = client.create_task("intents", "{text} Intent: {mask}", NAMES)
         assert len(task.labels) == 150 and task.labels["book_flight"] == "book flight"
+        assert task.label_scoring == "auto"  # the default: label vectors above 16 labels
 
         for first in range(0, len(examples), BATCH):
             ack = client.add_examples("intents", examples[first : first + BATCH])
@@ -80,7 +81,10 @@ def test_a_task_scored_by_label_vectors_keeps_them_through_training(
     with serving(app) as base, OpenBookClient(base) as client:
         task = client.create_task("vectors", "{text} Intent: {mask}", NAMES, label_scoring="vectors")
         assert task.label_scoring == "vectors"
-        assert client.create_task("exact", "{text} Intent: {mask}", NAMES[:2]).label_scoring == "exact"
+        for name, labels, scoring in (("two", 2, "exact"), ("many", 17, "vectors")):  # the default, auto
+            assert client.create_task(name, "{text} Intent: {mask}", NAMES[:labels]).label_scoring == "auto"
+            client.classify(name, ["please book flight"])
+            assert app.state.registry.runtimes[name].classifier.label_scoring == scoring
         body = {
             "name": "fast",
             "template": "{text} Intent: {mask}",

@@ -6,11 +6,12 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from openbook.data import DATA_ENV, DataError, data_root
 from openbook.models import default_backbone
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
+from openbook.word_scores import VECTORS_ABOVE, LabelScoringChoice, resolve_label_scoring
 
 if TYPE_CHECKING:
     from openbook.backbone import Backbone
@@ -61,10 +62,11 @@ def add_label_scoring_argument(parser: argparse.ArgumentParser) -> None:
     """--label-scoring: how P_LM scores the label words (see openbook/word_scores.py)."""
     parser.add_argument(
         "--label-scoring",
-        choices=["exact", "vectors"],
-        default="exact",
+        choices=get_args(LabelScoringChoice),
+        default="auto",
         help="exact: log P(word | prompt) over every token of a multi-token word; vectors: label vectors in "
-        "the slot's space (the mean of the word's LM-head rows), one product, cheaper for many long words",
+        "the slot's space (the mean of the word's LM-head rows), one product, cheaper for many long words; "
+        f"auto (default): exact up to {VECTORS_ABOVE} labels, vectors above",
     )
 
 
@@ -246,6 +248,20 @@ def classifier_from_args(
     )
 
 
+def recorded_label_scoring(args: argparse.Namespace) -> str:
+    """The label scoring a results directory records: "auto" resolved, where every task of the run
+    resolves alike (so a directory of exact-scored runs resumes under the default), else "auto"."""
+    if args.label_scoring != "auto":
+        return str(args.label_scoring)
+    tasks: list[str | None] = [t.strip() for t in (getattr(args, "task", None) or "").split(",") if t.strip()]
+    counts = {
+        len(prompt_for(task, args.template, args.labels, "causal", task_dir(args, task))[1].labels)
+        for task in tasks or [None]
+    }
+    resolved = {resolve_label_scoring("auto", count) for count in counts}
+    return resolved.pop() if len(resolved) == 1 else "auto"
+
+
 def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
     """A results directory holds runs made with one set of settings; resuming with others is an error."""
     keys = (
@@ -260,7 +276,7 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
     if getattr(args, "full", False):
         settings |= {"full": True, "full_dev_size": args.full_dev_size}
     if hasattr(args, "label_scoring"):  # the commands that build their classifier from the arguments
-        settings["label_scoring"] = args.label_scoring
+        settings["label_scoring"] = recorded_label_scoring(args)
     if args.train_precision != "float32":  # recorded only when used, so older directories still resume
         settings["train_precision"] = args.train_precision
     settings |= extra or {}

@@ -10,7 +10,8 @@ names, e.g. "book flight": mostly two to six tokens each) and on a task of two o
    POST of examples takes (store keys only);
 
 each as the median of `--repeats` timed runs after one warm-up, and the ratio many / two, with the
-labels scored as `--label-scoring` says (exact, the default, or label vectors). Prints the backbone,
+labels scored as `--label-scoring` says for each task (auto, the default: exact scoring for the two
+labels and label vectors for the many; or exact, or label vectors, for both). Prints the backbone,
 device, dtype and thread count it ran with.
 """
 
@@ -86,6 +87,7 @@ def run_labels_bench(args: argparse.Namespace) -> None:
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.classifier import Classifier
     from openbook.prompting import Template, Verbalizer
+    from openbook.word_scores import resolve_label_scoring
 
     torch.manual_seed(0)
     backbone = load_backbone(
@@ -96,15 +98,15 @@ def run_labels_bench(args: argparse.Namespace) -> None:
 
     def task(words: Sequence[str]) -> Classifier:
         verbalizer = Verbalizer(tuple(str(i) for i in range(len(words))), tuple(words))
-        return Classifier(
-            backbone, template, verbalizer, batch_size=args.batch_size, label_scoring=args.label_scoring
-        )
+        scoring = resolve_label_scoring(args.label_scoring, len(words))
+        return Classifier(backbone, template, verbalizer, batch_size=args.batch_size, label_scoring=scoring)
 
     many, two = task(data.label_words), task(data.label_words[:TWO])
     dtype = str(backbone.dtype).removeprefix("torch.")
     print(
         f"backbone {args.backbone} on {backbone.device} ({dtype}), {torch.get_num_threads()} thread(s); "
-        f"template {template.source!r}; label scoring {args.label_scoring}; data: {data.source}"
+        f"template {template.source!r}; label scoring {args.label_scoring} (many: {many.label_scoring}, "
+        f"two: {two.label_scoring}); data: {data.source}"
     )
     for classifier in (many, two):
         lengths = [len(ids) for ids in classifier.encoder.label_token_ids]
