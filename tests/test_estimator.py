@@ -13,7 +13,7 @@ from openbook.backbone import BackboneConfig, load_backbone
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier
 from openbook.dev_split import split_dev
-from openbook.fitting import FitSets, LabelledTexts, fit_and_save
+from openbook.fitting import FitSets, fit_and_save
 from openbook.methods import build_method, weights_sha256
 from openbook.prompting import PromptError, Template, Verbalizer
 from openbook.training import TrainConfig
@@ -62,8 +62,8 @@ def test_fit_is_openbook_trains_path_on_the_services_split(
         tmp_path / "reference",
         classifier,
         method,
-        LabelledTexts([texts[i] for i in train_ids], classifier.label_indices([gold[i] for i in train_ids])),
-        LabelledTexts([texts[i] for i in dev_ids], classifier.label_indices([gold[i] for i in dev_ids])),
+        sets.train,  # the examples under their ids, as the service's trainer passes them
+        sets.dev,
         TrainConfig(**BUDGET),
         base_weights_sha256=base_sha,
         training_data_sha256=sets.training_data_sha256(),

@@ -153,6 +153,36 @@ def test_store_examples_replace_the_store_with_those_ids(
     assert json.loads((fitted.path / "manifest.json").read_text())["log_offset"] == 12
 
 
+def test_the_served_store_keeps_the_keys_training_took(
+    causal_dir: Path, toy, fresh_classifier, monkeypatch
+) -> None:
+    """After training, the store of every example under its id reuses the train examples' keys and dev's
+    vectors; only an example in neither is embedded, and the keys are those a fresh pass gives."""
+    from openbook.fitting import fit_classifier, serve_store
+
+    classifier, method = fresh_classifier(causal_dir, "retroprompt")
+    labels = np.asarray(toy.labels)
+    train_ids, dev_ids = np.arange(0, len(labels), 2), np.arange(1, len(labels), 2)
+    train_set = LabelledTexts([toy.texts[i] for i in train_ids], labels[train_ids], train_ids)
+    dev_set = LabelledTexts([toy.texts[i] for i in dev_ids], labels[dev_ids], dev_ids)
+    fit_classifier(classifier, method, train_set, dev_set, CONFIG, progress=False)
+    names = [toy.verbalizer.labels[i] for i in labels]
+    everything = StoreExamples(
+        [*toy.texts, "an example in neither set"], [*names, names[0]], np.arange(len(labels) + 1)
+    )
+    embedded: list[int] = []
+    fresh = classifier.embed_vectors
+    monkeypatch.setattr(
+        classifier, "embed_vectors", lambda texts, **k: embedded.append(len(texts)) or fresh(texts, **k)
+    )
+    serve_store(classifier, everything, train_set, dev_set, classifier.embed(dev_set.texts))
+    assert embedded == [1]  # the example in neither set
+    np.testing.assert_allclose(
+        classifier.store.vectors_of(everything.ids), fresh(everything.texts).vectors, atol=1e-5
+    )
+    assert classifier.store.texts_of([len(labels)]) == ["an example in neither set"]
+
+
 def test_labelled_texts_need_one_label_per_text(toy) -> None:
     with pytest.raises(ValueError, match="8 texts but 7 labels"):
         LabelledTexts(toy.texts, toy.labels[:7])

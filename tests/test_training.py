@@ -72,6 +72,42 @@ def test_retroprompt_starts_from_untrained_keys_and_reembeds(causal_dir: Path, t
     np.testing.assert_allclose(keys, fresh, atol=1e-5)  # the store holds the kept weights' keys
 
 
+@pytest.mark.parametrize(
+    ("best", "precision"), [("last", "float32"), ("first", "float32"), ("last", "bfloat16")]
+)
+def test_the_kept_weights_keys_are_embedded_once(
+    causal_dir: Path, toy, fresh_classifier, monkeypatch, best: str, precision: str
+) -> None:
+    """The store ends with the kept weights' keys. Where the last epoch's re-embedding already gave them
+    (the kept step is the last, in float32 without autocast), training does not embed them again, and
+    hands on the last dev check's embeddings, which are then dev's as the classifier serves it."""
+    import openbook.training as training
+    from openbook.training import DevScore
+
+    calls: list[int] = []
+    reembed = training.reembed
+    monkeypatch.setattr(training, "reembed", lambda *a, **k: calls.append(1) or reembed(*a, **k))
+    sign = 1 if best == "last" else -1  # each check better (or worse) than the one before
+    monkeypatch.setattr(
+        training, "evaluate_dev", lambda c, t, g, step: (DevScore(step, sign * step / 100, 0.0), c.embed(t))
+    )
+    classifier, method = fresh_classifier(causal_dir, "retroprompt")
+    epoch = CONFIG.steps_per_epoch(len(toy.texts))
+    config = dataclasses.replace(CONFIG, steps=2 * epoch, eval_every=epoch, precision=precision)
+    result = train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, config, progress=False)
+    assert result.steps_run == 2 * epoch and result.best.step == (2 * epoch if best == "last" else 0)
+    # the first keys, one re-embedding an epoch, and the kept weights' unless the last epoch's were they
+    assert len(calls) == 1 + 2 + (best != "last" or precision != "float32")
+    keys = classifier.store.vectors_of(np.arange(len(toy.texts)))
+    np.testing.assert_allclose(keys, classifier.embed_vectors(toy.texts).vectors, atol=1e-6)
+    reused = result.dev_embeddings
+    assert (reused is not None) == (best == "last" and precision == "float32")
+    if reused is not None:
+        fresh = classifier.embed(toy.texts)
+        np.testing.assert_allclose(reused.vectors, fresh.vectors, atol=1e-6)
+        np.testing.assert_allclose(reused.lm_log_probs, fresh.lm_log_probs, atol=1e-5)
+
+
 def test_training_refuses_one_class(causal_dir: Path, toy, fresh_classifier) -> None:
     classifier, method = fresh_classifier(causal_dir, "prompt-ft")
     texts, labels = toy.texts, toy.labels
@@ -155,7 +191,8 @@ def test_domain_bias_comes_from_the_untrained_weights(
 
     reference, _ = fresh_classifier(causal_dir, spec)
     reference.store = KnowledgeStore(reference.backbone.hidden_size)
-    plain = reembed(reference, toy.texts, toy.labels, scored=True)  # the store pass scores the plain prompt
+    keys, plain = reembed(reference, toy.texts, toy.labels, scored=True)  # it scores the plain prompt too
+    np.testing.assert_array_equal(keys, reference.embed_vectors(toy.texts).vectors)
     assert plain is not None
     with_demos = reference.embed(toy.texts, exclude_ids=np.arange(len(toy.texts))).lm_log_probs
     assert (reference.demo_encoder is None) == np.array_equal(plain, with_demos)

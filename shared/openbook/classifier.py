@@ -158,20 +158,30 @@ class Classifier:
         exclude_ids: np.ndarray | None = None,
         progress: bool | str = False,
         vectors_only: bool = False,
+        queries: np.ndarray | None = None,
     ) -> Embeddings:
         """Slot vectors and label scores for `texts`, in batches, without gradients.
 
         Texts are batched in order of length, so a batch pads to similar lengths; results come back
         in the order given. `vectors_only` skips the demonstration pass: the label scores are then the
         plain prompt's, from the forward that gave the vectors. Only the vectors needed? `embed_vectors`.
+        `queries`, the (N, H) unit slot vectors of `texts` when already known under the current weights
+        (as `embed_vectors` gave them: training's store keys), stand in for the demonstration pass's first
+        forward, which only finds them.
         """
+        if queries is not None and len(queries) != len(texts):
+            raise ValueError(f"{len(queries)} query vectors for {len(texts)} texts")
         vectors, scores, truncated = [], [], []
         with torch.inference_mode():
             for rows, chunk, batch in self._batches(texts, progress):
                 cut = batch.truncated
                 if self.demo_encoder is not None and len(self.store) > 0 and not vectors_only:
                     # The demonstration pass gives the label scores: the first pass only finds the query.
-                    hidden = self._unit(self.backbone.slot_vectors(batch, prompt=self.prompt))
+                    hidden = (
+                        self._unit(self.backbone.slot_vectors(batch, prompt=self.prompt))
+                        if queries is None
+                        else queries[rows]
+                    )
                     skip = None if exclude_ids is None else exclude_ids[rows]
                     log_probs, demo_cut = self.label_scores(chunk, hidden, skip)
                     cut = cut | demo_cut

@@ -38,7 +38,7 @@ import numpy as np
 
 from openbook.calibration import with_temperature
 from openbook.checkpoints import examples_sha256, save_classifier
-from openbook.classifier import Classifier
+from openbook.classifier import Classifier, Embeddings, SlotVectors
 from openbook.data import Example
 from openbook.dev_split import Examples, checked_on
 from openbook.methods import Method
@@ -195,28 +195,70 @@ def fit_classifier(
         "step_budget": result.step_budget,
         "steps_run": result.steps_run,
     }
+    # dev as the trained classifier serves it, embedded once for the choice of k, T and lambda, the
+    # calibration and the served store (the last dev check's embeddings, where they are these already)
+    dev = result.dev_embeddings
+    if dev is None and len(dev_set.texts):
+        dev = classifier.embed(dev_set.texts)
     if method.inference == "knn-interp":
         classifier.knn, dev_metrics["accuracy_with_knn"] = choose_knn_on_dev(
-            classifier, dev_set.texts, dev_set.labels
+            classifier, dev_set.texts, dev_set.labels, embedded=dev
         )
     else:
         classifier.knn = dataclasses.replace(classifier.knn, lam=0.0)  # the prompt alone
     dev_scores = None
     if len(dev_set.texts) >= 2:
-        dev_metrics["calibration"], dev_scores = calibrate_on_dev(classifier, dev_set)
+        dev_metrics["calibration"], dev_scores = calibrate_on_dev(classifier, dev_set, embedded=dev)
     if store_examples is not None:
-        classifier.store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
-        classifier.add_examples(store_examples.texts, store_examples.labels, ids=store_examples.ids)
+        serve_store(classifier, store_examples, train_set, dev_set, dev)
     return dev_metrics, result, dev_scores
 
 
-def calibrate_on_dev(classifier: Classifier, dev_set: LabelledTexts) -> tuple[dict[str, Any], Scored]:
+def serve_store(
+    classifier: Classifier,
+    examples: StoreExamples,
+    train_set: LabelledTexts,
+    dev_set: LabelledTexts,
+    dev: Embeddings | None,
+) -> None:
+    """Replace the training store (the train examples under their positions) with every example under its
+    own id, as the trained classifier serves. The keys already taken under the kept weights are kept: the
+    training store's, and dev's (`dev`); only the examples in neither are embedded."""
+    known: dict[int, tuple[TextInput, np.ndarray]] = {}
+    train_keys = classifier.store.vectors_of(np.arange(len(train_set.texts), dtype=np.int64))
+    known.update(
+        zip(train_set.example_ids().tolist(), zip(train_set.texts, train_keys, strict=True), strict=True)
+    )
+    if dev is not None:
+        known.update(
+            zip(dev_set.example_ids().tolist(), zip(dev_set.texts, dev.vectors, strict=True), strict=True)
+        )
+    ids = np.asarray(examples.ids, dtype=np.int64)
+    vectors = np.zeros((len(ids), classifier.backbone.hidden_size), dtype=np.float32)
+    missing = []
+    for row, (example_id, text) in enumerate(zip(ids.tolist(), examples.texts, strict=True)):
+        if example_id in known and known[example_id][0] == text:
+            vectors[row] = known[example_id][1]
+        else:
+            missing.append(row)
+    if missing:
+        vectors[missing] = classifier.embed_vectors([examples.texts[row] for row in missing]).vectors
+    classifier.store = KnowledgeStore(classifier.backbone.hidden_size, device=classifier.backbone.device)
+    classifier.add_embeddings(
+        SlotVectors(vectors, np.zeros(len(ids), dtype=bool)), examples.labels, ids, texts=examples.texts
+    )
+
+
+def calibrate_on_dev(
+    classifier: Classifier, dev_set: LabelledTexts, *, embedded: Embeddings | None = None
+) -> tuple[dict[str, Any], Scored]:
     """Score dev as the classifier serves (its store holds the training examples), and adopt temperature
     scaling if it lowers the cross-validated ECE (`quality.calibrate`). Returns the calibration's record
-    and the dev scores before it (T = 1), which the checkpoint keeps for the version's report."""
+    and the dev scores before it (T = 1), which the checkpoint keeps for the version's report. `embedded`:
+    dev's embeddings under the classifier as it stands, when already taken."""
     classifier.confidence_temperature = 1.0
     scored = score_examples(
-        classifier, dev_set.texts, _label_names(classifier, dev_set), dev_set.example_ids()
+        classifier, dev_set.texts, _label_names(classifier, dev_set), dev_set.example_ids(), embedded=embedded
     )
     calibration = calibrate(scored)
     classifier.confidence_temperature = calibration.temperature

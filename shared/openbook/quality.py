@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from openbook.calibration import with_temperature
-from openbook.classifier import Classifier
+from openbook.classifier import Classifier, Embeddings
 from openbook.prompting import TextInput
 
 RELIABILITY_BINS = 10
@@ -301,17 +301,24 @@ def score_examples(
     *,
     leave_out: bool = False,
     progress: bool | str = False,
+    embedded: Embeddings | None = None,
 ) -> Scored:
     """The final distribution `classifier` gives each labelled example, as it would serve it.
 
     `leave_out`: the examples are the store's own, under `ids`, and each is scored with itself kept out
     of its neighbours and demonstrations (leave-one-out). Without it, `ids` only name the examples in the
     result, and the store is searched whole (the examples are not in it: a held-out dev split).
+    `embedded`: the texts' embeddings under the classifier as it stands (without `leave_out`), when
+    already taken.
     """
     ids = np.asarray(ids, dtype=np.int64)
     gold = classifier.label_indices(labels)
     exclude = ids if leave_out else None
-    embeddings = classifier.embed(texts, exclude_ids=exclude, progress=progress)
+    if embedded is not None and leave_out:
+        raise ValueError("embeddings taken with every neighbour in view cannot be scored leave-one-out")
+    embeddings = (
+        classifier.embed(texts, exclude_ids=exclude, progress=progress) if embedded is None else embedded
+    )
     return Scored(ids, gold, classifier.score(embeddings, exclude_ids=exclude).probabilities)
 
 

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from openbook.calibration import calibrated_p_lm
-from openbook.classifier import Classifier
+from openbook.classifier import Classifier, Embeddings
 from openbook.knn import (
     DEFAULT_KNN,
     KnnConfig,
@@ -221,14 +221,17 @@ def choose_knn_on_dev(
     dev_texts: Sequence[TextInput],
     dev_labels: np.ndarray,
     rule: SelectionRule = DEFAULT_RULE,
+    *,
+    embedded: Embeddings | None = None,
 ) -> tuple[KnnConfig, float]:
     """k, T and lambda for a trained classifier's kNN interpolation, chosen on dev; with dev accuracy.
 
     Dev alone is the evidence: the classifier was trained on the examples its store holds. Neighbours
-    are scored as `classifier.knn` scores them.
+    are scored as `classifier.knn` scores them. `embedded`: dev's embeddings under the classifier as it
+    stands, when already taken.
     """
     base = classifier.knn
-    dev = classifier.embed(dev_texts)
+    dev = classifier.embed(dev_texts) if embedded is None else embedded
     k = min(max(rule.ks), len(classifier.store))
     hits = knn_search(classifier.store, dev.vectors, k, base.similarity)
     p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)

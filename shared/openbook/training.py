@@ -73,7 +73,7 @@ from tqdm.auto import tqdm
 
 from openbook.backbone import float32_weights
 from openbook.calibration import CalibrationMode, calibrated_p_lm, mean_prediction_bias
-from openbook.classifier import Classifier
+from openbook.classifier import Classifier, Embeddings
 from openbook.methods.base import Method, TrainBatch, only_these_train
 from openbook.prompting import PromptError, TextInput
 from openbook.store import KnowledgeStore
@@ -99,7 +99,7 @@ DEFAULT_MAX_STEPS = 120
 # What a training run is doing, in order (`train(on_stage=...)`; a job record's `stage`). On a large task
 # with many labels the first and last can take longer than the steps: preparing builds the store and the
 # domain calibration and scores the untrained weights on dev; finishing re-embeds the store under the
-# kept weights.
+# kept weights (unless the last epoch's re-embedding was already under them, as served).
 TRAIN_STAGES = ("preparing", "training", "finishing")
 
 # What a run's arithmetic is done in (`TrainConfig.precision`); the weights are float32 either way.
@@ -252,6 +252,10 @@ class TrainResult:
     check_every: int = 0  # the steps between its dev checks (`TrainConfig.check_every`)
     steps_run: int = 0  # fewer than the budget when early stopping ended the run
     seconds: float = 0.0
+    # dev's embeddings as the trained classifier serves them, when the last check took them so (the kept
+    # step is the last, its store's keys embedded before the check, in float32 without autocast): what
+    # choosing k, T and lambda and scoring dev read next, without another pass (`fitting.fit_classifier`)
+    dev_embeddings: Embeddings | None = None
 
 
 def train(
@@ -287,11 +291,13 @@ def train(
         classifier.label_bias = None
         # Domain calibration on the plain prompt reads the store pass's own label scores.
         plain = config.calibration == "domain" and classifier.demo_encoder is None
-        log_probs = reembed(classifier, train_texts, train_labels, progress=progress, scored=plain)
+        keys, log_probs = reembed(classifier, train_texts, train_labels, progress=progress, scored=plain)
         if config.calibration == "domain":
-            if log_probs is None:  # with demonstrations shown, as the classifier will be asked
+            if log_probs is None:  # with demonstrations shown, as the classifier will be asked; the
+                # store's keys are the texts' own retrieval queries, under the same weights
                 bar = "calibrate" if progress and len(train_texts) > _QUIET_EMBED else False
-                log_probs = classifier.embed(train_texts, exclude_ids=ids, progress=bar).lm_log_probs
+                embedded = classifier.embed(train_texts, exclude_ids=ids, queries=keys, progress=bar)
+                log_probs = embedded.lm_log_probs
             classifier.label_bias = mean_prediction_bias(log_probs)
 
         parameters = method.trainable_parameters(classifier)
@@ -312,13 +318,12 @@ def train(
             gold_all = torch.as_tensor(train_labels, dtype=torch.long, device=classifier.backbone.device)
             reembed_every = config.reembed_every or config.steps_per_epoch(len(ids))
 
-            result = TrainResult(
-                best=evaluate_dev(classifier, dev_texts, dev_labels, step=0),
-                step_budget=steps,
-                check_every=check_every,
-            )
+            first, _ = evaluate_dev(classifier, dev_texts, dev_labels, step=0)
+            result = TrainResult(best=first, step_budget=steps, check_every=check_every)
             result.history.append(vars(result.best) | {"loss": None})
             best_tensors = _snapshot(method.trained_tensors(classifier))
+            keys_step: int | None = None  # the step whose weights the store's keys were embedded under
+            dev_embedded: Embeddings | None = None  # the last dev check's
             stale = 0
             order = np.empty(0, dtype=np.int64)
             stage("training")
@@ -349,8 +354,9 @@ def train(
                     on_step(step, steps, result.losses[-1])
                 if method.uses_store_in_training and step % reembed_every == 0:
                     reembed(classifier, train_texts, train_labels, progress=progress)
+                    keys_step = step
                 if step % check_every == 0 or step == steps:
-                    score = evaluate_dev(classifier, dev_texts, dev_labels, step=step)
+                    score, dev_embedded = evaluate_dev(classifier, dev_texts, dev_labels, step=step)
                     result.history.append(
                         vars(score) | {"loss": float(np.mean(result.losses[-check_every:]))}
                     )
@@ -367,7 +373,13 @@ def train(
             bar.close()
     stage("finishing")
     method.load_trained(classifier, best_tensors)
-    reembed(classifier, train_texts, train_labels, progress=progress)  # the kept weights' keys
+    # The store's keys under the kept weights, as they serve; unless the keys are those already: embedded
+    # after the kept (last) step, in float32 weights without autocast, as the classifier serves them.
+    served_as_trained = config.precision == "float32" and classifier.backbone.dtype == torch.float32
+    if served_as_trained and keys_step == result.best.step == result.steps_run:
+        result.dev_embeddings = dev_embedded  # the last check's, under these weights and keys
+    else:
+        reembed(classifier, train_texts, train_labels, progress=progress)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -379,13 +391,13 @@ def reembed(
     *,
     progress: bool = False,
     scored: bool = False,
-) -> np.ndarray | None:
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Replace the store's keys (ids 0..N-1) with the slot vectors under the current weights; the texts
-    are kept with them (textual demonstrations write them out).
+    are kept with them (textual demonstrations write them out). Returns the (N, H) keys as embedded.
 
     No label is scored unless `scored`: then the same forward scores them, and the plain prompt's
-    (N, C) label scores (no demonstrations) are returned. A progress bar is shown for a large set (the
-    full-data runs), where a pass takes minutes.
+    (N, C) label scores (no demonstrations) are returned beside the keys. A progress bar is shown for a
+    large set (the full-data runs), where a pass takes minutes.
     """
     classifier.backbone.model.eval()
     bar = "embed store" if progress and len(texts) > _QUIET_EMBED else False
@@ -395,15 +407,16 @@ def reembed(
     else:
         vectors, log_probs = classifier.embed_vectors(texts, progress=bar).vectors, None
     classifier.store.add(np.arange(len(texts), dtype=np.int64), vectors, labels, texts)
-    return log_probs
+    return vectors, log_probs
 
 
 def evaluate_dev(
     classifier: Classifier, texts: Sequence[TextInput], labels: np.ndarray, *, step: int
-) -> DevScore:
-    """Dev accuracy and mean gold log-likelihood of the prompt's (calibrated) P_LM."""
-    p_lm = calibrated_p_lm(classifier.embed(texts).lm_log_probs, classifier.label_bias)
-    return DevScore.of(p_lm, labels, step)
+) -> tuple[DevScore, Embeddings]:
+    """Dev accuracy and mean gold log-likelihood of the prompt's (calibrated) P_LM, and the embeddings
+    they were read from."""
+    embedded = classifier.embed(texts)
+    return DevScore.of(calibrated_p_lm(embedded.lm_log_probs, classifier.label_bias), labels, step), embedded
 
 
 def _set_training(classifier: Classifier, mode: bool) -> None:

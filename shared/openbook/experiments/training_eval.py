@@ -108,7 +108,9 @@ def evaluate_trained(
                 dataclasses.replace(config, seed=seed),
                 progress=progress,
             )
-            dev = trained.embed([e.text for e in dev_split])
+            dev = result.dev_embeddings  # the last dev check's, where the trained classifier serves them so
+            if dev is None:
+                dev = trained.embed([e.text for e in dev_split])
             test = None
             if test_texts is not None:
                 test = trained.embed(test_texts, progress=f"{task} test" if progress else False)
