@@ -115,3 +115,31 @@ def test_retroprompt_trains_with_the_contrastive_loss(causal_dir: Path, fresh_cl
     result = train(classifier, method, DISTINCT, labels, DISTINCT[:2], labels[:2], QUICK, progress=False)
     assert len(result.losses) == QUICK.steps and np.isfinite(result.losses).all()
     assert len(classifier.predict(DISTINCT[:2])) == 2
+
+
+@pytest.mark.parametrize("spec", ["retroprompt/contrastive=0.5", "retroprompt/demos=none/contrastive=0.5"])
+def test_the_contrastive_step_scores_labels_as_the_classifier_does(
+    causal_dir: Path, fresh_classifier, monkeypatch, spec: str
+) -> None:
+    """With label vectors, no training forward runs the pass over the words' tree: the contrastive
+    step's own forward scores the labels as the classifier serves them (at 150 labels, exact scoring
+    there made a step several times slower)."""
+    import dataclasses
+
+    import openbook.backbone
+    from openbook.prompting import Verbalizer
+    from openbook.training import train
+
+    from tests.methods.test_retroprompt import QUICK
+
+    classifier, method = fresh_classifier(causal_dir, spec)
+    words = Verbalizer.parse("0=very bad film,1=very good film")  # multi-token words: exact runs the tree
+    classifier = method.prepare(dataclasses.replace(classifier, verbalizer=words, label_scoring="vectors"))
+
+    def tree_pass(*args, **kwargs):
+        raise AssertionError("the words' tree was scored exactly")
+
+    monkeypatch.setattr(openbook.backbone, "word_log_probs", tree_pass)
+    labels = np.array([1, 1, 0, 0, 1, 1, 0, 0])
+    result = train(classifier, method, DISTINCT, labels, DISTINCT[:2], labels[:2], QUICK, progress=False)
+    assert len(result.losses) == QUICK.steps and np.isfinite(result.losses).all()

@@ -269,6 +269,11 @@ class Classifier:
         out = self._forward(batch, label_ids, injected)
         return out.label_log_probs, batch.truncated
 
+    def plain_forward(self, texts: Sequence[TextInput]) -> SlotOutput:
+        """The plain prompt's forward over `texts` (no demonstrations), differentiable where the caller
+        has gradients on: the slot vectors, and the label scores as this classifier scores them."""
+        return self._forward(self.encoder.encode(texts), self.encoder.label_token_ids)
+
     def _forward(
         self, batch: EncodedBatch, label_ids: list[list[int]], demo_vectors: torch.Tensor | None = None
     ) -> SlotOutput:

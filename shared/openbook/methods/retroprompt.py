@@ -226,10 +226,7 @@ class RetroPrompt(TrainsLora, FullFineTuning):
         slot_vectors = None  # (B, H) the plain prompt's, with gradient, for the contrastive loss
         if self.config.contrastive and classifier.demo_encoder is None:
             # the plain prompt is what label_scores would score: one forward gives both
-            encoded = classifier.encoder.encode(batch.texts)
-            out = classifier.backbone.forward(
-                encoded, classifier.encoder.label_token_ids, prompt=classifier.prompt
-            )
+            out = classifier.plain_forward(batch.texts)
             log_probs, slot_vectors = out.label_log_probs, out.hidden
         else:
             log_probs, _ = classifier.label_scores(batch.texts, queries, exclude_ids=batch.ids)
@@ -241,10 +238,7 @@ class RetroPrompt(TrainsLora, FullFineTuning):
         if not self.config.contrastive:
             return ce.mean()
         if slot_vectors is None:  # demonstrations are shown: the store's keys are the plain prompt's
-            encoded = classifier.encoder.encode(batch.texts)
-            slot_vectors = classifier.backbone.forward(
-                encoded, classifier.encoder.label_token_ids, prompt=classifier.prompt
-            ).hidden
+            slot_vectors = classifier.plain_forward(batch.texts).hidden
         contrastive = store_contrastive_loss(
             slot_vectors, batch.ids, batch.gold, classifier.store, self.config.contrastive_temperature
         )
