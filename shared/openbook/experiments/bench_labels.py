@@ -87,7 +87,7 @@ def run_labels_bench(args: argparse.Namespace) -> None:
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.classifier import Classifier
     from openbook.prompting import Template, Verbalizer
-    from openbook.word_scores import resolve_label_scoring
+    from openbook.untrained import build_classifier
 
     torch.manual_seed(0)
     backbone = load_backbone(
@@ -98,8 +98,14 @@ def run_labels_bench(args: argparse.Namespace) -> None:
 
     def task(words: Sequence[str]) -> Classifier:
         verbalizer = Verbalizer(tuple(str(i) for i in range(len(words))), tuple(words))
-        scoring = resolve_label_scoring(args.label_scoring, len(words))
-        return Classifier(backbone, template, verbalizer, batch_size=args.batch_size, label_scoring=scoring)
+        return build_classifier(  # no label bias: the bench times forwards, not predictions' quality
+            backbone,
+            template,
+            verbalizer,
+            calibration="none",
+            batch_size=args.batch_size,
+            label_scoring=args.label_scoring,
+        )
 
     many, two = task(data.label_words), task(data.label_words[:TWO])
     dtype = str(backbone.dtype).removeprefix("torch.")
