@@ -8,6 +8,7 @@ from openbook.demonstrations import (
     retrieve_texts,
     to_input_space,
     to_words,
+    token_statistics,
 )
 from openbook.store import KnowledgeStore
 
@@ -77,6 +78,39 @@ def test_input_space_is_the_token_embeddings_as_the_model_reads_them(any_backbon
     torch.testing.assert_close(mapped[0, 2], token_mean, atol=1e-5, rtol=1e-4)
     for c in (0, 1):
         torch.testing.assert_close((mapped[0, c] - token_mean).norm(), spread, atol=1e-5, rtol=1e-4)
+
+
+def _fresh_statistics(table: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = table.detach().float()
+    mean = rows.mean(0)
+    return mean * scale, (rows - mean).norm(dim=-1).mean() * scale
+
+
+def test_token_statistics_are_kept_until_the_table_changes(monkeypatch):
+    """Kept while the table is unchanged; an optimiser step, a load_state_dict, a dtype change or another
+    table gets statistics computed afresh, equal to a pass over the whole table in one piece."""
+    monkeypatch.setattr("openbook.demonstrations._STATISTICS_ROWS", 7)  # several pieces of a 50-row table
+    embedding = torch.nn.Embedding(50, 6)
+    table = embedding.weight
+    first = token_statistics(table, 2.0)
+    torch.testing.assert_close(first, _fresh_statistics(table, 2.0))
+    assert token_statistics(table, 2.0)[0] is first[0]  # unchanged: kept
+    assert token_statistics(table, 3.0)[0] is not first[0]  # another scale
+
+    optimizer = torch.optim.SGD(embedding.parameters(), lr=1.0)
+    embedding(torch.arange(50)).pow(2).sum().backward()
+    optimizer.step()
+    for changed in (
+        lambda: None,  # the step above
+        lambda: embedding.load_state_dict({"weight": torch.randn(50, 6)}),
+        lambda: setattr(table, "data", table.data.to(torch.bfloat16)),
+    ):
+        changed()
+        torch.testing.assert_close(
+            token_statistics(table, 2.0), _fresh_statistics(table, 2.0), rtol=1e-5, atol=1e-5
+        )
+    other = torch.randn(50, 6)
+    torch.testing.assert_close(token_statistics(other, 2.0), _fresh_statistics(other, 2.0))
 
 
 def test_text_demonstrations_are_nearest_first_in_label_order_and_leave_one_out():

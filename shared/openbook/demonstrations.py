@@ -39,6 +39,7 @@ mapping the same run trained to 81% dev (see docs/experiments/demonstrations-dev
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -145,6 +146,47 @@ def _of_classes(hits: SearchResult, classes: np.ndarray) -> SearchResult:
     )
 
 
+# Tables whose statistics `token_statistics` holds, by id: a few, as a service holds a few backbones.
+_STATISTICS: dict[int, tuple[weakref.ref, tuple, tuple[torch.Tensor, torch.Tensor]]] = {}
+_STATISTICS_KEPT = 4
+_STATISTICS_ROWS = 65536  # table rows centred at once: bounds the float32 temporary (Gemma 3: 262k rows)
+
+
+def token_statistics(
+    embedding_weight: torch.Tensor, embedding_scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean token embedding (E,) and a token's mean distance from it (a scalar), as the model reads them.
+
+    On Gemma 3 the table is 262k x 640, and computing these took about a second of one CPU thread with
+    a float32 copy of the table beside it: once per forward with demonstrations, every training step
+    and every classify. They are kept while the table is unchanged: the same tensor, storage, dtype and
+    version counter (an optimiser step and `load_state_dict` write in place and bump the counter; a
+    dtype change replaces the storage). A write through `.data` bumps nothing: the code base makes none
+    to an embedding table.
+    """
+    key = (
+        embedding_weight.data_ptr(),
+        embedding_weight._version,
+        embedding_weight.dtype,
+        embedding_weight.device,
+        embedding_scale,
+    )
+    kept = _STATISTICS.get(id(embedding_weight))
+    if kept is not None and kept[0]() is embedding_weight and kept[1] == key:
+        return kept[2]
+    table = embedding_weight.detach()
+    raw_mean = sum(rows.float().sum(0) for rows in table.split(_STATISTICS_ROWS)) / len(table)  # (E,)
+    spread = sum(
+        (rows.float() - raw_mean).norm(dim=-1).sum() for rows in table.split(_STATISTICS_ROWS)
+    ) / len(table)
+    statistics = (raw_mean * embedding_scale, spread * embedding_scale)
+    _STATISTICS.pop(id(embedding_weight), None)
+    if len(_STATISTICS) >= _STATISTICS_KEPT:
+        _STATISTICS.pop(next(iter(_STATISTICS)))
+    _STATISTICS[id(embedding_weight)] = (weakref.ref(embedding_weight), key, statistics)
+    return statistics
+
+
 def to_input_space(
     vectors: np.ndarray, embedding_weight: torch.Tensor, embedding_scale: float
 ) -> torch.Tensor:
@@ -160,11 +202,8 @@ def to_input_space(
     SmolLM2's weight gradients NaN while the loss stayed finite (continual SST-2 -> trec, RetroPrompt,
     first trec step), so the zero vector is not used as "nothing".
     """
-    table = embedding_weight.detach().float()
-    raw_mean = table.mean(0)  # (H,)
-    token_mean = raw_mean * embedding_scale
-    token_spread = (table - raw_mean).norm(dim=-1).mean() * embedding_scale
-    demo = torch.from_numpy(vectors).to(table.device)  # (B, K, H)
+    token_mean, token_spread = token_statistics(embedding_weight, embedding_scale)
+    demo = torch.from_numpy(vectors).to(token_mean.device)  # (B, K, H)
     present = demo.norm(dim=-1, keepdim=True) > 0  # (B, K, 1)
     count = present.sum(1, keepdim=True).clamp(min=1)
     centre = (demo * present).sum(1, keepdim=True) / count  # (B, 1, H)
