@@ -237,7 +237,8 @@ def to_words(vectors: np.ndarray, head: nn.Linear, embedding_table: torch.Tensor
         words[start : start + _HEAD_ROWS] = logits.argmax(-1)
     placed = table[words.to(table.device)].float().reshape(*demo.shape[:-1], table.shape[-1])  # (B, K, E)
     present = (demo.norm(dim=-1, keepdim=True) > 0).to(table.device)  # (B, K, 1)
-    return torch.where(present, placed, table.float().mean(0).expand_as(placed))
+    raw_mean = token_statistics(embedding_table, 1.0)[0].to(table.device)  # the caller applies the scale
+    return torch.where(present, placed, raw_mean.expand_as(placed))
 
 
 def retrieve_texts(
