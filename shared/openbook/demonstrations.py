@@ -39,6 +39,7 @@ mapping the same run trained to 81% dev (see docs/experiments/demonstrations-dev
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -149,6 +150,7 @@ def _of_classes(hits: SearchResult, classes: np.ndarray) -> SearchResult:
 # Tables whose statistics `token_statistics` holds, by id: a few, as a service holds a few backbones.
 _STATISTICS: dict[int, tuple[weakref.ref, tuple, tuple[torch.Tensor, torch.Tensor]]] = {}
 _STATISTICS_KEPT = 4
+_STATISTICS_LOCK = threading.Lock()  # a service's forwards run in worker threads
 _STATISTICS_ROWS = 65536  # table rows centred at once: bounds the float32 temporary (Gemma 3: 262k rows)
 
 
@@ -171,9 +173,16 @@ def token_statistics(
         embedding_weight.device,
         embedding_scale,
     )
-    kept = _STATISTICS.get(id(embedding_weight))
-    if kept is not None and kept[0]() is embedding_weight and kept[1] == key:
-        return kept[2]
+    with _STATISTICS_LOCK:
+        kept = _STATISTICS.get(id(embedding_weight))
+        if kept is not None and kept[0]() is embedding_weight and kept[1] == key:
+            return kept[2]
+        return _keep_statistics(embedding_weight, embedding_scale, key)
+
+
+def _keep_statistics(
+    embedding_weight: torch.Tensor, embedding_scale: float, key: tuple
+) -> tuple[torch.Tensor, torch.Tensor]:
     table = embedding_weight.detach()
     raw_mean = sum(rows.float().sum(0) for rows in table.split(_STATISTICS_ROWS)) / len(table)  # (E,)
     spread = sum(
