@@ -111,6 +111,11 @@ def test_token_statistics_are_kept_until_the_table_changes(monkeypatch):
         )
     other = torch.randn(50, 6)
     torch.testing.assert_close(token_statistics(other, 2.0), _fresh_statistics(other, 2.0))
+    with torch.inference_mode():
+        made_in_inference = torch.randn(50, 6)  # no version counter: computed, not kept
+    torch.testing.assert_close(
+        token_statistics(made_in_inference, 2.0), _fresh_statistics(made_in_inference, 2.0)
+    )
 
 
 def test_text_demonstrations_are_nearest_first_in_label_order_and_leave_one_out():

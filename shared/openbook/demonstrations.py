@@ -164,8 +164,10 @@ def token_statistics(
     and every classify. They are kept while the table is unchanged: the same tensor, storage, dtype and
     version counter (an optimiser step and `load_state_dict` write in place and bump the counter; a
     dtype change replaces the storage). A write through `.data` bumps nothing: the code base makes none
-    to an embedding table.
+    to an embedding table. An inference tensor has no version counter: its statistics are not kept.
     """
+    if embedding_weight.is_inference():
+        return _statistics_of(embedding_weight, embedding_scale)
     key = (
         embedding_weight.data_ptr(),
         embedding_weight._version,
@@ -177,23 +179,23 @@ def token_statistics(
         kept = _STATISTICS.get(id(embedding_weight))
         if kept is not None and kept[0]() is embedding_weight and kept[1] == key:
             return kept[2]
-        return _keep_statistics(embedding_weight, embedding_scale, key)
+        statistics = _statistics_of(embedding_weight, embedding_scale)
+        _STATISTICS.pop(id(embedding_weight), None)
+        if len(_STATISTICS) >= _STATISTICS_KEPT:
+            _STATISTICS.pop(next(iter(_STATISTICS)))
+        _STATISTICS[id(embedding_weight)] = (weakref.ref(embedding_weight), key, statistics)
+        return statistics
 
 
-def _keep_statistics(
-    embedding_weight: torch.Tensor, embedding_scale: float, key: tuple
+def _statistics_of(
+    embedding_weight: torch.Tensor, embedding_scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     table = embedding_weight.detach()
     raw_mean = sum(rows.float().sum(0) for rows in table.split(_STATISTICS_ROWS)) / len(table)  # (E,)
     spread = sum(
         (rows.float() - raw_mean).norm(dim=-1).sum() for rows in table.split(_STATISTICS_ROWS)
     ) / len(table)
-    statistics = (raw_mean * embedding_scale, spread * embedding_scale)
-    _STATISTICS.pop(id(embedding_weight), None)
-    if len(_STATISTICS) >= _STATISTICS_KEPT:
-        _STATISTICS.pop(next(iter(_STATISTICS)))
-    _STATISTICS[id(embedding_weight)] = (weakref.ref(embedding_weight), key, statistics)
-    return statistics
+    return raw_mean * embedding_scale, spread * embedding_scale
 
 
 def to_input_space(
