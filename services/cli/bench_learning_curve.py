@@ -61,6 +61,12 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         "choose on; --test-size is then unused)",
     )
     parser.add_argument(
+        "--baselines-only",
+        action="store_true",
+        help="run the fixed order's baselines alone, without the service, into --out beside the rounds "
+        "recorded there (a baseline added to a curve); --orders fixed",
+    )
+    parser.add_argument(
         "--untrained-gate",
         action="store_true",
         help="the service's first gate against the untrained task (OPENBOOK_UNTRAINED_GATE)",
@@ -91,7 +97,26 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         help="run nothing: gather the results in these comma-separated output directories (units run as "
         "separate processes) into --out, refusing different setups and duplicate records",
     )
+    parser.add_argument(
+        "--relabel",
+        action="store_true",
+        help="run nothing: name the SetFit baselines in --out by the options they ran with (a MiniLM "
+        "baseline recorded as setfit becomes setfit/encoder=minilm/max-steps=0)",
+    )
     args = parser.parse_args(argv)
+    if args.relabel:
+        from services.learning_curve.run import relabel_curve
+
+        try:
+            renames = relabel_curve(args.out)
+        except ValueError as error:
+            print(f"openbook bench learning-curve: {error}", file=sys.stderr)
+            return 2
+        for old, new in renames.items():
+            print(f"{args.out}: {old} -> {new}")
+        if not renames:
+            print(f"{args.out}: every baseline already named by what it ran")
+        return 0
     if args.merge:
         from services.learning_curve.run import merge_results
 
@@ -142,6 +167,7 @@ def run_bench_learning_curve(argv: list[str]) -> int:
             device=args.device,
             untrained_gate=args.untrained_gate,
             judge=args.judge,
+            baselines_only=args.baselines_only,
             waiting=Waiting(timeout=args.timeout),
             command=shlex.join(["openbook", "bench", "learning-curve", *argv]),
         )

@@ -21,13 +21,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import redis
 import torch
-from openbook.backbone import BackboneConfig, default_dtype, load_backbone, resolve_dtype
-from openbook.experiments.setfit_peer import is_peer, peer_config
+from openbook.backbone import Backbone, BackboneConfig, default_dtype, load_backbone, resolve_dtype
+from openbook.experiments.setfit_peer import is_peer, peer_config, recorded_peer_spec
 from openbook.methods import build_method, method_config
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset
@@ -49,7 +49,14 @@ from services.learning_curve.report import (
     target_lines,
     write_results,
 )
-from services.learning_curve.schedule import ORDERS, ROUNDS, CurveData, check_rounds, load_curve_data
+from services.learning_curve.schedule import (
+    ORDERS,
+    ROUNDS,
+    CurveData,
+    check_rounds,
+    fixed_rounds,
+    load_curve_data,
+)
 from services.learning_curve.service import Waiting, label_and_score
 from services.trainer.worker import Worker
 
@@ -76,6 +83,8 @@ class CurveSettings:
     # the worker's first gate against the untrained task (OPENBOOK_UNTRAINED_GATE in the service)
     untrained_gate: bool = False
     judge: int | None = None  # score on this many held-out training examples instead of test (schedule.py)
+    # the fixed order's baselines alone, without the service: a baseline added to a curve already recorded
+    baselines_only: bool = False
     waiting: Waiting = field(default_factory=Waiting)
     command: str = ""  # as typed, for the record
 
@@ -84,6 +93,8 @@ class CurveSettings:
         unknown = [order for order in self.orders if order not in ORDERS]
         if unknown:
             raise ValueError(f"unknown order(s) {unknown}; known: {', '.join(ORDERS)}")
+        if self.baselines_only and (list(self.orders) != ["fixed"] or not self.baselines):
+            raise ValueError("baselines alone: give baselines and the fixed order alone, which has them")
         TrainConfig(**self.training)  # bad training settings fail before anything starts
         build_method(self.method)  # and so does an unknown method or option (MethodError)
 
@@ -178,8 +189,9 @@ SAME_SETUP = ("backbone", "test_size", "pool_size", "training", "max_length")
 
 def _setup(settings: dict) -> dict:
     """What the records of a run made with `settings` (as results.json holds them) measure: the SAME_SETUP
-    keys, the method's every option and each SetFit baseline's (`baseline <name>`)."""
-    return (
+    keys, the method's every option and each SetFit baseline's (`baseline <name>`). A run of baselines
+    alone measures only what its baselines depend on (`_baseline_keys`)."""
+    setup = (
         {key: _plain(settings.get(key)) for key in SAME_SETUP}
         # added later: a run recorded before either ran without the gate, on test
         | {"untrained_gate": bool(settings.get("untrained_gate")), "judge": settings.get("judge")}
@@ -190,6 +202,24 @@ def _setup(settings: dict) -> dict:
             if is_peer(name)
         }
     )
+    if settings.get("baselines_only"):
+        keys = _baseline_keys(settings.get("baselines", []))
+        return {key: value for key, value in setup.items() if key in keys}
+    return setup
+
+
+def _baseline_keys(baselines: Sequence[str]) -> set[str]:
+    """The setup keys the baselines' records depend on: the scored sample (`test_size`, `judge`); the
+    backbone for the ones it runs, and the service's training settings for prompt-ft, which trains as a
+    job does; a SetFit baseline's own options alone. The service's method, gate and pool are not among
+    them: a SetFit baseline can join a curve whose service ran under another budget."""
+    keys = {"test_size", "judge"}
+    for name in baselines:
+        if is_peer(name):
+            keys.add(f"baseline {name}")
+        else:
+            keys |= {"backbone", "max_length", *(["training"] if name == "prompt-ft" else [])}
+    return keys
 
 
 def _peer_configs(baselines: Sequence[str]) -> dict[str, dict]:
@@ -206,7 +236,7 @@ def check_same_setup(s: CurveSettings, runs: Sequence[dict]) -> None:
     """ValueError if `s.out` holds records of another backbone, method, scoring setup or SetFit baseline
     than `s`'s."""
     ours = _setup(
-        {key: getattr(s, key) for key in (*SAME_SETUP, "untrained_gate", "judge")}
+        {key: getattr(s, key) for key in (*SAME_SETUP, "untrained_gate", "judge", "baselines_only")}
         | {
             "method_config": method_config(s.method),
             "baselines": list(s.baselines),
@@ -251,9 +281,42 @@ def merge_results(out: Path, sources: Sequence[Path]) -> list[CurveRecord]:
     return records
 
 
+def relabel_curve(out: Path) -> dict[str, str]:
+    """Name each SetFit baseline of `out` by the options its runs recorded, under today's defaults
+    (`setfit_peer.recorded_peer_spec`), in the records and the runs' settings: a baseline recorded as
+    `setfit` when the peer's encoder was all-MiniLM-L6-v2 becomes `setfit/encoder=minilm/max-steps=0`,
+    and today's `setfit` can join the curve beside it. The renames made, old name -> new; ValueError,
+    with nothing written, where one name stands for runs of different options."""
+    runs, records = read_results(out)
+    if not runs:
+        raise ValueError(f"{out} holds no learning-curve results")
+    renames: dict[str, str] = {}
+    for run in runs:
+        for name, recorded in run["settings"].get("peer_configs", {}).items():
+            new = recorded_peer_spec(recorded)
+            if renames.setdefault(name, new) != new:
+                raise ValueError(f"{out}: {name} names runs of different options ({renames[name]}, {new})")
+    renames = {old: new for old, new in renames.items() if old != new}
+    if renames:
+        for run in runs:
+            settings = run["settings"]
+            settings["baselines"] = [renames.get(name, name) for name in settings.get("baselines", [])]
+            if "peer_configs" in settings:
+                settings["peer_configs"] = {renames.get(k, k): v for k, v in settings["peer_configs"].items()}
+        renamed = [replace(r, method=renames.get(r.method, r.method)) for r in records]
+        write_results(out, runs, renamed)
+    return renames
+
+
 def _plain(value: object) -> object:
     """Lists for tuples, as a value read back from JSON has them."""
     return json.loads(json.dumps(value))
+
+
+def _unit_series(s: CurveSettings, order: str, baselines: Sequence[str]) -> list[str]:
+    """The series a (task, seed, order) unit of `s` records: the service (unless baselines alone run) and,
+    in the fixed order, the baselines."""
+    return ([] if s.baselines_only else [SERVICE]) + (list(baselines) if order == "fixed" else [])
 
 
 def _unit_done(
@@ -276,11 +339,7 @@ def run_learning_curve(
     # all data checked first
     data = {task: load_curve_data(s.data, task, s.test_size, s.judge) for task in s.tasks}
     units = [(task, seed, order) for task in s.tasks for seed in s.seeds for order in s.orders]
-    todo = [
-        u
-        for u in units
-        if not _unit_done(records, u, [SERVICE, *(baselines if u[2] == "fixed" else [])], s.rounds)
-    ]
+    todo = [u for u in units if not _unit_done(records, u, _unit_series(s, u[2], baselines), s.rounds)]
     run = {
         "command": s.command,
         "hardware": hardware(),
@@ -326,7 +385,7 @@ def run_in_processes(
     todo: dict[str, tuple[tuple[str, int, str], Path]] = {}  # unit name: (task, seed, order), its --out
     units = []
     for key in [(task, seed, order) for task in s.tasks for seed in s.seeds for order in s.orders]:
-        if _unit_done(records, key, [SERVICE, *(baselines if key[2] == "fixed" else [])], s.rounds):
+        if _unit_done(records, key, _unit_series(s, key[2], baselines), s.rounds):
             continue
         task, seed, order = key
         name = f"{task}-{seed}-{order}"
@@ -337,7 +396,9 @@ def run_in_processes(
     def merge(unit: Unit) -> None:
         key, directory = todo[unit.name]
         out_runs, out_records = read_results(s.out)
-        kept = [r for r in out_records if (r.task, r.seed, r.order) != key]  # a partial unit run serially
+        # a partial unit run serially: the series the unit's process recorded afresh
+        ran = _unit_series(s, key[2], baselines)
+        kept = [r for r in out_records if (r.task, r.seed, r.order) != key or r.method not in ran]
         if len(kept) < len(out_records):
             write_results(s.out, out_runs, kept)
         merge_results(Path(s.out), [directory])
@@ -366,6 +427,13 @@ def _run_units(
     started = time.perf_counter()
     backbone = load_backbone(BackboneConfig(name=s.backbone, max_length=s.max_length, device=s.device))
     config = TrainConfig(**s.training)
+    if s.baselines_only:
+
+        def save(records: list[CurveRecord]) -> None:
+            runs[-1]["seconds"] = round(time.perf_counter() - started, 1)
+            write_results(s.out, runs, records)
+
+        return _run_baselines(s, todo, data, baselines, records, backbone, config, save, progress=progress)
     computed: dict[str, Baselines] = {}
     with (
         tempfile.TemporaryDirectory(prefix="openbook-curve-") as tmp,
@@ -381,16 +449,9 @@ def _run_units(
             records = [
                 r for r in records if (r.task, r.seed, r.order) != (task, seed, order)
             ]  # a partial unit
-            name = re.sub(r"[^a-z0-9-]", "", f"{task}-{seed}-{order}".lower())
-            spec = s.task_spec(name, data[task], backbone.kind)
+            spec = s.task_spec(_task_name(task, seed, order), data[task], backbone.kind)
             if order == "fixed" and baselines and task not in computed:
-                computed[task] = Baselines(
-                    backbone,
-                    Task.model_validate({**spec, "backbone": s.backbone}),
-                    data[task],
-                    config,
-                    device=s.device,
-                )
+                computed[task] = _baselines(s, backbone, spec, data[task], config)
             rounds = label_and_score(
                 client, data[task], spec, seed, order, s.rounds, pool_size=s.pool_size, waiting=s.waiting
             )
@@ -419,13 +480,60 @@ def _run_units(
                 )
                 line = [f"service {100 * outcome.accuracy:.1f} ({outcome.service['verdict']})"]
                 for baseline in baselines if order == "fixed" else []:
-                    baseline_started = time.perf_counter()
-                    accuracy = computed[task].accuracy(baseline, outcome.ids, seed)
-                    seconds = round(time.perf_counter() - baseline_started, 3)
-                    records.append(CurveRecord(**common, method=baseline, accuracy=accuracy, seconds=seconds))
-                    line.append(f"{baseline} {100 * accuracy:.1f}")
+                    records.append(_baseline_round(computed[task], baseline, common, outcome.ids))
+                    line.append(f"{baseline} {100 * records[-1].accuracy:.1f}")
                 runs[-1]["seconds"] = round(time.perf_counter() - started, 1)
                 write_results(s.out, runs, records)
                 if progress:
                     tqdm.write(f"{task} seed {seed} {order} {outcome.shots}/class: " + ", ".join(line))
+    return records
+
+
+def _task_name(task: str, seed: int, order: str) -> str:
+    """The service task a unit labels."""
+    return re.sub(r"[^a-z0-9-]", "", f"{task}-{seed}-{order}".lower())
+
+
+def _baselines(
+    s: CurveSettings, backbone: Backbone, spec: dict, data: CurveData, config: TrainConfig
+) -> Baselines:
+    return Baselines(
+        backbone, Task.model_validate({**spec, "backbone": s.backbone}), data, config, device=s.device
+    )
+
+
+def _baseline_round(computed: Baselines, baseline: str, common: dict, ids: Sequence[int]) -> CurveRecord:
+    """A baseline's record of a round, trained from scratch on the round's labelled examples `ids`."""
+    started = time.perf_counter()
+    accuracy = computed.accuracy(baseline, ids, common["seed"])
+    seconds = round(time.perf_counter() - started, 3)
+    return CurveRecord(**common, method=baseline, accuracy=accuracy, seconds=seconds)
+
+
+def _run_baselines(
+    s: CurveSettings, todo: Sequence[tuple[str, int, str]], data: dict[str, CurveData],
+    baselines: Sequence[str], records: list[CurveRecord], backbone: Backbone, config: TrainConfig,
+    save: Callable[[list[CurveRecord]], None], *, progress: bool,
+) -> list[CurveRecord]:  # fmt: skip
+    """The fixed order's baselines alone, no service: each round's labelled examples are the ones the
+    service is given (`fixed_rounds`, fixed by the seed), so a baseline can join a curve already recorded.
+    The unit's other series stay as they are; a round a baseline has is not run again."""
+    computed: dict[str, Baselines] = {}
+    for task, seed, order in tqdm(todo, desc="baselines", disable=not progress):
+        if task not in computed:
+            spec = s.task_spec(_task_name(task, seed, order), data[task], backbone.kind)
+            computed[task] = _baselines(s, backbone, spec, data[task], config)
+        have = {(r.method, r.shots) for r in records if (r.task, r.seed, r.order) == (task, seed, order)}
+        labelled: list[int] = []
+        for shots, added in zip(s.rounds, fixed_rounds(data[task].train, seed, s.rounds), strict=True):
+            labelled += added
+            common = {"task": task, "seed": seed, "order": order, "shots": shots, "labelled": len(labelled)}
+            for baseline in baselines:
+                if (baseline, shots) in have:
+                    continue
+                records.append(_baseline_round(computed[task], baseline, common, labelled))
+                save(records)
+                if progress:
+                    accuracy = 100 * records[-1].accuracy
+                    tqdm.write(f"{task} seed {seed} {shots}/class: {baseline} {accuracy:.1f}")
     return records

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -19,6 +20,7 @@ from services.learning_curve.run import (
     CurveSettings,
     check_same_setup,
     merge_results,
+    relabel_curve,
     run_learning_curve,
     source,
 )
@@ -79,6 +81,21 @@ def test_a_labeller_drives_the_service_round_by_round(causal_dir: Path, tmp_path
     assert (tmp_path / "out" / "results.png").stat().st_size > 0
     assert "| " in (tmp_path / "out" / "results.md").read_text()
 
+    # A baseline added afterwards, without the service: the rounds' examples are the ones the service was
+    # given, so the untrained task recomputed alone scores as it did beside the service.
+    runs, _ = read_results(tmp_path / "out")
+    kept = [r for r in records if r.method != "knn-interp"]
+    write_results(tmp_path / "out", runs, kept, plot=False)
+    alone = dataclasses.replace(settings, orders=["fixed"], baselines=["knn-interp"], baselines_only=True)
+    again = run_learning_curve(alone, progress=False, say=lambda line: None)
+    assert [r for r in again if r.method != "knn-interp"] == kept  # the service's rounds untouched
+    assert sorted((r.shots, r.labelled, r.accuracy) for r in again if r.method == "knn-interp") == sorted(
+        (r.shots, r.labelled, r.accuracy) for r in records if r.method == "knn-interp"
+    )
+    assert run_learning_curve(alone, progress=False, say=lambda line: None) == again  # nothing run twice
+    with pytest.raises(ValueError, match="the fixed order alone"):
+        dataclasses.replace(alone, orders=["fixed", "uncertainty"])
+
 
 def _recorded(settings: CurveSettings, **changes: object) -> dict:
     """A run of `settings` as results.json records it, with `changes` over its settings."""
@@ -128,6 +145,65 @@ def test_setfit_rounds_are_added_to_only_under_the_same_encoder_and_options(tmp_
     named = {"baselines": ["setfit/encoder=minilm"], "peer_configs": {"setfit/encoder=minilm": uncapped}}
     with pytest.raises(ValueError, match="baseline setfit/encoder=minilm"):  # recorded: no cap
         check_same_setup(minilm, [_recorded(minilm, **named)])
+
+
+def test_baselines_alone_are_checked_only_on_what_they_depend_on(tmp_path: Path) -> None:
+    """A SetFit baseline added alone joins a curve whose service ran under another budget and method, not
+    one scored on another sample; prompt-ft, which trains as the jobs do, needs their budget."""
+    setfit = CurveSettings(
+        tmp_path,
+        tmp_path / "out",
+        ["SST-2"],
+        [13],
+        orders=["fixed"],
+        baselines=["setfit"],
+        baselines_only=True,
+    )
+    service = _recorded(setfit, training={**setfit.training, "steps": 64}, method_config={"name": "other"})
+    check_same_setup(setfit, [service])
+    with pytest.raises(ValueError, match=r"other settings \(test_size"):
+        check_same_setup(setfit, [_recorded(setfit, test_size=200)])
+    prompt_ft = dataclasses.replace(setfit, baselines=["prompt-ft"])
+    with pytest.raises(ValueError, match=r"other settings \(training"):
+        check_same_setup(prompt_ft, [service])
+    # and a run of baselines alone holds a later run of the service only to what it measured
+    today = {"setfit": asdict(SetFitConfig())}
+    alone = _recorded(setfit, baselines=["setfit"], baselines_only=True, peer_configs=today)
+    check_same_setup(dataclasses.replace(setfit, baselines=["knn-interp"], baselines_only=False), [alone])
+
+
+def test_setfit_baselines_are_renamed_by_what_they_ran_so_todays_joins_them(tmp_path: Path) -> None:
+    """A curve whose setfit rounds ran all-MiniLM-L6-v2 uncapped (the peer before MPNet): relabelled, its
+    records and runs name them setfit/encoder=minilm/max-steps=0, and today's setfit may be added."""
+    settings = CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13])  # the default baselines
+    uncapped = asdict(SetFitConfig(encoder="minilm", max_steps=0))
+    old = _recorded(settings, baselines=list(BASELINES), peer_configs={"setfit": uncapped})
+    records = [
+        CurveRecord("SST-2", 13, "fixed", method, 2, 4, 0.5, 1.0)
+        for method in ("service", "setfit", "prompt-ft")
+    ]
+    write_results(tmp_path / "out", [old], records, plot=False)
+    with pytest.raises(ValueError, match="baseline setfit"):
+        check_same_setup(settings, read_results(tmp_path / "out")[0])
+
+    assert relabel_curve(tmp_path / "out") == {"setfit": "setfit/encoder=minilm/max-steps=0"}
+    runs, renamed = read_results(tmp_path / "out")
+    assert [r.method for r in renamed] == ["service", "setfit/encoder=minilm/max-steps=0", "prompt-ft"]
+    assert runs[0]["settings"]["baselines"] == [
+        "knn-interp",
+        "prompt-ft",
+        "setfit/encoder=minilm/max-steps=0",
+    ]
+    check_same_setup(settings, runs)  # today's setfit (MPNet) is another series now
+    assert relabel_curve(tmp_path / "out") == {}  # named by what it ran already
+
+    # one name for runs of two options cannot be told apart: refused, nothing written
+    today = _recorded(settings, baselines=["setfit"], peer_configs={"setfit": asdict(SetFitConfig())})
+    write_results(tmp_path / "mixed", [old, today], records, plot=False)
+    before = (tmp_path / "mixed" / "results.json").read_text()
+    with pytest.raises(ValueError, match="setfit names runs of different options"):
+        relabel_curve(tmp_path / "mixed")
+    assert (tmp_path / "mixed" / "results.json").read_text() == before
 
 
 def test_the_code_is_dirty_only_for_changes_outside_the_output_directory(tmp_path: Path) -> None:
