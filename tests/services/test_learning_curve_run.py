@@ -303,7 +303,25 @@ def test_units_run_as_processes_each_merged_as_it_ends_and_the_grid_resumes(
     assert not (out / "units").exists()  # merged, then removed
     logs = sorted(p.name for p in (out / "logs").iterdir())
     assert logs == ["SST-2-13-fixed.log", "SST-2-13-uncertainty.log"]
+
     capsys.readouterr()
     assert main(args) == 0  # resumed: every unit is in results.json already, and nothing runs
     assert "already" in capsys.readouterr().out
     assert read_results(out)[1] == records
+
+    # a baseline added alone, as a process: merged beside the unit's records, which stay
+    alone = [
+        *args[: args.index("--baselines")],
+        "--baselines",
+        "prompt-ft",
+        *args[args.index("--test-size") :],
+    ]
+    assert main([*alone, "--orders", "fixed", "--baselines-only"]) == 0
+    _, added = read_results(out)
+    assert sorted((r.order, r.method) for r in added) == [
+        ("fixed", "knn-interp"),
+        ("fixed", "prompt-ft"),
+        ("fixed", "service"),
+        ("uncertainty", "service"),
+    ]
+    assert all(r in added for r in records)
