@@ -105,7 +105,7 @@ def run_bench_learning_curve(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     if args.relabel:
-        from services.learning_curve.run import relabel_curve
+        from services.learning_curve.setup import relabel_curve
 
         try:
             renames = relabel_curve(args.out)
@@ -118,7 +118,7 @@ def run_bench_learning_curve(argv: list[str]) -> int:
             print(f"{args.out}: every baseline already named by what it ran")
         return 0
     if args.merge:
-        from services.learning_curve.run import merge_results
+        from services.learning_curve.setup import merge_results
 
         try:
             merge_results(args.out, args.merge)

@@ -16,14 +16,8 @@ from openbook.version import __version__
 
 from services.learning_curve.baselines import BASELINES
 from services.learning_curve.report import CurveRecord, read_results, write_results
-from services.learning_curve.run import (
-    CurveSettings,
-    check_same_setup,
-    merge_results,
-    relabel_curve,
-    run_learning_curve,
-    source,
-)
+from services.learning_curve.run import CurveSettings, run_learning_curve, source
+from services.learning_curve.setup import check_same_setup, merge_results, relabel_curve
 
 WORDS = {"1": ["great", "fun", "good", "lovely"], "0": ["bad", "awful", "boring", "terrible"]}
 
