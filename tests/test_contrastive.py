@@ -51,7 +51,7 @@ def _label_gap(vectors: np.ndarray, labels: np.ndarray) -> float:
 
 
 def test_the_loss_pulls_same_label_slot_vectors_together(causal_dir: Path, fresh_classifier) -> None:
-    classifier, _ = fresh_classifier(causal_dir, "retroprompt/demos=none")
+    classifier, _ = fresh_classifier(causal_dir, "retroprompt")
     labels = np.array([1, 1, 0, 0, 1, 1, 0, 0])
     ids = np.arange(len(DISTINCT))
     before = classifier.embed(DISTINCT, vectors_only=True).vectors
@@ -87,22 +87,22 @@ def test_the_option_trains_and_is_off_by_default(causal_dir: Path, fresh_classif
     labels = np.array([1, 1, 0, 0, 1, 1, 0, 0])
     batch = TrainBatch(DISTINCT[:4], torch.as_tensor(labels[:4]), np.arange(4))
     losses = {}
-    specs = ("retroprompt/demos=none", "retroprompt/demos=none/contrastive=1", "retroprompt/contrastive=1")
+    specs = ("retroprompt", "retroprompt/contrastive=1", "retroprompt/demos=neural/contrastive=1")
     for spec in specs:
         classifier, method = fresh_classifier(causal_dir, spec)
         classifier.add_examples(DISTINCT, [classifier.labels[i] for i in labels])
         losses[spec] = method.loss(classifier, batch)
         assert losses[spec].requires_grad and torch.isfinite(losses[spec])
     # with it on, the cross-entropy is the same and the contrastive term adds to it
-    assert losses["retroprompt/demos=none/contrastive=1"] > losses["retroprompt/demos=none"]
+    assert losses["retroprompt/contrastive=1"] > losses["retroprompt"]
 
     def refuse(*args, **kwargs):
         raise AssertionError("the contrastive loss ran with the option off")
 
     monkeypatch.setattr("openbook.methods.retroprompt.store_contrastive_loss", refuse)
-    classifier, method = fresh_classifier(causal_dir, "retroprompt/demos=none")
+    classifier, method = fresh_classifier(causal_dir, "retroprompt")
     classifier.add_examples(DISTINCT, [classifier.labels[i] for i in labels])
-    assert method.loss(classifier, batch).item() == pytest.approx(losses["retroprompt/demos=none"].item())
+    assert method.loss(classifier, batch).item() == pytest.approx(losses["retroprompt"].item())
 
 
 def test_retroprompt_trains_with_the_contrastive_loss(causal_dir: Path, fresh_classifier) -> None:
@@ -110,14 +110,14 @@ def test_retroprompt_trains_with_the_contrastive_loss(causal_dir: Path, fresh_cl
 
     from tests.methods.test_retroprompt import QUICK
 
-    classifier, method = fresh_classifier(causal_dir, "retroprompt/contrastive=0.5")
+    classifier, method = fresh_classifier(causal_dir, "retroprompt/demos=neural/contrastive=0.5")
     labels = np.array([1, 1, 0, 0, 1, 1, 0, 0])
     result = train(classifier, method, DISTINCT, labels, DISTINCT[:2], labels[:2], QUICK, progress=False)
     assert len(result.losses) == QUICK.steps and np.isfinite(result.losses).all()
     assert len(classifier.predict(DISTINCT[:2])) == 2
 
 
-@pytest.mark.parametrize("spec", ["retroprompt/contrastive=0.5", "retroprompt/demos=none/contrastive=0.5"])
+@pytest.mark.parametrize("spec", ["retroprompt/contrastive=0.5", "retroprompt/demos=neural/contrastive=0.5"])
 def test_the_contrastive_step_scores_labels_as_the_classifier_does(
     causal_dir: Path, fresh_classifier, monkeypatch, spec: str
 ) -> None:

@@ -23,8 +23,8 @@ from openbook.training import (
 
 from tests.test_checkpoints import HALF_PROBABILITY_ATOL
 
-# 60 steps: the default retroprompt (neural demonstrations, no kNN-guided loss) takes longer than 40 on the
-# tiny masked model to bring its loss below 0.7 of where it started
+# 60 steps: retroprompt with neural demonstrations takes longer than 40 on the tiny masked model to bring
+# its loss below 0.7 of where it started
 CONFIG = TrainConfig(steps=60, batch_size=4, lr=3e-3, eval_every=6, patience=10, warmup_ratio=0.0)
 
 
@@ -33,7 +33,7 @@ CONFIG = TrainConfig(steps=60, batch_size=4, lr=3e-3, eval_every=6, patience=10,
     [
         ("prompt-ft", "float32"),
         ("retroprompt", "float32"),
-        ("retroprompt/demos=none/knn-loss", "float32"),
+        ("retroprompt/demos=neural/knn-loss", "float32"),  # the paper's configuration
         # each step's forward reads the weights the last step left (autocast's cast cache would not)
         ("retroprompt", "bfloat16"),
     ],
@@ -181,7 +181,7 @@ def test_an_unknown_precision_is_refused() -> None:
         TrainConfig(precision="float16")  # type: ignore[arg-type]  # what a bad config file would hold
 
 
-@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "retroprompt/demos=none/knn-loss"])
+@pytest.mark.parametrize("spec", ["prompt-ft", "retroprompt", "retroprompt/demos=neural/knn-loss"])
 def test_domain_bias_comes_from_the_untrained_weights(
     causal_dir: Path, spec: str, toy, fresh_classifier
 ) -> None:

@@ -131,18 +131,18 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_
         (r["method"], 2) for r in first
     )
     assert all(
-        r["params"]["method_config"]["demos"] == "neural" for r in second if r["method"] == "retroprompt"
+        r["params"]["method_config"]["demos"] == "none" for r in second if r["method"] == "retroprompt"
     )
     capsys.readouterr()
     # another spelling of the same method is the same method: nothing to run
     methods = args.index("--methods") + 1
-    spelled = [*args[:methods], "zero-shot,prompt-ft,retroprompt/demos=neural,retroprompt/no-knn-infer"]
+    spelled = [*args[:methods], "zero-shot,prompt-ft,retroprompt/demos=none,retroprompt/no-knn-infer"]
     assert main(spelled + args[methods + 1 :]) == 0
     assert "already in" in capsys.readouterr().err
     assert json.loads((out / "results.json").read_text()) == second
     # runs recorded when a spec meant other options (a default changed since) are not resumed under it
     changed = [
-        {**r, "params": {**r["params"], "method_config": {**r["params"]["method_config"], "demos": "none"}}}
+        {**r, "params": {**r["params"], "method_config": {**r["params"]["method_config"], "demos": "neural"}}}
         if r["method"] == "retroprompt"
         else r
         for r in second
@@ -150,7 +150,7 @@ def test_eval_trains_methods_and_resumes(tmp_path, causal_dir, capsys, training_
     (out / "results.json").write_text(json.dumps(changed))
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "retroprompt runs trained with other options (demos: 'none' -> 'neural')" in err
+    assert "retroprompt runs trained with other options (demos: 'neural' -> 'none')" in err
     assert f"`openbook relabel {out}`" in err
 
     (out / "results.json").write_text(json.dumps(second))

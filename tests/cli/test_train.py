@@ -90,4 +90,4 @@ def test_train_flags_are_the_method_options_they_name() -> None:
     argv = ["train", "--task", "t", "--method", "retroprompt", "--seed", "1", "--out", "o"]
     args = build_parser().parse_args([*argv, "--no-demos", "--knn-loss", "--no-knn-infer"])
     spec = "/".join([args.method, *args.options])
-    assert build_method(spec).spec == "retroprompt/demos=none/knn-loss/no-knn-infer"
+    assert build_method(spec).spec == "retroprompt/knn-loss/no-knn-infer"  # no demonstrations: the default

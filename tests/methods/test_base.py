@@ -14,12 +14,12 @@ from openbook.training import TrainConfig, train
 
 def test_method_specs() -> None:
     assert set(METHODS) >= {"prompt-ft", "retroprompt"}
-    method = build_method("retroprompt/demos=none/knn-loss/beta=0.5")
-    assert method.config.demos == "none" and method.config.knn_loss and method.config.beta == 0.5
-    assert method.spec == "retroprompt/demos=none/knn-loss/beta=0.5"
+    method = build_method("retroprompt/demos=neural/knn-loss/beta=0.5")
+    assert method.config.demos == "neural" and method.config.knn_loss and method.config.beta == 0.5
+    assert method.spec == "retroprompt/demos=neural/knn-loss/beta=0.5"
     # a default is left out
     assert build_method("retroprompt/no-knn-loss").spec == "retroprompt"
-    assert build_method("retroprompt/demos=neural").spec == "retroprompt"
+    assert build_method("retroprompt/demos=none").spec == "retroprompt"
     assert build_method("retroprompt/demos=text").spec == "retroprompt/demos=text"
     assert (
         build_method("retroprompt/no-knn-infer").config.training_key()

@@ -35,9 +35,9 @@ def test_knn_guided_weights_are_leave_one_out() -> None:
 def test_demonstrations_refuse_a_backbone_whose_embeddings_are_not_the_slot_size(
     albert_dir: Path, fresh_classifier
 ) -> None:
-    with pytest.raises(ValueError, match="demos=text or retroprompt/demos=none, which shows none"):
+    with pytest.raises(ValueError, match="demos=text or retroprompt, which shows none"):
         fresh_classifier(albert_dir, "retroprompt/demos=neural")
-    classifier, _ = fresh_classifier(albert_dir, "retroprompt/demos=none")
+    classifier, _ = fresh_classifier(albert_dir, "retroprompt")
     assert classifier.demos is None
 
 
@@ -45,9 +45,9 @@ def test_demos_option_parses_its_modes() -> None:
     from openbook.methods import build_method
     from openbook.methods.base import MethodError
 
-    assert RetroPromptConfig().demos == "neural"  # the paper's, chosen on dev
-    assert build_method("retroprompt/demos=neural").spec == "retroprompt"  # written as the default it is
-    assert build_method("retroprompt/demos=none").spec == "retroprompt/demos=none"
+    assert RetroPromptConfig().demos == "none"  # chosen on the judge set; the paper's are neural
+    assert build_method("retroprompt/demos=none").spec == "retroprompt"  # written as the default it is
+    assert build_method("retroprompt/demos=neural").spec == "retroprompt/demos=neural"
     text = build_method("retroprompt/demos=text/demo-texts=2").config
     assert text.demo_config() == DemoConfig(m=2, mode="text")
     assert build_method("retroprompt/demos=words").config.demo_config() == DemoConfig(m=4, mode="words")
@@ -56,6 +56,8 @@ def test_demos_option_parses_its_modes() -> None:
         ("retroprompt/demos=vectors", "demos must be one of neural, words, text, none"),
         ("retroprompt/demo-texts=2", "add demos=text"),
         ("retroprompt/demos=text/demo-m=2", "demo_m apply to neural and words"),
+        ("retroprompt/demo-m=2", "demo-m set demonstrations, which are off: add demos=neural"),
+        ("retroprompt/demo-temperature=0.5", "demo-temperature set demonstrations, which are off"),
         ("retroprompt/demos=text/demo-texts=0", "at least 1"),
     ]:
         with pytest.raises(MethodError, match=match):
@@ -118,7 +120,7 @@ def test_each_demos_mode_trains_predicts_and_round_trips(
     base_sha = weights_sha256(classifier.backbone.model)
     result = train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, QUICK, progress=False)
     assert len(result.losses) == QUICK.steps and np.isfinite(result.losses).all()
-    plain = fresh_classifier(model_dir, "retroprompt/demos=none")[0]
+    plain = fresh_classifier(model_dir, "retroprompt")[0]
     plain.backbone.model.load_state_dict(classifier.backbone.model.state_dict())
     plain.store, plain.label_bias = classifier.store, classifier.label_bias
     before = classifier.predict(toy.texts[:4])
@@ -133,7 +135,7 @@ def test_each_demos_mode_trains_predicts_and_round_trips(
 MANY_LABELS_LENGTH = 128  # a tiny backbone's prompt room: 150 intents' pairs alone take over 400 tokens
 
 
-def _intent_task(directory: Path, intent_names, spec: str = "retroprompt"):
+def _intent_task(directory: Path, intent_names, spec: str):
     """A 150-intent task on a fresh tiny backbone at MANY_LABELS_LENGTH, prepared by `spec`'s method."""
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.classifier import Classifier
@@ -147,13 +149,30 @@ def _intent_task(directory: Path, intent_names, spec: str = "retroprompt"):
     return method.prepare(Classifier(backbone, Template("{text} It was {mask}"), verbalizer)), method, names
 
 
+def test_the_default_method_trains_and_classifies_150_intents(causal_dir: Path, intent_names) -> None:
+    """150 intents at max_length 128 with the default method, which shows no demonstrations: one forward
+    a row, in training and in classify, and every label scored."""
+    classifier, method, names = _intent_task(causal_dir, intent_names, "retroprompt")
+    assert classifier.demos is None and classifier.demo_encoder is None
+    texts = [f"please {name}" for name in names]
+    labels = np.arange(len(names))
+    result = train(classifier, method, texts, labels, texts[::15], labels[::15], QUICK, progress=False)
+    assert len(result.losses) == QUICK.steps and np.isfinite(result.losses).all()
+    predictions = classifier.predict(["please book the movie", "who wrote the book"])
+    assert all(
+        len(p.probabilities) == 150 and sum(p.probabilities.values()) == pytest.approx(1) for p in predictions
+    )
+
+
 @pytest.mark.parametrize("kind", ["masked", "causal"])
-def test_the_default_method_trains_and_classifies_150_intents(kind: str, request, intent_names, monkeypatch):
+def test_neural_demonstrations_train_and_classify_150_intents(kind: str, request, intent_names, monkeypatch):
     """150 intents at max_length 128: each row shows its 16 nearest classes (every class its neighbours
     vote for among them), training steps and classifies with every label scored."""
     from openbook.knn import knn_distribution, knn_search
 
-    classifier, method, names = _intent_task(request.getfixturevalue(f"{kind}_dir"), intent_names)
+    classifier, method, names = _intent_task(
+        request.getfixturevalue(f"{kind}_dir"), intent_names, "retroprompt/demos=neural"
+    )
     assert classifier.demo_encoder is not None and classifier.demo_encoder.demo_classes == 16
     texts = [f"please {name}" for name in names]  # one example per intent
     labels = np.arange(len(names))
@@ -203,7 +222,7 @@ def test_a_task_of_few_labels_shows_every_class_as_before(
     from openbook.classifier import Classifier
     from openbook.demonstrations import retrieve_demonstrations, to_input_space
 
-    classifier, method = fresh_classifier(model_dir, "retroprompt")
+    classifier, method = fresh_classifier(model_dir, "retroprompt/demos=neural")
     train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, QUICK, progress=False)
 
     def never(*_args, **_kwargs):
@@ -230,14 +249,17 @@ def test_demo_classes_option_and_the_prompt_check(causal_dir: Path, intent_names
     from openbook.methods.base import MethodError
     from openbook.prompting import PromptError, Template, Verbalizer
 
-    assert build_method("retroprompt").config.demo_config() == DemoConfig(classes=16)
-    assert build_method("retroprompt/demo-classes=4").config.demo_config() == DemoConfig(classes=4)
+    assert build_method("retroprompt").config.demo_config() is None  # none shown by default
+    assert build_method("retroprompt/demos=neural").config.demo_config() == DemoConfig(classes=16)
+    assert build_method("retroprompt/demos=neural/demo-classes=4").config.demo_config() == DemoConfig(
+        classes=4
+    )
     assert build_method("retroprompt/demos=text/demo-classes=4").config.demo_config() == DemoConfig(
         m=1, mode="text", classes=4
     )
     for bad, match in [
-        ("retroprompt/demo-classes=0", "classes must be at least 1"),
-        ("retroprompt/demos=none/demo-classes=4", "demos=none switches off"),
+        ("retroprompt/demos=neural/demo-classes=0", "classes must be at least 1"),
+        ("retroprompt/demo-classes=4", "demo-classes set demonstrations, which are off"),
     ]:
         with pytest.raises(MethodError, match=match):
             build_method(bad)
@@ -245,13 +267,17 @@ def test_demo_classes_option_and_the_prompt_check(causal_dir: Path, intent_names
     names = intent_names(backbone.tokenizer)
     many = Verbalizer(tuple(map(str, range(150))), tuple(names))
     template = Template("{text} It was {mask}")
-    for spec in ("retroprompt", "retroprompt/demos=text", "prompt-ft"):  # 150 labels fit by showing fewer
+    for spec in (
+        "retroprompt/demos=neural",
+        "retroprompt/demos=text",
+        "prompt-ft",
+    ):  # 150 fit by showing fewer
         check_prompt_fits(backbone, template, many, build_method(spec))
     plain_budget = backbone.encoder(template, many).text_budget
     crowded = Template(" ".join(["the"] * (plain_budget - 2)) + " {text} It was {mask}")  # no room for a pair
     with pytest.raises(PromptError, match="template and one demonstration take"):
-        check_prompt_fits(backbone, crowded, many, build_method("retroprompt"))
-    for spec in ("retroprompt/demos=none", "retroprompt/demos=text", "prompt-ft"):  # no pair to fit
+        check_prompt_fits(backbone, crowded, many, build_method("retroprompt/demos=neural"))
+    for spec in ("retroprompt", "retroprompt/demos=text", "prompt-ft"):  # no pair to fit
         check_prompt_fits(backbone, crowded, many, build_method(spec))
     with pytest.raises(PromptError, match="no room for the input"):  # the template alone does not fit
         check_prompt_fits(
@@ -261,8 +287,8 @@ def test_demo_classes_option_and_the_prompt_check(causal_dir: Path, intent_names
 
 @pytest.mark.real_backbone
 def test_clinc150_builds_its_prompt_and_classifies_on_the_default_backbone(datasets_root: Path, monkeypatch):
-    """clinc150's 150 intents on gemma3-270m at max_length 256: the default method's prompt (which showed
-    every class's pair, 457 tokens, before) is built, and texts are classified with demonstrations."""
+    """clinc150's 150 intents on gemma3-270m at max_length 256 with neural demonstrations: the prompt
+    (which showed every class's pair, 457 tokens, before) is built, and texts are classified with them."""
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.classifier import Classifier
     from openbook.data import read_split
@@ -273,7 +299,7 @@ def test_clinc150_builds_its_prompt_and_classifies_on_the_default_backbone(datas
     intents = dict(line.split("=", 1) for line in (root / "labels.txt").read_text().splitlines() if line)
     verbalizer = Verbalizer(tuple(intents), tuple(intents.values()))
     backbone = load_backbone(BackboneConfig(max_length=256))
-    classifier = build_method("retroprompt").prepare(
+    classifier = build_method("retroprompt/demos=neural").prepare(
         Classifier(backbone, Template("Query: {text}\nIntent: {mask}"), verbalizer)
     )
     assert classifier.demo_encoder is not None and classifier.demo_encoder.demo_classes == 16

@@ -111,7 +111,7 @@ def test_records_are_added_to_only_under_the_same_method_backbone_and_scoring(tm
     settings = CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13])
     check_same_setup(settings, [_recorded(settings), _recorded(settings, seeds=[21])])  # units may differ
     for changes, named in [
-        ({"method_config": method_config("retroprompt/demos=none")}, "method"),
+        ({"method_config": method_config("retroprompt/demos=neural")}, "method"),
         ({"test_size": 200}, "test_size"),
         ({"backbone": "smollm2-135m"}, "backbone"),
         ({"training": {**settings.training, "steps": 64}}, "training"),

@@ -22,7 +22,7 @@ NOUNS += ("car", "table", "ticket", "reminder", "alarm")
 NAMES = [f"{verb}_{noun}" for verb, noun in itertools.product(VERBS, NOUNS)]  # book_flight, ...
 PER_LABEL = 10
 BATCH = 64  # the api's examples per POST (OPENBOOK_MAX_BATCH)
-# The task's default method (retroprompt): each input shown its nearest classes' demonstrations.
+# The task's default method (retroprompt, which shows no demonstrations): one forward a text.
 TRAIN = {"steps": 2, "batch_size": 8, "lr": 1e-3, "eval_every": 2, "force": True}
 
 

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             if "unknown method" not in str(error):
                 raise
             raise MethodError(f"{error}; inference methods: {', '.join(INFERENCE_METHODS)}") from None
-    # the canonical spelling, so `retroprompt/demos=neural` and `retroprompt` are one method
+    # the canonical spelling, so `retroprompt/demos=none` and `retroprompt` are one method
     canonical = {spec: build_method(spec).spec for spec in trainable}
     trainable = list(dict.fromkeys(canonical.values()))
     canonical |= {m: peer_spec(peer_config(m)) for m in methods if is_peer(m)}

@@ -7,7 +7,7 @@ only talk to this interface, so adding a method is adding one module.
 
 A method spec on the command line is the method's name followed by `/option`s:
 `retroprompt/no-knn-infer` sets the boolean field `knn_infer` to False, and
-`retroprompt/demo-m=2` sets a field to a value. Specs are written in one
+`retroprompt/contrastive=0.5` sets a field to a value. Specs are written in one
 canonical spelling: every option off its default, in field order.
 """
 
@@ -74,7 +74,7 @@ class Method(ABC):
 
     @property
     def spec(self) -> str:
-        """The method's name plus every option that differs from the default, e.g. `retroprompt/demo-m=2`."""
+        """The method's name plus every option off its default, e.g. `retroprompt/contrastive=0.5`."""
         return config_spec(self.name, self.config)
 
     def check_backbone(self, backbone: Backbone) -> None:
@@ -298,7 +298,7 @@ def config_from_options(spec: str, config_class: type[Any]) -> Any:
 
 def config_spec(name: str, config: Any) -> str:
     """`name` plus every field of the dataclass `config` that differs from its default, spelled as
-    `config_from_options` reads it back, e.g. `retroprompt/demo-m=2`."""
+    `config_from_options` reads it back, e.g. `retroprompt/contrastive=0.5`."""
     default = type(config)()
     options = []
     for field in dataclasses.fields(config):
@@ -318,8 +318,8 @@ def method_config(spec: str) -> dict[str, Any]:
 
 def recorded_spec(recorded: dict[str, Any]) -> str:
     """The spec that names a record's `method_config` under today's defaults: once a default changes,
-    the name its run goes by (a `retroprompt` run recorded without demonstrations is
-    `retroprompt/demos=none` once demonstrations are the default). MethodError where the recorded
+    the name its run goes by (a `retroprompt` run recorded with neural demonstrations is
+    `retroprompt/demos=neural` once none are the default). MethodError where the recorded
     options no longer make a config."""
     options = dict(recorded)
     cls = METHODS[options.pop("name")]
