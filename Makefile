@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -286,6 +286,22 @@ contrastive-judge: judged-splits
 	$(BIN)/openbook eval --data $(JUDGE_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods $(JUDGE_METHODS) --seeds $(JUDGE_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/contrastive-judge-$(TABLE_BACKBONE)
+
+# The contrastive loss on today's default, on fresh seeds (docs/decisions.md, "The contrastive loss on the
+# default without demonstrations": the rule, written before this grid ran). Seeds 2006-2010 and a judge
+# set of their own; per unit, two trainings (the prompt alone and the store alone are each run's
+# readings). Resumable; PARALLEL=N as above (on a GPU, all 20).
+JUDGE2_DATA ?= openbook-data/judged-k-shot-2
+JUDGE2_SEEDS = 2006,2007,2008,2009,2010
+JUDGE2_METHODS = retroprompt,retroprompt/contrastive=1.0
+judged-splits-2: install
+	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds $(JUDGE2_SEEDS) --judge 500 \
+		--out $(JUDGE2_DATA)
+
+contrastive-judge-2: judged-splits-2
+	$(BIN)/openbook eval --data $(JUDGE2_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+		--methods $(JUDGE2_METHODS) --seeds $(JUDGE2_SEEDS) --parallel $(PARALLEL) \
+		--out docs/results/contrastive-judge-2-$(TABLE_BACKBONE)
 
 # clinc150: 150 intents, 10 examples per intent (--shots 10), the 4,500 in-scope test queries and the
 # 1,000 out-of-scope ones (scored for refusal only: docs/cli.md, "Data layout"). The untrained methods,
