@@ -136,15 +136,19 @@ def run_bench_job(argv: list[str]) -> int:
 
 
 def _record(args: argparse.Namespace, argv: list[str], outcome: dict) -> None:
-    """This run's record, added to OUT/job.json (one per run), where `--out` is given."""
+    """This run's record, added to OUT/job.json (one per run), where `--out` is given. The method is kept
+    with every option it ran with (`method_config`), so the record still says what ran once a default
+    changes."""
     if args.out is None:
         return
     from openbook.atomic import add_json_record
+    from openbook.methods import method_config
 
     options = ("task", "seed", "shots", "backbone", "method", "label_scoring", "device", "training")
     record = {
         "command": shlex.join(["openbook", "bench", "job", *argv]),  # as a shell takes it back
         **{key: getattr(args, key) for key in options},
+        "method_config": method_config(args.method),
     }
     add_json_record(Path(args.out) / "job.json", record | outcome)
 

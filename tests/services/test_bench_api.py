@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+from openbook.methods import method_config
 
 from services.cli import main
 from tests.conftest import _save_gemma
@@ -88,6 +89,7 @@ def test_bench_job_times_an_automatic_job_through_the_service(causal_dir, tmp_pa
     assert record["trained_on"] == {"train": train, "dev": dev} and record["gate"] == "first"
     assert record["command"].startswith("openbook bench job --task SST-2") and record["shots"] == 16
     assert record["label_scoring"] == "auto"  # the service's default (exact at 2 labels), unless asked
+    assert record["method_config"] == method_config("retroprompt")  # every option the job's method ran with
     # a job that has not ended by --timeout is reported and recorded as not done, with where it was
     late = tmp_path / "late"
     options = ["--max-length", "48", "--timeout", "0", "--label-scoring", "vectors", "--out", str(late)]
