@@ -59,7 +59,6 @@ class Method(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]  # one line for `openbook methods`
     config_class: ClassVar[type[MethodConfig]]
-    uses_store_in_training: ClassVar[bool] = False  # the store is re-embedded on a schedule if so
     # Whether training changes the backbone's own weights. Every method says so (a class attribute, or
     # set in __init__ where an option decides); a method that does not shares one loaded backbone
     # with every other such task, and its checkpoint holds only its own tensors.
@@ -84,6 +83,12 @@ class Method(ABC):
     def demo_config(self) -> DemoConfig | None:
         """The demonstrations the method's classifier shows (`prepare` switches them on); None: none."""
         return None
+
+    @property
+    def uses_store_in_training(self) -> bool:
+        """Whether the loss reads the store: if so, training re-embeds it on a schedule
+        (`TrainConfig.reembed_every`), so that what the loss reads follows the weights."""
+        return False
 
     def prepare(self, classifier: Classifier) -> Classifier:
         """The classifier this method trains and predicts with (e.g. with demonstrations switched on)."""

@@ -40,10 +40,13 @@ dropout, targets, lora-lr) instead of every backbone weight: the same loss,
 demonstrations and interpolation, a frozen backbone that tasks share, and a
 checkpoint that holds the adapters and the store.
 
-The store's keys are re-embedded with the current weights on a schedule
-(`TrainConfig.reembed_every`, default each epoch): between two re-embeddings a
-training example's query is its own store key, so a step costs one forward and
-backward, the same as prompt-ft's.
+Where training reads the store (demonstrations, the kNN-guided loss, the
+contrastive loss), its keys are re-embedded with the current weights on a
+schedule (`TrainConfig.reembed_every`, default each epoch): between two
+re-embeddings a training example's query is its own store key, so a step
+costs one forward and backward, the same as prompt-ft's. The default reads
+the store only at inference: it trains as prompt-ft does, and its store is
+embedded under the kept weights.
 """
 
 from __future__ import annotations
@@ -194,8 +197,15 @@ class RetroPrompt(TrainsLora, FullFineTuning):
         "knn-loss adds the kNN-guided loss (demos=neural/knn-loss: the paper's configuration)"
     )
     config_class = RetroPromptConfig
-    uses_store_in_training = True
     config: RetroPromptConfig
+
+    @property
+    def uses_store_in_training(self) -> bool:
+        """Demonstrations, the kNN-guided loss and the contrastive loss read the store in training; the
+        default, none of them, reads it only at inference: its training is prompt-ft's, and the store is
+        embedded once, under the kept weights."""
+        c = self.config
+        return c.demos != "none" or c.knn_loss or c.contrastive > 0
 
     @property
     def inference(self) -> Inference:
@@ -229,7 +239,8 @@ class RetroPrompt(TrainsLora, FullFineTuning):
         return dataclasses.replace(classifier, demos=self.demo_config())
 
     def loss(self, classifier: Classifier, batch: TrainBatch) -> torch.Tensor:
-        queries = classifier.store.vectors_of(batch.ids)  # each example's key from the last re-embedding
+        # each example's key from the last re-embedding, where the loss reads the store
+        queries = classifier.store.vectors_of(batch.ids) if self.uses_store_in_training else None
         slot_vectors = None  # (B, H) the plain prompt's, with gradient, for the contrastive loss
         if self.config.contrastive and classifier.demo_encoder is None:
             # the plain prompt is what label_scores would score: one forward gives both
@@ -239,6 +250,7 @@ class RetroPrompt(TrainsLora, FullFineTuning):
             log_probs, _ = classifier.label_scores(batch.texts, queries, exclude_ids=batch.ids)
         ce = prompt_cross_entropy(calibrated_logits(classifier, log_probs), batch.gold)  # (B,)
         if self.config.knn_loss:
+            assert queries is not None  # the loss reads the store: uses_store_in_training
             ce = ce * knn_guided_weights(
                 classifier.store, queries, batch.ids, batch.gold, len(classifier.labels), self.config
             )
