@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from openbook.methods import build_method, weights_sha256
+from openbook.methods import weights_sha256
 from openbook.prompting import PromptError
 from openbook.training import (
     DEFAULT_EPOCHS,
@@ -70,34 +70,6 @@ def test_retroprompt_starts_from_untrained_keys_and_reembeds(causal_dir: Path, t
     keys = classifier.store.vectors_of(np.arange(len(toy.texts)))
     fresh = classifier.embed(toy.texts, vectors_only=True).vectors
     np.testing.assert_allclose(keys, fresh, atol=1e-5)  # the store holds the kept weights' keys
-
-
-def test_the_default_trains_as_prompt_ft_and_embeds_its_store_once(
-    causal_dir: Path, toy, fresh_classifier, monkeypatch
-) -> None:
-    """The default retroprompt reads the store only at inference: its training is prompt-ft's, weight for
-    weight, with no re-embedding on the way; the store is embedded from the start and under the kept
-    weights, and holds their keys."""
-    import openbook.training as training
-
-    calls: list[int] = []
-    reembed = training.reembed
-    monkeypatch.setattr(training, "reembed", lambda *a, **k: calls.append(1) or reembed(*a, **k))
-    epoch = CONFIG.steps_per_epoch(len(toy.texts))
-    config = dataclasses.replace(CONFIG, steps=3 * epoch, eval_every=epoch)
-    trained = {}
-    for spec in ("retroprompt", "prompt-ft"):
-        classifier, method = fresh_classifier(causal_dir, spec)
-        train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, config, progress=False)
-        trained[spec] = (classifier, weights_sha256(classifier.backbone.model))
-        if spec == "retroprompt":
-            assert not method.uses_store_in_training and len(calls) == 2  # the first keys and the kept's
-    assert trained["retroprompt"][1] == trained["prompt-ft"][1]
-    classifier = trained["retroprompt"][0]
-    keys = classifier.store.vectors_of(np.arange(len(toy.texts)))
-    np.testing.assert_allclose(keys, classifier.embed_vectors(toy.texts).vectors, atol=1e-6)
-    for spec in ("retroprompt/demos=neural", "retroprompt/knn-loss", "retroprompt/contrastive=1"):
-        assert build_method(spec).uses_store_in_training, spec
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """RetroPrompt's own parts: the kNN-guided loss weights, the demos option and its backbone checks, and
 each demonstration mode trained, predicting and reloaded.
 
-Its training and checkpoint round trip run beside prompt-ft's in tests/test_training.py.
+Its training and checkpoint round trip run beside prompt-ft's in tests/test_training.py; here, that the
+default, which reads the store only at inference, trains as prompt-ft does.
 """
 
 from __future__ import annotations
@@ -130,6 +131,39 @@ def test_each_demos_mode_trains_predicts_and_round_trips(
     # demos=text reads the neighbours' texts from the reloaded store (a missing one is a KeyError)
     for a, b in zip(loaded.predict(toy.texts[:4]), before, strict=True):
         assert a.label == b.label and a.p_lm == pytest.approx(b.p_lm, abs=HALF_PROBABILITY_ATOL)
+
+
+def test_the_default_trains_as_prompt_ft_and_embeds_its_store_once(
+    causal_dir: Path, toy, fresh_classifier, monkeypatch
+) -> None:
+    """The default retroprompt reads the store only at inference: its training is prompt-ft's, weight for
+    weight, with no re-embedding on the way; the store is embedded from the start and under the kept
+    weights, and holds their keys."""
+    import dataclasses
+
+    import openbook.training as training
+    from openbook.methods import build_method, weights_sha256
+
+    from tests.test_training import CONFIG
+
+    calls: list[int] = []
+    reembed = training.reembed
+    monkeypatch.setattr(training, "reembed", lambda *a, **k: calls.append(1) or reembed(*a, **k))
+    epoch = CONFIG.steps_per_epoch(len(toy.texts))
+    config = dataclasses.replace(CONFIG, steps=3 * epoch, eval_every=epoch)
+    trained = {}
+    for spec in ("retroprompt", "prompt-ft"):
+        classifier, method = fresh_classifier(causal_dir, spec)
+        train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, config, progress=False)
+        trained[spec] = (classifier, weights_sha256(classifier.backbone.model))
+        if spec == "retroprompt":
+            assert not method.uses_store_in_training and len(calls) == 2  # the first keys and the kept's
+    assert trained["retroprompt"][1] == trained["prompt-ft"][1]
+    classifier = trained["retroprompt"][0]
+    keys = classifier.store.vectors_of(np.arange(len(toy.texts)))
+    np.testing.assert_allclose(keys, classifier.embed_vectors(toy.texts).vectors, atol=1e-6)
+    for spec in ("retroprompt/demos=neural", "retroprompt/knn-loss", "retroprompt/contrastive=1"):
+        assert build_method(spec).uses_store_in_training, spec
 
 
 MANY_LABELS_LENGTH = 128  # a tiny backbone's prompt room: 150 intents' pairs alone take over 400 tokens
