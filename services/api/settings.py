@@ -38,7 +38,9 @@ class Settings(BaseSettings):
     # services/api/api_workers.py). 1 is one process, as `create_app` alone serves. On the CPU 1 is
     # right: one process's forwards already use every core. On one H100 (`bench api --workers 1,2,4`,
     # docs/benchmarks.md) no count kept latency within 1.15x and 4 workers served 510 texts/s against
-    # 362 for one, fewer than one at 32 clients: processes time-slice the device. 1 there too.
+    # 362 for one, fewer than one at 32 clients: processes time-slice the device. 1 there too. Under CUDA's
+    # Multi-Process Service 4 and 8 workers served 613 and 552 texts/s, one 400 without it: still bound
+    # by each process's per-request Python, and a host's MPS is not the service's to start.
     api_workers: int = Field(1, ge=1)
     default_backbone: str = DEFAULT_BACKBONE
     # Where a task may name its backbone by path: model directories (each with a config.json) under
@@ -65,7 +67,8 @@ class Settings(BaseSettings):
     mixed_batches: bool = True
     # Compile each backbone's forward over padded shape buckets when it is loaded (openbook/compiled.py):
     # CUDA graphs on a GPU. Off: on one H100 the default backbone's buckets were not all compiled 170 s
-    # after loading began (docs/benchmarks.md), and what they buy is not measured yet.
+    # after loading began, nor its 12 buckets up to 16 rows in 190 s (`bench compile`, docs/benchmarks.md),
+    # so a replica would start and swap minutes late; what they buy is not measured yet.
     compile: bool = False
     max_text_chars: int = 5000  # characters per text (each text of a pair)
     max_body_bytes: int = 1_000_000  # larger bodies get a 413, chunked ones as soon as they pass it

@@ -63,3 +63,13 @@ def test_bench_labels_prints_many_labels_beside_two(causal_dir, tmp_path, capsys
     assert "2 labels: " in out and "(book flight, book hotel)" in out  # underscores read as spaces
     assert "classify 4 texts" in out and "add 6 examples to the store" in out
     assert out.count("5 labels") == 3 and out.count("x\n") == 2  # the label line, then two ratio rows
+
+
+def test_bench_compile_prints_the_compile_time_and_compiled_beside_eager(causal_dir, capsys):
+    args = ["bench", "compile", "--backbone", str(causal_dir), "--rows", "1,2", "--max-rows", "2"]
+    assert main([*args, "--repeats", "1", "--max-length", "32", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "eager        1 rows of" in out and "eager        2 rows of" in out
+    assert "compiled and recorded 2 buckets up to 2 rows in" in out
+    assert "compiled     2 rows:" in out and "x eager" in out
+    assert main([*args[:-2], "--max-rows", "1"]) != 0  # 2 rows fit no bucket

@@ -1,4 +1,4 @@
-"""`openbook bench store | train | tasks | mixed | labels`: performance benchmarks, measured ratios."""
+"""`openbook bench store | train | tasks | mixed | labels | compile`: performance benchmarks, as ratios."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ from openbook.cli.common import add_label_scoring_argument, add_prompt_arguments
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser("bench", help="performance benchmarks (ratios, not pass/fail)")
-    bench.add_argument("what", choices=["store", "train", "tasks", "mixed", "labels"])
+    bench.add_argument("what", choices=["store", "train", "tasks", "mixed", "labels", "compile"])
     bench.add_argument("--sizes", default="10000,100000", help="store sizes (bench store)")
     bench.add_argument(
         "--train-batch-size", type=int, default=8, help="batch of a training step (bench train)"
     )
     bench.add_argument(
-        "--repeats", type=int, default=5, help="timed repeats, median reported (bench train, mixed, labels)"
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed repeats, median reported (bench train, mixed, labels, compile)",
     )
     bench.add_argument(
         "--tasks", default="1,10,100", help="task counts on one shared backbone (bench tasks, mixed)"
@@ -30,6 +33,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--texts", type=int, default=32, help="texts classified (bench labels)")
     bench.add_argument("--examples", type=int, default=64, help="examples added to the store (bench labels)")
     bench.add_argument(
+        "--rows", default="1,16,256,1024", help="prompts per forward, eager then compiled (bench compile)"
+    )
+    bench.add_argument(
+        "--max-rows", type=int, default=1024, help="the largest bucket compiled (bench compile)"
+    )
+    bench.add_argument(
         "--data", help="the folder that holds k-shot/clinc150 (bench labels; default: $OPENBOOK_DATA)"
     )
     add_prompt_arguments(bench)
@@ -38,6 +47,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.experiments.bench import run_store_bench, run_train_bench
+    from openbook.experiments.bench_compile import run_compile_bench
     from openbook.experiments.bench_labels import run_labels_bench
     from openbook.experiments.bench_mixed import run_mixed_bench
     from openbook.experiments.bench_tasks import run_tasks_bench
@@ -48,5 +58,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         "tasks": run_tasks_bench,
         "mixed": run_mixed_bench,
         "labels": run_labels_bench,
+        "compile": run_compile_bench,
     }
     benches[args.what](args)
