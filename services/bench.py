@@ -17,6 +17,8 @@ With `workers` (`--workers 1,2,4`), 1-3 are measured once per count: 1 on the in
 N > 1 on `openbook serve` with N api processes behind one port (services/api/api_workers.py), in a
 process of its own on the same Redis, task and settings; the bare references still run in the bench's
 process. 4 and 5 run on the in-process replicas, after the last count, when 1 is among the counts.
+With `fronts` (`--fronts 0,2`), each count F > 0 measures 1-3 again on `openbook serve` with F front
+processes (services/api/front.py) before the replica and its workers, for each count of workers.
 
 On a GPU every bare forward is timed to the end of its kernels (`torch.cuda.synchronize`); a served
 request ends with its results on the host, which waits for them anyway.
@@ -167,11 +169,13 @@ def run_api_bench(
     clients: int | Sequence[int] = (32,),
     stand_in: bool = False,
     workers: Sequence[int] = (1,),
+    fronts: Sequence[int] = (0,),
 ) -> None:
     """`clients`: one throughput measurement per count, e.g. (32, 256).
 
     `stand_in`: serve `make_stand_in`'s model of `backbone` instead of `backbone` itself.
     `workers`: api processes behind the port, one group of measurements per count (the module's docstring).
+    `fronts`: front processes before them, one group per count of fronts and of workers; 0: none.
     """
     client_counts = [clients] if isinstance(clients, int) else list(clients)
     torch.manual_seed(0)
@@ -195,14 +199,19 @@ def run_api_bench(
         text = synthetic_sentences(1, seed=7)[0]
         bench = _Bench(bus.url, Path(tmp), settings, first, api, classifier, text)
         measured: dict[int, tuple[float, float]] = {}  # workers -> (latency ratio, most clients' texts/s)
-        for group, count in enumerate(workers):
-            if list(workers) != [1]:
-                print(f"api workers: {count}" + (" (in-process)" if count == 1 else " (openbook serve)"))
-            pool = ServedWorkers(settings(), count, Path(tmp) / "serve.log") if count > 1 else None
+        groups = [(count, front) for front in fronts for count in workers]
+        for group, (count, front) in enumerate(groups):
+            if groups != [(1, 0)]:
+                where = " (in-process)" if (count, front) == (1, 0) else " (openbook serve)"
+                print(f"api workers: {count}" + (f", fronts: {front}" if front else "") + where)
+            served_apart = count > 1 or front > 0
+            log = Path(tmp) / "serve.log"
+            pool = ServedWorkers(settings(), count, log, fronts=front) if served_apart else None
             base = pool.base if pool else first.base
             latency = measure_latency(bench, requests, base)
             rates = [measure_throughput(bench, clients_count, base) for clients_count in client_counts]
-            measured[count] = (latency, rates[-1])
+            if not front:
+                measured[count] = (latency, rates[-1])
             measure_freshness(bench, base, group)
             if pool:
                 pool.stop()

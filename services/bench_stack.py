@@ -37,10 +37,12 @@ class Served:
 
 
 class ServedWorkers:
-    """`openbook serve` with `workers` api processes behind one port, in a process of its own."""
+    """`openbook serve` with `workers` api processes behind one port, in a process of its own; with
+    `fronts` > 0, that many front processes on the port before them (services/api/front.py)."""
 
-    def __init__(self, settings: Settings, workers: int, log: Path) -> None:
+    def __init__(self, settings: Settings, workers: int, log: Path, fronts: int = 0) -> None:
         environment = {
+            "OPENBOOK_FRONT_WORKERS": str(fronts),
             "OPENBOOK_REDIS_URL": settings.redis_url,
             "OPENBOOK_DEFAULT_BACKBONE": settings.default_backbone,
             "OPENBOOK_MAX_LENGTH": str(settings.max_length),

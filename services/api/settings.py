@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     # Multi-Process Service 4 and 8 workers served 613 and 552 texts/s, one 400 without it: still bound
     # by each process's per-request Python, and a host's MPS is not the service's to start.
     api_workers: int = Field(1, ge=1)
+    # front processes on the port before the replica (services/api/front.py): each gathers single-text
+    # classify requests into requests of up to max_batch texts, waiting at most front_max_wait_ms for
+    # more; the replica moves to a loopback port of its own. 0: none, the replica answers the port itself.
+    front_workers: int = Field(0, ge=0)
+    front_max_wait_ms: float = Field(2.0, ge=0)
     default_backbone: str = DEFAULT_BACKBONE
     # Where a task may name its backbone by path: model directories (each with a config.json) under
     # these, besides the model cache. Other names must be registered backbones (openbook.models).

@@ -37,6 +37,13 @@ def run_bench_api(argv: list[str]) -> int:
         help="api processes behind the port, comma-separated: latency, throughput and freshness once per"
         " count, e.g. 1,2,4 (1: in the bench's process; N > 1: `openbook serve` with OPENBOOK_API_WORKERS=N)",
     )
+    parser.add_argument(
+        "--fronts",
+        type=_counts,
+        default=[0],
+        help="front processes before the api workers, comma-separated, e.g. 0,2: each count > 0 measures "
+        "latency, throughput and freshness again through `openbook serve` with OPENBOOK_FRONT_WORKERS set",
+    )
     args = parser.parse_args(argv)
     run_api_bench(
         args.backbone,
@@ -45,5 +52,6 @@ def run_bench_api(argv: list[str]) -> int:
         clients=args.clients,
         stand_in=args.stand_in,
         workers=args.workers,
+        fronts=args.fronts,
     )
     return 0

@@ -6,6 +6,10 @@ workers; the kernel gives each new connection to one of them. uvicorn also resta
 or stops answering its health check, and stops them all on SIGTERM or SIGINT. Each worker builds its
 app with `worker_app`, its settings from the environment it inherits. Why replicas and not one model
 process fed by N HTTP processes: docs/benchmarks.md, "Several api processes behind one port".
+
+With `OPENBOOK_FRONT_WORKERS` = F > 0 it runs F front processes on the port instead
+(services/api/front.py), which gather single-text classify requests into requests of many texts, and
+the replica (with its N workers) behind them on a loopback port of its own (`serve_behind_fronts`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from services.cli import fit_threads
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from starlette.types import ASGIApp
+    from uvicorn.supervisors import Multiprocess
 
     from services.api.settings import Settings
 
@@ -36,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from services.api.settings import Settings
 
     settings = Settings()
+    if settings.front_workers > 0:
+        return serve_behind_fronts(settings)
     if settings.api_workers > 1:
         return serve_workers(settings)
     import uvicorn
@@ -49,26 +57,90 @@ def run(args: argparse.Namespace) -> int:
 
 def serve_workers(settings: Settings) -> int:
     """`settings.api_workers` workers on one port until SIGTERM or SIGINT (0), or one fails to start (1)."""
-    import uvicorn
     from uvicorn.config import STARTUP_FAILURE
-    from uvicorn.supervisors import Multiprocess
 
     from services.api.api_workers import open_worker_set
 
     with tempfile.TemporaryDirectory(prefix="openbook-api-") as directory:
         os.environ.update(open_worker_set(Path(directory)))  # the workers inherit it
-        config = uvicorn.Config(
-            f"{__name__}:worker_app",
-            factory=True,
-            host=settings.host,
-            port=settings.port,
-            workers=settings.api_workers,
-            log_level="info",
-            timeout_worker_healthcheck=HEALTHCHECK_TIMEOUT_S,
-        )
-        supervisor = Multiprocess(config, sockets=[config.bind_socket()])
-        supervisor.run()
+        supervisor = _supervise("worker_app", settings, settings.api_workers)
     return 1 if any(worker.exitcode == STARTUP_FAILURE for worker in supervisor.processes) else 0
+
+
+def _supervise(factory: str, settings: Settings, processes: int) -> Multiprocess:
+    """`processes` processes on the port, each serving what this module's `factory` builds, until SIGTERM
+    or SIGINT; uvicorn binds the port once and restarts a process that dies or stops answering."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(
+        f"{__name__}:{factory}",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=processes,
+        log_level="info",
+        timeout_worker_healthcheck=HEALTHCHECK_TIMEOUT_S,
+    )
+    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    supervisor.run()
+    return supervisor
+
+
+def serve_behind_fronts(settings: Settings) -> int:
+    """`settings.front_workers` front processes on the port (services/api/front.py) before the replica,
+    which is `openbook serve` again, as configured but for its address: a loopback port of its own. Ends
+    when it is told to (SIGTERM, SIGINT) or when the replica ends; either way both go."""
+    import subprocess
+    import sys
+
+    from services.bus.server import free_port
+
+    internal = free_port()
+    replica_env = {
+        "OPENBOOK_FRONT_WORKERS": "0",
+        "OPENBOOK_HOST": "127.0.0.1",
+        "OPENBOOK_PORT": str(internal),
+    }
+    replica = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "serve"], env={**os.environ, **replica_env}
+    )
+    os.environ[FRONT_REPLICA] = f"http://127.0.0.1:{internal}"  # the fronts inherit it
+
+    def stop_when_replica_ends() -> None:
+        replica.wait()
+        os.kill(os.getpid(), signal.SIGTERM)  # the supervisor stops the fronts
+
+    threading.Thread(target=stop_when_replica_ends, name="replica-watch", daemon=True).start()
+    try:
+        _supervise("front_worker_app", settings, settings.front_workers)
+    finally:
+        if replica.poll() is None:
+            replica.terminate()
+            try:
+                replica.wait(60)
+            except subprocess.TimeoutExpired:
+                replica.kill()
+    return 0 if replica.returncode in (0, -signal.SIGTERM) else 1
+
+
+# where `serve_behind_fronts` tells its fronts the replica answers
+FRONT_REPLICA = "OPENBOOK_FRONT_REPLICA"
+
+
+def front_worker_app() -> ASGIApp:
+    """One front's app, built in the front process (uvicorn's factory), before the replica `serve` started."""
+    from services.api.front import front_app
+    from services.api.settings import Settings
+
+    _stop_with_parent()
+    settings = Settings()
+    return front_app(
+        os.environ[FRONT_REPLICA],
+        max_body_bytes=settings.max_body_bytes,
+        max_texts=settings.max_batch,
+        max_wait=settings.front_max_wait_ms / 1000,
+    )
 
 
 def worker_app() -> FastAPI:

@@ -311,33 +311,38 @@ class Classifier:
         return self.explain(self.embed(texts, progress=progress))
 
     def explain(self, embeddings: Embeddings) -> list[Prediction]:
-        """The predictions, with their neighbours, that these embeddings score to."""
-        scores = self.score(embeddings)
-        return [self._explain(i, embeddings, scores) for i in range(len(embeddings.vectors))]
+        """The predictions, with their neighbours, that these embeddings score to.
 
-    def _explain(self, i: int, embeddings: Embeddings, scores: Scores) -> Prediction:
+        The arrays become Python lists once for the whole batch: indexing a NumPy array element by
+        element, for 16 neighbours and every label of every text, was the largest Python cost of a
+        served batch after the forward itself (docs/benchmarks.md)."""
+        scores = self.score(embeddings)
         names = self.labels
-        as_dict = lambda row: {name: float(p) for name, p in zip(names, row, strict=True)}  # noqa: E731
-        neighbours: tuple[Neighbour, ...] = ()
-        if scores.hits is not None:
-            found = scores.hits.ids[i] >= 0
-            neighbours = tuple(
-                Neighbour(int(n), names[int(lab)], float(s))
-                for n, lab, s in zip(
-                    scores.hits.ids[i][found],
-                    scores.hits.labels[i][found],
-                    scores.hits.similarities[i][found],
-                    strict=True,
-                )
-            )
-        return Prediction(
-            label=names[int(np.argmax(scores.probabilities[i]))],
-            probabilities=as_dict(scores.probabilities[i]),
-            p_lm=as_dict(scores.p_lm[i]),
-            p_knn=as_dict(scores.p_knn[i]) if neighbours else None,
-            neighbours=neighbours,
-            truncated=bool(embeddings.truncated[i]),
+        best = np.argmax(scores.probabilities, axis=1).tolist()
+        probabilities, p_lm, p_knn = (
+            rows.tolist() for rows in (scores.probabilities, scores.p_lm, scores.p_knn)
         )
+        found: list[list[tuple[int, int, float]]] = [[] for _ in best]
+        if scores.hits is not None:
+            hits = scores.hits
+            for row, ids, labels, similarities in zip(
+                found, hits.ids.tolist(), hits.labels.tolist(), hits.similarities.tolist(), strict=True
+            ):
+                row.extend(
+                    (n, lab, sim) for n, lab, sim in zip(ids, labels, similarities, strict=True) if n >= 0
+                )
+        truncated = np.asarray(embeddings.truncated, dtype=bool).tolist()
+        return [
+            Prediction(
+                label=names[best[i]],
+                probabilities=dict(zip(names, probabilities[i], strict=True)),
+                p_lm=dict(zip(names, p_lm[i], strict=True)),
+                p_knn=dict(zip(names, p_knn[i], strict=True)) if found[i] else None,
+                neighbours=tuple(Neighbour(n, names[lab], sim) for n, lab, sim in found[i]),
+                truncated=truncated[i],
+            )
+            for i in range(len(best))
+        ]
 
     def add_examples(
         self, texts: Sequence[TextInput], labels: Sequence[str], ids: Sequence[int] | np.ndarray | None = None

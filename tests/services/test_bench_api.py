@@ -37,6 +37,18 @@ def test_bench_api_reports_every_measurement(causal_dir, capsys):
     assert "same ids, versions, labels and neighbours: True" in two
 
 
+def test_bench_api_measures_again_through_fronts(causal_dir, capsys):
+    """`--fronts 1`: the same lines through `openbook serve` with a front before the replica."""
+    args = ["bench", "api", "--backbone", str(causal_dir), "--max-length", "48", "--requests", "3"]
+    assert main([*args, "--clients", "4", "--workers", "1", "--fronts", "0,1"]) == 0
+    alone, fronted = capsys.readouterr().out.split("api workers: 1, fronts: 1 (openbook serve)\n")
+    assert alone.startswith("api workers: 1 (in-process)\n")
+    for prefix in ("latency: one classify", "throughput: 4 clients", "freshness:"):
+        assert prefix in alone and prefix in fronted
+    forwarded = re.search(r"\((\d+) forwards of ([\d.]+) texts each\)", fronted)
+    assert forwarded and int(forwarded.group(1)) > 0  # the replica's /metrics, read through the front
+
+
 def test_a_stand_in_has_the_backbones_tokenizer_and_layer_types_at_width_64(causal_dir, tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 

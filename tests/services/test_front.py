@@ -1,0 +1,115 @@
+"""The front (services/api/front.py): single-text classify requests gathered into one to the replica."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.api.app import create_app
+from services.api.front import Front, front_app
+from services.bus.server import EmbeddedRedis
+from tests.services.harness import api_settings, serving
+
+TASK = {
+    "name": "reviews",
+    "template": "Review: {text}\nSentiment: {mask}",
+    "labels": {"0": "bad", "1": "good"},
+}
+TEXTS = ["a good film", "it was terrible and boring", "great fun", "a bad film, awful", "fun", "dull"] * 4
+
+
+@pytest.fixture()
+def replica(server: EmbeddedRedis, causal_dir: Path):
+    app = create_app(api_settings(server.url, causal_dir, api_key="write", read_key="read"))
+    with serving(app) as base:
+        with httpx.Client(base_url=base, headers={"X-API-Key": "write"}, timeout=60) as api:
+            api.post("/v1/tasks", json=TASK).raise_for_status()
+            examples = [{"text": t, "label": str(i % 2)} for i, t in enumerate(TEXTS[:8])]
+            api.post("/v1/tasks/reviews/examples", json={"examples": examples}).raise_for_status()
+        yield base
+
+
+async def _many(base: str, bodies: list[dict], key: str = "read") -> list[httpx.Response]:
+    async with httpx.AsyncClient(base_url=base, headers={"X-API-Key": key}, timeout=60) as client:
+        return await asyncio.gather(*(client.post("/v1/tasks/reviews/classify", json=b) for b in bodies))
+
+
+def test_gathered_requests_get_the_answers_they_would_have_had_alone(replica: str) -> None:
+    front = Front(replica, max_wait=0.05)
+    with serving(front) as base:
+        direct = asyncio.run(_many(replica, [{"texts": [t]} for t in TEXTS]))
+        gathered = asyncio.run(_many(base, [{"texts": [t]} for t in TEXTS]))
+    assert front.gatherer.gathered >= 1 and front.gatherer.sent < len(TEXTS)  # in fewer requests
+    for alone, together in zip(direct, gathered, strict=True):
+        assert together.status_code == alone.status_code == 200
+        ours, theirs = together.json(), alone.json()
+        assert len(ours["predictions"]) == 1 and ours["model_version"] == theirs["model_version"]
+        assert ours["predictions"][0]["label"] == theirs["predictions"][0]["label"]
+        for label, p in theirs["predictions"][0]["probabilities"].items():
+            assert ours["predictions"][0]["probabilities"][label] == pytest.approx(p, abs=1e-4)
+
+
+def test_a_refused_request_does_not_fail_the_others_it_was_gathered_with(replica: str) -> None:
+    front = Front(replica, max_wait=0.05)
+    bodies = [{"texts": ["a good film"]}, {"texts": [""]}, {"texts": ["fun"]}, {"texts": "not a list"}]
+    with serving(front) as base:
+        gathered = asyncio.run(_many(base, bodies))
+        direct = asyncio.run(_many(replica, bodies))
+    assert [r.status_code for r in gathered] == [r.status_code for r in direct]
+    assert gathered[0].status_code == 200 and gathered[1].status_code == 422
+    assert gathered[1].json() == direct[1].json() and gathered[3].json() == direct[3].json()
+
+
+def test_requests_are_gathered_only_with_the_same_key_and_options(replica: str) -> None:
+    front = Front(replica, max_wait=0.05)
+
+    async def mixed(base: str) -> list[httpx.Response]:
+        return [
+            *await asyncio.gather(
+                _many(base, [{"texts": ["fun"]}, {"texts": ["dull"], "neighbours": True}], key="read"),
+                _many(base, [{"texts": ["a good film"]}], key="wrong"),
+            )
+        ]
+
+    with serving(front) as base:
+        (read, wrong) = asyncio.run(mixed(base))
+    assert [r.status_code for r in read] == [200, 200]
+    assert wrong[0].status_code == 403  # a wrong key, refused, not answered with the right key's results
+    assert read[0].json()["predictions"][0].get("neighbours") is None
+    assert read[1].json()["predictions"][0]["neighbours"]  # its own option, not its neighbour's
+    assert front.gatherer.gathered == 0 and front.gatherer.sent == 3  # three groups of one
+
+
+def test_the_front_passes_everything_else_through_and_limits_bodies(replica: str) -> None:
+    app = front_app(replica, max_body_bytes=2_000, max_texts=64)
+    key = {"X-API-Key": "write"}
+    with serving(app) as base, httpx.Client(base_url=base, headers=key, timeout=60) as front:
+        direct = httpx.get(f"{replica}/v1/tasks/reviews", headers=key).json()
+        assert front.get("/v1/tasks/reviews").json() == direct
+        assert front.get("/v1/tasks/nothing").status_code == 404
+        too_big = front.post("/v1/tasks/reviews/classify", json={"texts": ["x" * 3_000]})
+        assert too_big.status_code == 413 and "limit" in too_big.json()["detail"]
+
+
+def test_an_unreachable_replica_is_a_502(tmp_path: Path) -> None:
+    from services.bus.server import free_port
+
+    with serving(Front(f"http://127.0.0.1:{free_port()}", max_wait=0.01)) as base:
+        answers = asyncio.run(_many(base, [{"texts": ["fun"]}, {"texts": ["dull"]}]))
+    assert [r.status_code for r in answers] == [502, 502]
+    assert "unreachable" in answers[0].json()["detail"]
+
+
+def test_a_lone_request_goes_at_once_not_after_the_longest_wait(replica: str) -> None:
+    front = Front(replica, max_wait=30.0)  # a request held for it would outlast the client's timeout
+    with serving(front) as base:
+        answer = httpx.post(
+            f"{base}/v1/tasks/reviews/classify",
+            json={"texts": ["fun"]},
+            headers={"X-API-Key": "read"},
+            timeout=10,
+        )
+    assert answer.status_code == 200 and len(answer.json()["predictions"]) == 1
