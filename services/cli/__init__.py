@@ -41,8 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if argv and argv[0] in ("-h", "--help"):
             print(
-                "service commands: openbook up [--demo] [--api-workers N] | serve [--api-workers N] | worker"
-                " | report | bench api | bench job | bench learning-curve\n"
+                "service commands: openbook up [--demo] [--api-workers N] [--front-workers F] | serve"
+                " [--api-workers N] [--front-workers F] | worker | report | bench api | bench job"
+                " | bench learning-curve\n"
             )
         return library_main(argv)
     parser = argparse.ArgumentParser(prog=f"openbook {argv[0]}")
@@ -53,9 +54,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help="up, serve: N api processes behind the port (sets OPENBOOK_API_WORKERS for the api)",
     )
+    parser.add_argument(
+        "--front-workers",
+        type=int,
+        metavar="F",
+        help="up, serve: F front processes on the port that gather single-text classify requests for the"
+        " api behind them (sets OPENBOOK_FRONT_WORKERS)",
+    )
     args = parser.parse_args(argv[1:])
-    if args.api_workers is not None:
-        os.environ["OPENBOOK_API_WORKERS"] = str(args.api_workers)  # read where the api builds its settings
+    # read where the api builds its settings
+    for flag, variable in (
+        (args.api_workers, "OPENBOOK_API_WORKERS"),
+        (args.front_workers, "OPENBOOK_FRONT_WORKERS"),
+    ):
+        if flag is not None:
+            os.environ[variable] = str(flag)
     return importlib.import_module(f"services.cli.{argv[0]}").run(args)
 
 

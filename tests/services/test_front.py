@@ -113,3 +113,13 @@ def test_a_lone_request_goes_at_once_not_after_the_longest_wait(replica: str) ->
             timeout=10,
         )
     assert answer.status_code == 200 and len(answer.json()["predictions"]) == 1
+
+
+@pytest.mark.parametrize("command", ["up", "serve"])
+def test_the_front_workers_flag_sets_the_setting(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.api.settings import Settings
+    from services.cli import main
+
+    monkeypatch.setenv("OPENBOOK_FRONT_WORKERS", "0")  # and restored after
+    monkeypatch.setattr(f"services.cli.{command}.run", lambda args: Settings().front_workers)
+    assert main([command, "--front-workers", "2"]) == 2
