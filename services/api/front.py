@@ -165,10 +165,8 @@ class Front:
         max_texts: int = 64,
         max_bytes: int = 256_000,
         max_wait: float = 0.002,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.replica = replica
-        self.transport = transport
         self.client: httpx.AsyncClient | None = None
         self.gatherer = Gatherer(self._upstream, max_texts=max_texts, max_bytes=max_bytes, max_wait=max_wait)
 
@@ -177,9 +175,7 @@ class Front:
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         if self.client is None:  # made in the serving loop: an httpx client belongs to one
             limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-            self.client = httpx.AsyncClient(
-                base_url=self.replica, timeout=600, limits=limits, transport=self.transport
-            )
+            self.client = httpx.AsyncClient(base_url=self.replica, timeout=600, limits=limits)
         answer = await self.client.request(method, path, headers=headers, content=body)
         kept = [(name, value) for name, value in answer.headers.items() if name.lower() not in _DROPPED]
         kept = [(name, value) for name, value in kept if name.lower() != "content-encoding"]

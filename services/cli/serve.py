@@ -107,14 +107,18 @@ def serve_behind_fronts(settings: Settings) -> int:
     )
     os.environ[FRONT_REPLICA] = f"http://127.0.0.1:{internal}"  # the fronts inherit it
 
+    stopping = threading.Event()  # set once the fronts are stopped: the replica's end is then ours
+
     def stop_when_replica_ends() -> None:
         replica.wait()
-        os.kill(os.getpid(), signal.SIGTERM)  # the supervisor stops the fronts
+        if not stopping.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)  # the supervisor stops the fronts
 
     threading.Thread(target=stop_when_replica_ends, name="replica-watch", daemon=True).start()
     try:
         _supervise("front_worker_app", settings, settings.front_workers)
     finally:
+        stopping.set()
         if replica.poll() is None:
             replica.terminate()
             try:

@@ -123,3 +123,38 @@ def test_the_front_workers_flag_sets_the_setting(command: str, monkeypatch: pyte
     monkeypatch.setenv("OPENBOOK_FRONT_WORKERS", "0")  # and restored after
     monkeypatch.setattr(f"services.cli.{command}.run", lambda args: Settings().front_workers)
     assert main([command, "--front-workers", "2"]) == 2
+
+
+def test_serve_with_fronts_ends_when_its_replica_dies(server: EmbeddedRedis, causal_dir: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from services.bus.server import free_port
+    from services.client import wait_ready
+
+    port = free_port()
+    environment = {
+        "OPENBOOK_REDIS_URL": server.url,
+        "OPENBOOK_DEFAULT_BACKBONE": str(causal_dir),
+        "OPENBOOK_PORT": str(port),
+        "OPENBOOK_FRONT_WORKERS": "1",
+        "OPENBOOK_THREADS": "1",
+    }
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "serve"],
+        env={**os.environ, **environment},
+        start_new_session=True,
+    )
+    try:
+        assert wait_ready(f"http://127.0.0.1:{port}", timeout=120, alive=lambda: serve.poll() is None)
+        found = subprocess.run(
+            ["pgrep", "-P", str(serve.pid), "-f", "services.cli serve"], capture_output=True
+        )
+        (replica,) = [int(pid) for pid in found.stdout.split()]
+        os.kill(replica, signal.SIGKILL)
+        assert serve.wait(60) == 1  # the fronts stopped, and serve says the replica failed
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)
