@@ -45,6 +45,9 @@ Upstream = Callable[
 ]
 
 
+_Key = tuple[str, tuple[tuple[str, str], ...], str]  # a group: path, access headers, options as JSON
+
+
 @dataclass
 class _Waiting:
     texts: list[Any]
@@ -72,10 +75,10 @@ class Gatherer:
     def __init__(self, upstream: Upstream, *, max_texts: int, max_bytes: int, max_wait: float) -> None:
         self.upstream = upstream
         self.max_texts, self.max_bytes, self.max_wait = max_texts, max_bytes, max_wait
-        self.groups: dict[tuple[str, tuple[tuple[str, str], ...], str], _Group] = {}
+        self.groups: dict[_Key, _Group] = {}
         self.sent = 0  # requests sent to the replica, and how many of them held several (the tests read
         self.gathered = 0  # them)
-        self.on_the_way: dict[tuple[str, tuple[tuple[str, str], ...], str], int] = {}
+        self.on_the_way: dict[_Key, int] = {}
 
     async def classify(
         self, path: str, headers: list[tuple[str, str]], body: bytes
@@ -108,7 +111,7 @@ class Gatherer:
             self._send(key)
         return await waiting.answer
 
-    def _send(self, key: tuple[str, tuple[tuple[str, str], ...], str]) -> None:
+    def _send(self, key: _Key) -> None:
         group = self.groups.pop(key, None)
         if group is None:
             return
@@ -120,7 +123,7 @@ class Gatherer:
         task = asyncio.get_running_loop().create_task(self._forward(group))
         task.add_done_callback(lambda done: self._returned(key, done))
 
-    def _returned(self, key: tuple[str, tuple[tuple[str, str], ...], str], done: asyncio.Task[None]) -> None:
+    def _returned(self, key: _Key, done: asyncio.Task[None]) -> None:
         done.exception()  # each member's future carries any error
         self.on_the_way[key] -= 1
         if not self.on_the_way[key]:
