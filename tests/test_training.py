@@ -411,6 +411,25 @@ def test_patience_counts_epochs_without_a_better_dev_score(causal_dir: Path, toy
     assert result.steps_run == 6 and result.best.step == 0
 
 
+def test_keep_last_runs_the_budget_and_keeps_the_last_weights(
+    causal_dir: Path, toy, fresh_classifier
+) -> None:
+    classifier, method = fresh_classifier(causal_dir, "prompt-ft")
+    # patience 1 would stop a run that keeps the best at its first check without gain; this one ignores it
+    config = dataclasses.replace(CONFIG, steps=None, epochs=10.0, eval_every=None, patience=1, keep="last")
+    texts, labels = toy.texts, toy.labels  # 8 examples in batches of 4: a budget of 20 steps
+    result = train(classifier, method, texts, labels, texts, labels, config, progress=False)
+    assert result.steps_run == result.step_budget == 20
+    assert [check["step"] for check in result.history] == [0, 20]  # dev scored at the start and the end alone
+    assert result.best.step == 20
+    trained = {name: t.clone() for name, t in method.trained_tensors(classifier).items()}
+    fresh, _ = fresh_classifier(causal_dir, "prompt-ft")
+    moved = [not torch.equal(t, method.trained_tensors(fresh)[name]) for name, t in trained.items()]
+    assert any(moved)  # the last weights, not step 0's
+    with pytest.raises(ValueError, match="keep must be one of best, last"):
+        TrainConfig(keep="first")  # type: ignore[arg-type]
+
+
 def test_the_step_cap_ends_an_epoch_budget_and_checks_its_last_step(
     causal_dir: Path, toy, fresh_classifier
 ) -> None:

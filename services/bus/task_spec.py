@@ -17,6 +17,7 @@ from openbook.training import (
     DEFAULT_EVAL_EVERY,
     DEFAULT_MAX_STEPS,
     DEFAULT_MIN_STEPS,
+    Keep,
     Precision,
     TrainConfig,
 )
@@ -209,6 +210,12 @@ class TrainOptions(BaseModel):
         "float32), faster where the device multiplies bfloat16 natively",
     )
 
+    keep: Keep = Field(
+        TrainConfig.keep,
+        description="best: dev checks keep the best weights and stop early; last: the job runs its budget "
+        "and keeps the last weights (dev is scored once, at the end)",
+    )
+
     @model_validator(mode="after")
     def _one_budget(self) -> Self:
         # both budgets at once, or a floor without epochs: its ValueError, a 422
@@ -232,8 +239,9 @@ class TrainOptions(BaseModel):
             include=set(TrainOptions.model_fields) - {"method", *BUDGET_KEYS, *BOUNDS, "eval_every"},
             exclude_none=True,
         )
-        if knobs["precision"] == TrainConfig.precision:  # written only when used, as settings.json does
-            del knobs["precision"]
+        for knob in ("precision", "keep"):  # written only when used, as settings.json does
+            if knobs[knob] == getattr(TrainConfig, knob):
+                del knobs[knob]
         return knobs | budget
 
     def merged(self, changes: dict[str, Any]) -> Self:

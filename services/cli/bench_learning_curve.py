@@ -80,6 +80,12 @@ def run_bench_learning_curve(argv: list[str]) -> int:
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--eval-every", type=int, help="steps between dev checks")
     parser.add_argument("--patience", type=int, default=2)
+    parser.add_argument(
+        "--keep",
+        choices=("best", "last"),  # training.Keep (imported late, as this module's imports are)
+        default="best",
+        help="the jobs' kept weights: the dev checks' best, or the last (training.Keep)",
+    )
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a round's jobs may take")
@@ -155,6 +161,7 @@ def run_bench_learning_curve(argv: list[str]) -> int:
                 "batch_size": args.batch_size,
                 "lr": args.lr,
                 "patience": args.patience,
+                **({"keep": args.keep} if args.keep != "best" else {}),  # recorded only when used
                 **TrainConfig(
                     steps=args.steps,
                     epochs=args.epochs,

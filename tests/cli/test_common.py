@@ -127,6 +127,13 @@ def test_bfloat16_precision_reaches_the_config_and_is_recorded_only_when_used(tm
         checked_settings(mixed)
 
 
+def test_keep_reaches_the_config_and_is_recorded_only_when_used(tmp_path: Path) -> None:
+    parser = _settings_parser(tmp_path)
+    plain, last = parser.parse_args([]), parser.parse_args(["--keep", "last"])
+    assert (train_config(plain, 7).keep, train_config(last, 7).keep) == ("best", "last")
+    assert "keep" not in checked_settings(plain) and checked_settings(last)["keep"] == "last"
+
+
 def test_label_scoring_reaches_the_classifier_and_the_settings(causal_dir: Path, tmp_path: Path) -> None:
     import json
 

@@ -143,7 +143,7 @@ def test_a_bad_patch_is_refused_and_changes_nothing(api: TestClient, server, bod
 def test_a_patch_merges_the_keys_given_over_the_stored_ones(api: TestClient) -> None:
     response = api.patch("/v1/tasks/reviews", json={"training": {"every": 9, "method": "prompt-ft"}})
     assert response.status_code == 200, response.text
-    unset = {"epochs": None, "max_steps": None, "min_steps": None, "precision": "float32"}
+    unset = {"epochs": None, "max_steps": None, "min_steps": None, "precision": "float32", "keep": "best"}
     expected = {**AUTO_TASK["training"], **unset, "every": 9, "method": "prompt-ft"}
     assert response.json()["training"] == expected and response.json()["template"] == TASK["template"]
     assert api.get("/v1/tasks/reviews").json()["training"] == expected
@@ -225,6 +225,11 @@ def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> No
     assert "precision" not in default  # float32, written only when another is asked for
     mixed = api.post("/v1/tasks/reviews/train", json={"precision": "bfloat16"}).json()["train_config"]
     assert TrainConfig(**mixed).precision == "bfloat16"  # as the worker will build it
+    assert "keep" not in default  # the best weights, likewise written only when the last are asked for
+    last = api.post("/v1/tasks/reviews/train", json={"keep": "last"}).json()["train_config"]
+    assert TrainConfig(**last).keep == "last"
+    refused = api.post("/v1/tasks/reviews/train", json={"keep": "first"})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"][-1] == "keep"
     floored = api.post("/v1/tasks/reviews/train", json={"epochs": 2, "min_steps": 12}).json()["train_config"]
     assert floored["min_steps"] == 12 and TrainConfig(**floored).total_steps(10) == 12  # 2 x 3 steps, floored
 
@@ -233,7 +238,7 @@ def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> No
     for bad in ({"steps": 4, "epochs": 2}, {"epochs": 0}, {"epochs": -1}, {"epochs": 1e9}, {"min_steps": 8}):
         response = api.post("/v1/tasks/reviews/train", json=bad)
         assert response.status_code == 422, (bad, response.text)
-    assert client.xlen(JOBS_STREAM) == queued and len(jobs(api)) == 5  # nothing was queued
+    assert client.xlen(JOBS_STREAM) == queued and len(jobs(api)) == 6  # nothing was queued
     refused = api.post("/v1/tasks/reviews/train", json={"steps": 4, "epochs": 2}).json()["detail"]
     assert "steps or as epochs, not both" in refused[0]["msg"]
 

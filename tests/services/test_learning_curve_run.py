@@ -319,3 +319,18 @@ def test_units_run_as_processes_each_merged_as_it_ends_and_the_grid_resumes(
         ("uncertainty", "service"),
     ]
     assert all(r in added for r in records)
+
+
+@pytest.mark.parametrize(("flag", "recorded"), [([], None), (["--keep", "last"], "last")])
+def test_keep_reaches_the_jobs_training_settings_only_when_asked(
+    monkeypatch, tmp_path: Path, flag: list[str], recorded: str | None
+) -> None:
+    from services.cli import main
+
+    ran: list[CurveSettings] = []
+    monkeypatch.setattr("services.learning_curve.run.run_learning_curve", ran.append)
+    argv = ["bench", "learning-curve", "--task", "SST-2", "--seeds", "13", "--data", str(tmp_path), *flag]
+    argv += ["--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    # a curve recorded before the option ran with the best weights and still resumes: no key, no change
+    assert ran[0].training.get("keep") == recorded

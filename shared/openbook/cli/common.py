@@ -78,6 +78,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         DEFAULT_EVAL_EVERY,
         DEFAULT_MAX_STEPS,
         DEFAULT_MIN_STEPS,
+        Keep,
         Precision,
         TrainConfig,
     )
@@ -126,6 +127,13 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         choices=get_args(Precision),
         default=default.precision,
         help="bfloat16: mixed precision (autocast; the weights and optimiser stay float32)",
+    )
+    group.add_argument(
+        "--keep",
+        choices=get_args(Keep),
+        default=default.keep,
+        help="best: the dev checks keep the best weights and stop early; last: run the budget and keep the "
+        "last weights",
     )
 
 
@@ -185,6 +193,7 @@ def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
         reembed_every=args.reembed_every,
         seed=seed,
         precision=args.train_precision,
+        keep=args.keep,
     )
 
 
@@ -279,6 +288,8 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
         settings["label_scoring"] = recorded_label_scoring(args)
     if args.train_precision != "float32":  # recorded only when used, so older directories still resume
         settings["train_precision"] = args.train_precision
+    if args.keep != "best":  # likewise
+        settings["keep"] = args.keep
     settings |= extra or {}
     path = Path(args.out) / "settings.json"
     if path.exists():
