@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -310,6 +310,23 @@ contrastive-judge-2: judged-splits-2
 	$(BIN)/openbook eval --data $(JUDGE2_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods $(JUDGE2_METHODS) --seeds $(JUDGE2_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/contrastive-judge-2-$(TABLE_BACKBONE)
+
+# The kept weights in the library's default (docs/decisions.md, "The kept weights in the service's jobs",
+# its second rule, written before this grid ran): the default with the best weights and with the last,
+# seeds 2011-2015 and a judge set of their own. Resumable; PARALLEL=N as above (on a GPU, all 20 each).
+JUDGE3_DATA ?= openbook-data/judged-k-shot-3
+JUDGE3_SEEDS = 2011,2012,2013,2014,2015
+judged-splits-3: install
+	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds $(JUDGE3_SEEDS) --judge 500 \
+		--out $(JUDGE3_DATA)
+
+keep-judge: judged-splits-3
+	$(BIN)/openbook eval --data $(JUDGE3_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+		--methods retroprompt --seeds $(JUDGE3_SEEDS) --parallel $(PARALLEL) \
+		--out docs/results/keep-judge-best-$(TABLE_BACKBONE)
+	$(BIN)/openbook eval --data $(JUDGE3_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+		--methods retroprompt --seeds $(JUDGE3_SEEDS) --parallel $(PARALLEL) --keep last \
+		--out docs/results/keep-judge-last-$(TABLE_BACKBONE)
 
 # clinc150: 150 intents, 10 examples per intent (--shots 10), the 4,500 in-scope test queries and the
 # 1,000 out-of-scope ones (scored for refusal only: docs/cli.md, "Data layout"). The untrained methods,
