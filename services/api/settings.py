@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     keep_versions: int = Field(3, ge=1)
     worker_name: str = "worker-1"  # the trainer's consumer name on the jobs stream: one per live worker
     # A task's first candidate must score at least as well as the untrained task it would replace
-    # (services.trainer.worker); off until the learning curve's dev rule decides (docs/decisions.md).
+    # (services.trainer.worker); off: its dev rule failed (docs/decisions.md, "The first gate").
     untrained_gate: bool = False
     heartbeat_ttl_s: float = Field(10.0, gt=0)  # a worker counts as alive this long after its last beat
     # `openbook up` restarts a dead child after restart_backoff_s, doubled for each further death within
