@@ -47,7 +47,9 @@ def test_walkthrough_from_a_new_task_to_a_trained_version(console: Console, stac
         page.locator("#add-text").fill(text)
         page.locator("#add-label").fill(label)  # the picker narrows the labels to it
         page.locator(f'#add-form [role=option][data-label="{label}"]').click()
+        before = page.locator("#add-status").inner_text()  # the last add's "Added example #N."
         page.get_by_role("button", name="Add", exact=True).click()
+        expect(page.locator("#add-status")).not_to_have_text(before)  # this add's answer, not the last's
         expect(page.locator("#add-status")).to_contain_text("Added example")
     assert {(e["text"], e["label"]) for e in stack.examples("reviews")} == {
         ("a good film with a great cast", "1"),
