@@ -138,14 +138,16 @@ table-16shot: setfit
 # (the default backbone unless given). Resumable, each (task, seed, order) unit merged into the output as it
 # ends; PARALLEL=N runs N units at once (on a GPU, all 8: PARALLEL=8 CURVE_DEVICE=cuda; on a 2-core CPU, 1,
 # so that each unit ends soonest: a unit stopped midway starts again). The service's method is the default's
-# when the committed curve ran, neural demonstrations (CURVE_METHOD); CURVE_METHOD=retroprompt CURVE_OUT=dir
-# runs today's default afresh.
+# when the committed curve ran, neural demonstrations (CURVE_METHOD), and its jobs kept the dev checks' best
+# weights (CURVE_KEEP); CURVE_METHOD=retroprompt CURVE_KEEP=last CURVE_OUT=dir runs today's default afresh.
 CURVE_BACKBONE ?= $(TABLE_BACKBONE)
 CURVE_DEVICE ?= cpu
 CURVE_METHOD ?= retroprompt/demos=neural
+CURVE_KEEP ?= best
 learning-curve: setfit
 	$(BIN)/openbook bench learning-curve --data $(OPENBOOK_DATA)/full --task SST-2,trec --seeds 13,21 \
 		--rounds 2,4,8,16,32 --test-size 500 --pool-size 500 --orders fixed,uncertainty --method $(CURVE_METHOD) \
+		--keep $(CURVE_KEEP) \
 		--baselines knn-interp,prompt-ft,setfit --backbone $(CURVE_BACKBONE) --device $(CURVE_DEVICE) \
 		--parallel $(PARALLEL) --out $(or $(CURVE_OUT),docs/learning-curve-$(CURVE_BACKBONE))
 
@@ -157,8 +159,9 @@ GATE_CURVE = --data $(OPENBOOK_DATA)/full --task SST-2,trec --seeds 13,21 --roun
 # The gate on ran first: its rule needs the gate off only if, with it on, no round serves below the
 # untrained task (it did not hold, so the gate-off curve was not run).
 curve-gate-dev: install
-	$(BIN)/openbook bench learning-curve $(GATE_CURVE) --untrained-gate --out docs/learning-curve-gate-on-$(CURVE_BACKBONE)
-	$(BIN)/openbook bench learning-curve $(GATE_CURVE) --out docs/learning-curve-gate-off-$(CURVE_BACKBONE)
+	$(BIN)/openbook bench learning-curve $(GATE_CURVE) --untrained-gate --keep best \
+		--out docs/learning-curve-gate-on-$(CURVE_BACKBONE)
+	$(BIN)/openbook bench learning-curve $(GATE_CURVE) --keep best --out docs/learning-curve-gate-off-$(CURVE_BACKBONE)
 
 # The jobs' kept weights, the last instead of the dev checks' best (docs/decisions.md, "The kept weights
 # in the service's jobs": the rule, written before this ran), against the gate-on curve above.
@@ -322,7 +325,7 @@ judged-splits-3: install
 
 keep-judge: judged-splits-3
 	$(BIN)/openbook eval --data $(JUDGE3_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
-		--methods retroprompt --seeds $(JUDGE3_SEEDS) --parallel $(PARALLEL) \
+		--methods retroprompt --seeds $(JUDGE3_SEEDS) --parallel $(PARALLEL) --keep best \
 		--out docs/results/keep-judge-best-$(TABLE_BACKBONE)
 	$(BIN)/openbook eval --data $(JUDGE3_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods retroprompt --seeds $(JUDGE3_SEEDS) --parallel $(PARALLEL) --keep last \

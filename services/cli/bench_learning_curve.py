@@ -83,8 +83,8 @@ def run_bench_learning_curve(argv: list[str]) -> int:
     parser.add_argument(
         "--keep",
         choices=("best", "last"),  # training.Keep (imported late, as this module's imports are)
-        default="best",
-        help="the jobs' kept weights: the dev checks' best, or the last (training.Keep)",
+        default="last",  # task_spec.SERVICE_KEEP, a service job's default
+        help="the jobs' kept weights: the last (default, as a service job's), or the dev checks' best",
     )
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")

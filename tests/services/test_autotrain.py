@@ -61,7 +61,7 @@ def test_a_job_is_queued_once_every_examples_were_added(api: TestClient) -> None
     post(api, range(3, 4))
     (job,) = jobs(api)
     assert job["trigger"] == "auto" and job["state"] == "queued" and job["method"] == "retroprompt"
-    assert job["train_config"] == KNOBS
+    assert job["train_config"] == {**KNOBS, "keep": "last"}  # a service job's kept weights, spelled out
     post(api, range(3, 4))  # a retried POST adds nothing and queues nothing
     api.delete(f"{EXAMPLES}/0")
     assert [j["id"] for j in jobs(api)] == [job["id"]]
@@ -143,7 +143,7 @@ def test_a_bad_patch_is_refused_and_changes_nothing(api: TestClient, server, bod
 def test_a_patch_merges_the_keys_given_over_the_stored_ones(api: TestClient) -> None:
     response = api.patch("/v1/tasks/reviews", json={"training": {"every": 9, "method": "prompt-ft"}})
     assert response.status_code == 200, response.text
-    unset = {"epochs": None, "max_steps": None, "min_steps": None, "precision": "float32", "keep": "best"}
+    unset = {"epochs": None, "max_steps": None, "min_steps": None, "precision": "float32", "keep": "last"}
     expected = {**AUTO_TASK["training"], **unset, "every": 9, "method": "prompt-ft"}
     assert response.json()["training"] == expected and response.json()["template"] == TASK["template"]
     assert api.get("/v1/tasks/reviews").json()["training"] == expected
@@ -225,9 +225,10 @@ def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> No
     assert "precision" not in default  # float32, written only when another is asked for
     mixed = api.post("/v1/tasks/reviews/train", json={"precision": "bfloat16"}).json()["train_config"]
     assert TrainConfig(**mixed).precision == "bfloat16"  # as the worker will build it
-    assert "keep" not in default  # the best weights, likewise written only when the last are asked for
-    last = api.post("/v1/tasks/reviews/train", json={"keep": "last"}).json()["train_config"]
-    assert TrainConfig(**last).keep == "last"
+    # a service job keeps its last weights unless asked for the best, which the library's default are
+    assert TrainConfig(**default).keep == "last" and "keep" in default
+    best = api.post("/v1/tasks/reviews/train", json={"keep": "best"}).json()["train_config"]
+    assert "keep" not in best and TrainConfig(**best).keep == "best"
     refused = api.post("/v1/tasks/reviews/train", json={"keep": "first"})
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"][-1] == "keep"
     floored = api.post("/v1/tasks/reviews/train", json={"epochs": 2, "min_steps": 12}).json()["train_config"]

@@ -278,7 +278,7 @@ def test_units_run_as_processes_each_merged_as_it_ends_and_the_grid_resumes(
     # what a serial run stopped midway leaves: the fixed order's service record, not yet its baseline's
     settings = CurveSettings(
         tmp_path / "full", out, ["SST-2"], [13], backbone=str(causal_dir), baselines=["knn-interp"],
-        test_size=8, pool_size=16, training=training, max_length=48,
+        test_size=8, pool_size=16, training={**training, "keep": "last"}, max_length=48,
     )  # fmt: skip
     partial = CurveRecord("SST-2", 13, "fixed", "service", 2, 4, accuracy=0.125, seconds=1.0)
     write_results(out, [_recorded(settings) | {"command": "a serial run"}], [partial], plot=False)
@@ -321,8 +321,8 @@ def test_units_run_as_processes_each_merged_as_it_ends_and_the_grid_resumes(
     assert all(r in added for r in records)
 
 
-@pytest.mark.parametrize(("flag", "recorded"), [([], None), (["--keep", "last"], "last")])
-def test_keep_reaches_the_jobs_training_settings_only_when_asked(
+@pytest.mark.parametrize(("flag", "recorded"), [([], "last"), (["--keep", "best"], None)])
+def test_keep_reaches_the_jobs_training_settings_as_a_service_jobs_default(
     monkeypatch, tmp_path: Path, flag: list[str], recorded: str | None
 ) -> None:
     from services.cli import main
@@ -332,5 +332,6 @@ def test_keep_reaches_the_jobs_training_settings_only_when_asked(
     argv = ["bench", "learning-curve", "--task", "SST-2", "--seeds", "13", "--data", str(tmp_path), *flag]
     argv += ["--out", str(tmp_path / "out")]
     assert main(argv) == 0
-    # a curve recorded before the option ran with the best weights and still resumes: no key, no change
+    # the last weights by default, as a service job keeps them; a curve recorded before the option ran
+    # with the best weights and still resumes with --keep best: no key, no change
     assert ran[0].training.get("keep") == recorded

@@ -47,7 +47,7 @@ def test_a_job_trains_the_classifier_that_fit_trains(server, causal_dir: Path, t
 
     backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))
     estimator = openbook.create_classifier(task.template, task.labels, backbone=backbone, method=task.method)
-    report = estimator.fit(texts, gold, ids=ids, **KNOBS)
+    report = estimator.fit(texts, gold, ids=ids, **KNOBS, keep=options.keep)  # a service job's: the last
     metrics = job["metrics"]
     assert {k: metrics[k] for k in report.dev_metrics} == report.dev_metrics
     assert (metrics["train"], metrics["dev"]) == (len(report.train_ids), len(report.dev_ids))
