@@ -1,7 +1,10 @@
 """The learning curve's records on disk (results.json, results.md, results.png) and the target check.
 
 A record is one round of one series: the service in one labelling order, or a baseline. Tables and
-plots show the mean over seeds per task, and the mean over tasks where every task has the cell.
+plots show the mean over seeds per task, and the mean over tasks where every task has the cell. The
+target has two parts: per task, on the means over seeds, the service against the baselines
+(`check_target`); per task and seed, at every round, what is served against the untrained task on the
+same examples (`against_untrained`), the version the loop replaced first.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ SERVICE = "service"
 TARGET_FROM_SHOTS = 8  # the target counts the rounds from this many examples per class on
 TARGET_BELOW_BEST = 1.0  # points the service may trail the best baseline at a round
 TARGET_OVER_PROMPT_FT = 2.0  # points its mean must lead prompt-ft from scratch by
+UNTRAINED = "knn-interp"  # the untrained task: the task's prompt and a store of the same examples
+TARGET_BELOW_UNTRAINED = 1.0  # points a served round may trail the untrained task, per task and seed
 # Accuracies are ratios of counts, so a gap can sit exactly on a bound; its float may fall a hair short.
 TARGET_TOLERANCE = 1e-9
 
@@ -58,7 +63,7 @@ def write_results(
     out.mkdir(parents=True, exist_ok=True)
     document = {"runs": runs, "records": [asdict(r) for r in records]}
     write_text(out / "results.json", json.dumps(document, indent=2) + "\n")
-    lines = target_lines(check_target(records))
+    lines = target_lines(check_target(records), against_untrained(records))
     write_text(
         out / "results.md",
         curve_tables(records)
@@ -164,7 +169,7 @@ def curve_tables(records: Sequence[CurveRecord]) -> str:
             mean_time = f"{np.mean(times):.1f}" if times else "never"
             lines.append(f"| {task} | {order} | {shots} | {mean_time} | {verdicts} | {jobs} | {gates} |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + untrained_table(against_untrained(records)))
 
 
 def _verdicts(service: dict) -> str:
@@ -244,7 +249,90 @@ def check_target(records: Sequence[CurveRecord]) -> list[TaskTarget]:
     return targets
 
 
-def target_lines(targets: Sequence[TaskTarget]) -> list[str]:
+@dataclass(frozen=True)
+class UntrainedRound:
+    """A round of one task and seed, the fixed order: what is served against the untrained task (in %)."""
+
+    task: str
+    seed: int
+    shots: int
+    served: float
+    untrained: float
+    first: bool  # the task's first version was served from this round on
+
+    @property
+    def gap(self) -> float:
+        return self.served - self.untrained
+
+
+def _first_version(service: dict) -> bool:
+    """Whether a round's jobs served the task's first version (the round's own verdict where its jobs
+    carry none)."""
+    verdicts = [job.get("verdict") for job in service.get("jobs", []) if job.get("verdict")]
+    return "first" in (verdicts or [service.get("verdict")])
+
+
+def against_untrained(records: Sequence[CurveRecord]) -> list[UntrainedRound]:
+    """The service's fixed-order rounds that have the untrained task's record on the same examples."""
+    untrained = {
+        (r.task, r.seed, r.shots): r for r in records if r.order == "fixed" and r.method == UNTRAINED
+    }
+    return [
+        UntrainedRound(
+            r.task,
+            r.seed,
+            r.shots,
+            100 * r.accuracy,
+            100 * untrained[key].accuracy,
+            _first_version(r.service),
+        )
+        for r in records
+        if r.order == "fixed"
+        and r.method == SERVICE
+        and r.service is not None
+        and (key := (r.task, r.seed, r.shots)) in untrained
+    ]
+
+
+def _below_untrained(rounds: Sequence[UntrainedRound]) -> list[UntrainedRound]:
+    return [r for r in rounds if r.gap < -TARGET_BELOW_UNTRAINED - TARGET_TOLERANCE]
+
+
+def untrained_table(rounds: Sequence[UntrainedRound]) -> list[str]:
+    """Markdown: per task and seed, the first version against the untrained task, and what is served
+    minus the untrained task at every round (bold: more than TARGET_BELOW_UNTRAINED below)."""
+    if not rounds:
+        return []
+    lines = [
+        "### what is served against the untrained task (knn-interp on the same examples)",
+        "",
+        "| task, seed | first version: per class, served vs untrained | served minus untrained, per round |",
+        "|---|---|---|",
+    ]
+    below = _below_untrained(rounds)
+    for task, seed in dict.fromkeys((r.task, r.seed) for r in rounds):
+        own = sorted((r for r in rounds if (r.task, r.seed) == (task, seed)), key=lambda r: r.shots)
+        firsts = [f"{r.shots}: {r.served:.1f} vs {r.untrained:.1f}" for r in own if r.first]
+        gaps = [f"**{r.gap:+.1f}**" if r in below else f"{r.gap:+.1f}" for r in own]
+        cells = ", ".join(f"{r.shots}: {gap}" for r, gap in zip(own, gaps, strict=True))
+        lines.append(f"| {task}, {seed} | {'; '.join(firsts) or 'none'} | {cells} |")
+    return [*lines, ""]
+
+
+def untrained_line(rounds: Sequence[UntrainedRound]) -> str:
+    """The target's part against the untrained task, over `rounds` (at least one)."""
+    below = _below_untrained(rounds)
+    worst = min(rounds, key=lambda r: r.gap)
+    return (
+        f"against the untrained task: target {'missed' if below else 'holds'}: {len(below)} of {len(rounds)}"
+        f" rounds served more than {TARGET_BELOW_UNTRAINED:.0f} point below it, at worst {worst.gap:+.1f}"
+        f" ({worst.task} seed {worst.seed}, {worst.shots} per class)"
+    )
+
+
+def target_lines(targets: Sequence[TaskTarget], untrained: Sequence[UntrainedRound] = ()) -> list[str]:
+    """The target's lines: per task against the baselines, then, with `untrained` rounds, against the
+    untrained task; the target over all tasks holds when every checked part does."""
     lines = []
     for t in targets:
         if t.holds is None:
@@ -259,6 +347,9 @@ def target_lines(targets: Sequence[TaskTarget]) -> list[str]:
             f" +{TARGET_OVER_PROMPT_FT:.0f} wanted)"
         )
     checked = [t.holds for t in targets if t.holds is not None]
+    if untrained:
+        lines.append(untrained_line(untrained))
+        checked.append(not _below_untrained(untrained))
     if checked:
         lines.append(f"target over all tasks: {'holds' if all(checked) else 'missed'}")
     return lines
