@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -173,6 +173,12 @@ curve-gate-dev: install
 curve-keep-dev: install
 	$(BIN)/openbook bench learning-curve $(GATE_CURVE) --untrained-gate --keep last \
 		--out docs/learning-curve-keep-last-$(CURVE_BACKBONE)
+
+# The budget's floor in the service's jobs (docs/decisions.md, "The budget's floor in the service's jobs":
+# the rule, written before this ran): the curve above, its jobs on 8 epochs with no floor of steps.
+curve-floor-dev: install
+	$(BIN)/openbook bench learning-curve $(GATE_CURVE) --untrained-gate --keep last --epochs 8 --max-steps 120 \
+		--out docs/learning-curve-no-floor-$(CURVE_BACKBONE)
 
 # Class-incremental SST-2 -> trec -> mpqa, no task id at test time: average accuracy and forgetting
 # (smollm2-135m, 32 steps). Made with plain cosine kNN, since changed: OUT=dir runs it afresh there.
