@@ -96,11 +96,18 @@ class UpStack:
         return body if body.get("workers") else None
 
     def wait_ready(self, timeout: float = 120) -> dict:
+        """Until the api is ready and a worker alive; a failure carries the tail of `up`'s log."""
+
         def ready() -> dict | None:
             assert self.alive(), f"openbook up exited:\n{self.log()[-3000:]}"
             return self.ready()
 
-        return wait_until(ready, timeout, "the stack ready")  # type: ignore[return-value]
+        try:
+            return wait_until(ready, timeout, "the stack ready")  # type: ignore[return-value]
+        except AssertionError as error:
+            if not self.alive():
+                raise
+            raise AssertionError(f"{error}; openbook up said:\n{self.log()[-3000:]}") from None
 
     def kill(self, child: str) -> int:
         """SIGKILL one child, as a crash would; returns its pid."""

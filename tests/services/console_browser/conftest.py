@@ -7,10 +7,6 @@ the walkthrough starts from no task.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,11 +19,10 @@ from fastapi import FastAPI
 
 from services.api.console import mount_console
 from services.bus.server import free_port
-from services.client import wait_ready
+from tests.chaos.stack import UpStack
 from tests.services.console_browser.page import (
     CHROMIUM_FLAGS,
     KEY,
-    ROOT,
     WAIT_MS,
     Console,
     Stack,
@@ -59,31 +54,14 @@ def stack_backbone(causal_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, stack_backbone: Path) -> Iterator[Stack]:
     chromium()  # no stack to start when there is no browser to drive it
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBOOK_REDIS_URL", "REDIS_URL")}
-    env |= {
-        "OPENBOOK_DATA_DIR": str(tmp_path_factory.mktemp("console-data")),
-        "OPENBOOK_PORT": str(port),
-        "OPENBOOK_DEFAULT_BACKBONE": str(stack_backbone),
-        "OPENBOOK_MAX_LENGTH": "48",
-        "OPENBOOK_API_KEY": KEY,
-        "OPENBOOK_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "shared"), str(ROOT), env.get("PYTHONPATH", "")]),
-    }
-    up = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up"], env=env, cwd=ROOT, start_new_session=True
-    )
-    base = f"http://127.0.0.1:{port}"
+    up = UpStack(tmp_path_factory.mktemp("console"), stack_backbone, api_key=KEY).start()
     try:
-        assert wait_ready(base, timeout=90, alive=lambda: up.poll() is None), "openbook up did not get ready"
-        with httpx.Client(base_url=base, headers={"X-API-Key": KEY}, timeout=30) as http:
-            yield Stack(base, http)
+        up.wait_ready()  # a failure carries the tail of up's log
+        with httpx.Client(base_url=up.base, headers={"X-API-Key": KEY}, timeout=30) as http:
+            yield Stack(up.base, http)
     finally:
-        up.send_signal(signal.SIGTERM)  # `up` stops the api, the worker and Redis
-        try:
-            up.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
+        code = up.stop()  # SIGTERM: `up` stops the api, the worker and Redis
+    assert code == 0, up.log()[-3000:]
 
 
 @pytest.fixture()
