@@ -123,7 +123,7 @@ def test_bfloat16_precision_reaches_the_config_and_is_recorded_only_when_used(tm
     assert (train_config(plain, 7).precision, train_config(mixed, 7).precision) == ("float32", "bfloat16")
     assert "train_precision" not in checked_settings(plain)  # directories made before the flag resume
     (tmp_path / "settings.json").write_text(json.dumps(checked_settings(plain)))
-    with pytest.raises(ValueError, match="train_precision: None -> 'bfloat16'"):
+    with pytest.raises(ValueError, match="train_precision: 'float32' -> 'bfloat16'"):
         checked_settings(mixed)
 
 
@@ -132,6 +132,26 @@ def test_keep_reaches_the_config_and_is_recorded_only_when_used(tmp_path: Path) 
     plain, last = parser.parse_args([]), parser.parse_args(["--keep", "last"])
     assert (train_config(plain, 7).keep, train_config(last, 7).keep) == ("best", "last")
     assert "keep" not in checked_settings(plain) and checked_settings(last)["keep"] == "last"
+
+
+@pytest.mark.parametrize(
+    ("made_with", "resumed_with", "said"),
+    [
+        (["--keep", "last"], [], "keep: 'last' -> 'best'"),
+        (["--train-precision", "bfloat16"], [], "train_precision: 'bfloat16' -> 'float32'"),
+        ([], ["--keep", "last"], "keep: 'best' -> 'last'"),
+    ],
+)
+def test_a_setting_recorded_only_when_used_is_compared_both_ways(
+    tmp_path: Path, made_with: list[str], resumed_with: list[str], said: str
+) -> None:
+    import json
+
+    parser = _settings_parser(tmp_path)
+    (tmp_path / "settings.json").write_text(json.dumps(checked_settings(parser.parse_args(made_with))))
+    assert checked_settings(parser.parse_args(made_with))  # resumed as made
+    with pytest.raises(ValueError, match=f"other settings \\({said}\\)"):
+        checked_settings(parser.parse_args(resumed_with))
 
 
 def test_label_scoring_reaches_the_classifier_and_the_settings(causal_dir: Path, tmp_path: Path) -> None:

@@ -271,6 +271,16 @@ def recorded_label_scoring(args: argparse.Namespace) -> str:
     return resolved.pop() if len(resolved) == 1 else "auto"
 
 
+# Settings a results directory records only when they differ from these, so that directories made before
+# each existed still resume; a directory that does not name one ran with this value.
+UNRECORDED_SETTINGS: dict[str, object] = {
+    "full": None,
+    "full_dev_size": None,
+    "train_precision": "float32",
+    "keep": "best",
+}
+
+
 def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dict:
     """A results directory holds runs made with one set of settings; resuming with others is an error."""
     keys = (
@@ -281,23 +291,26 @@ def checked_settings(args: argparse.Namespace, extra: dict | None = None) -> dic
     # The budget with its defaults spelled out: a step count and eval_every, or epochs and the cap
     # (eval_every None: a dev check every epoch).
     settings |= train_config(args, seed=0).budget()
-    # `eval --full` only (continual shares this); recorded only when used
-    if getattr(args, "full", False):
+    if getattr(args, "full", False):  # `eval --full` only (continual shares this)
         settings |= {"full": True, "full_dev_size": args.full_dev_size}
     if hasattr(args, "label_scoring"):  # the commands that build their classifier from the arguments
         settings["label_scoring"] = recorded_label_scoring(args)
-    if args.train_precision != "float32":  # recorded only when used, so older directories still resume
-        settings["train_precision"] = args.train_precision
-    if args.keep != "best":  # likewise
-        settings["keep"] = args.keep
+    settings |= {"train_precision": args.train_precision, "keep": args.keep}
+    settings = {k: v for k, v in settings.items() if UNRECORDED_SETTINGS.get(k, ...) != v}  # see above
     settings |= extra or {}
     path = Path(args.out) / "settings.json"
     if path.exists():
         saved = json.loads(path.read_text())
+
+        def ran(recorded: dict, key: str) -> object:
+            return recorded.get(key, UNRECORDED_SETTINGS.get(key))
+
+        # Compared both ways: a directory of --keep last runs is not resumed without --keep either.
+        keys = [*settings, *(key for key in UNRECORDED_SETTINGS if key in saved and key not in settings)]
         changed = {
-            k: (saved.get(k), v)
-            for k, v in settings.items()
-            if saved.get(k) != v and k not in ("device", "batch_size")
+            k: (ran(saved, k), ran(settings, k))
+            for k in keys
+            if ran(saved, k) != ran(settings, k) and k not in ("device", "batch_size")
         }
         if changed:
             details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
