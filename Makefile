@@ -7,6 +7,10 @@ STAMP  := $(VENV)/.installed
 # The evaluation data (k-shot/ and full/ below it); the code reads OPENBOOK_DATA when --data is not given.
 OPENBOOK_DATA ?= ../shared/datasets
 export OPENBOOK_DATA
+# The records committed under docs/ were made while a training run kept the dev checks' best weights, the
+# default until the keep-judge's rule (docs/decisions.md, "The kept weights in the service's jobs"). Their
+# targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
+KEPT_BEST := --keep best
 
 .PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench clean
 
@@ -91,7 +95,7 @@ eval-sst2: install
 # and the token-embedding table trained, since changed: its directory refuses a rerun under today's defaults
 # (the kNN setting differs), so OUT=dir runs the command afresh there; resumable, over several sittings.
 eval-training: install
-	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone smollm2-135m --steps 32 \
+	$(BIN)/openbook eval $(KEPT_BEST) --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone smollm2-135m --steps 32 \
 		--methods prompt-ft,retroprompt/demos=neural/knn-loss,retroprompt/knn-loss,retroprompt/demos=neural,retroprompt/demos=neural/knn-loss/no-knn-infer \
 		--seeds 13,21,42,87,100 --out $(or $(OUT),docs/results/training)
 
@@ -103,14 +107,14 @@ eval-training: install
 # 5463 test pairs; RTE's 277 are all kept. Resumable; PARALLEL=N as below.
 PAIRS_BACKBONE ?= gemma3-270m
 eval-pairs: setfit
-	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task RTE,QNLI --backbone $(PAIRS_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --data $(OPENBOOK_DATA)/k-shot --task RTE,QNLI --backbone $(PAIRS_BACKBONE) \
 		--methods zero-shot,knn,knn-interp,prompt-ft,retroprompt/demos=neural,retroprompt/demos=neural/knn-loss,setfit \
 		--seeds 13,21 --max-length 256 --test-size 1000 --parallel $(PARALLEL) --out docs/results/pairs-$(PAIRS_BACKBONE)
 
 # The methods table: every prompt-optimisation method and the SetFit peer (an optional extra, installed
 # here), 16-shot, 3 seeds, smollm2-135m and 32 steps as it was made; resumable like eval-training.
 eval-methods: setfit
-	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone smollm2-135m --steps 32 \
+	$(BIN)/openbook eval $(KEPT_BEST) --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone smollm2-135m --steps 32 \
 		--methods dart,ipt,ipt/strategy=random,prompt-tuning,prefix-tuning,p-tuning,linear-probe,l2p,setfit \
 		--seeds 13,21,42 --out $(or $(OUT),docs/results/methods)
 
@@ -118,7 +122,7 @@ eval-methods: setfit
 # sentences), tested on the same 872 sentences as the 16-shot runs (data.FULL_LAYOUT). The budget is
 # fixed, not selected: 1000 steps of 8 (about 1.2 epochs), the best dev checkpoint kept. Hours of CPU.
 eval-full-sst2: install
-	$(BIN)/openbook eval --full --data $(OPENBOOK_DATA)/full --task SST-2 --methods prompt-ft,retroprompt/demos=neural/knn-loss \
+	$(BIN)/openbook eval $(KEPT_BEST) --full --data $(OPENBOOK_DATA)/full --task SST-2 --methods prompt-ft,retroprompt/demos=neural/knn-loss \
 		--seeds 13 --steps 1000 --eval-every 100 --patience 3 --out $(or $(OUT),docs/results/full)
 
 # The 16-shot table of the accuracy targets (docs/results.md, "Where the accuracy targets stand"), made once
@@ -129,7 +133,7 @@ eval-full-sst2: install
 # seeds, with the defaults as they stand (centred kNN scoring). Resumable; PARALLEL=N as below.
 TABLE_BACKBONE ?= gemma3-270m
 table-16shot: setfit
-	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \
 		--methods zero-shot,knn,knn-interp,prompt-ft,retroprompt,retroprompt/demos=neural,retroprompt/demos=neural/knn-loss,retroprompt/knn-loss,setfit \
 		--seeds 13,21,42,87,100 --parallel $(PARALLEL) --out docs/results/16shot-$(TABLE_BACKBONE)
 
@@ -183,7 +187,7 @@ curve-floor-dev: install
 # Class-incremental SST-2 -> trec -> mpqa, no task id at test time: average accuracy and forgetting
 # (smollm2-135m, 32 steps). Made with plain cosine kNN, since changed: OUT=dir runs it afresh there.
 eval-continual: install
-	$(BIN)/openbook continual --data $(OPENBOOK_DATA)/k-shot --stages SST-2,trec,mpqa --backbone smollm2-135m --steps 32 \
+	$(BIN)/openbook continual $(KEPT_BEST) --data $(OPENBOOK_DATA)/k-shot --stages SST-2,trec,mpqa --backbone smollm2-135m --steps 32 \
 		--methods l2p,prompt-ft,retroprompt/demos=neural/knn-loss --seeds 13,21,42 --out $(or $(OUT),docs/results/continual)
 
 # The nested dev-only check behind knn-interp's selection rule (docs/knn-selection.md): the frozen
@@ -207,11 +211,11 @@ DEV_BACKBONE ?= smollm2-135m
 DEV_TASKS ?= SST-2,trec,mpqa,sst-5
 DEV_METHODS = prompt-ft,retroprompt/knn-loss,retroprompt/demos=neural/knn-loss,retroprompt/demos=words/knn-loss,retroprompt/demos=text/knn-loss
 demos-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods $(DEV_METHODS) --seeds 13,21,42,87,100 --parallel $(PARALLEL) --out docs/results/dev-$(DEV_BACKBONE)
 
 budget-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods prompt-ft/no-freeze-embeddings,retroprompt/no-freeze-embeddings/knn-loss \
 		--seeds 13,21,42,87,100 --epochs 20 --patience 4 --max-steps 120 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/budget-dev-$(DEV_BACKBONE)
@@ -221,7 +225,7 @@ budget-dev: install
 # the rule reads, on DEV_BACKBONE, run as the 32-step records of docs/results/training were (32
 # steps, a dev check every 8, patience 2, plain cosine kNN), dev only. Resumable; PARALLEL=N as above.
 backbone-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods retroprompt/no-freeze-embeddings/knn-loss --seeds 13,21,42,87,100 --steps 32 \
 		--eval-every 8 --patience 2 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/backbone-dev-$(DEV_BACKBONE)
@@ -233,7 +237,7 @@ backbone-dev: install
 # runs both sides.
 EMBEDDINGS_METHODS ?= retroprompt/knn-loss
 embeddings-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods $(EMBEDDINGS_METHODS) --seeds 13,21,42,87,100 --steps 32 --eval-every 8 --patience 2 \
 		--knn-similarity cosine --parallel $(PARALLEL) --out docs/results/embeddings-dev-$(DEV_BACKBONE)
 
@@ -244,7 +248,7 @@ embeddings-dev: install
 # retroprompt/demos=neural/knn-loss runs record. The directory also holds retroprompt runs (no demonstrations). Resumable; PARALLEL=N as above.
 PARTS_METHODS ?= retroprompt/demos=neural
 parts-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods $(PARTS_METHODS) --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
 		--out docs/results/parts-dev-$(DEV_BACKBONE)
 
@@ -252,7 +256,7 @@ parts-dev: install
 # and trec: it must give the dev accuracy the table recorded, to the example, before dev-only grids are compared
 # with the table's dev records.
 repro-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec --backbone $(TABLE_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec --backbone $(TABLE_BACKBONE) \
 		--methods retroprompt/knn-loss,retroprompt/demos=neural/knn-loss --seeds 13 --parallel $(PARALLEL) \
 		--out docs/results/repro-dev-$(TABLE_BACKBONE)
 
@@ -263,7 +267,7 @@ repro-dev: install
 LR ?= 3e-05
 LR_METHOD ?= retroprompt/demos=neural
 lr-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods $(LR_METHOD) --lr $(LR) --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
 		--out docs/results/lr-dev-$(LR)-$(DEV_BACKBONE)
 
@@ -280,11 +284,11 @@ fresh-splits: install
 # every 8 steps, patience 2 checks, at most 120 steps), dev only, 4 tasks x seeds 1001-1005. Resumable.
 FRESH_SEEDS = 1001,1002,1003,1004,1005
 budget-fresh: fresh-splits
-	$(BIN)/openbook eval --no-test --data $(FRESH_DATA) --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(FRESH_DATA) --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods retroprompt/knn-loss --seeds $(FRESH_SEEDS) --steps 32 --eval-every 8 --patience 2 \
 		--parallel $(PARALLEL) \
 		--out docs/results/budget-fresh-32-$(DEV_BACKBONE)
-	$(BIN)/openbook eval --no-test --data $(FRESH_DATA) --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(FRESH_DATA) --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 		--methods retroprompt/knn-loss --seeds $(FRESH_SEEDS) --epochs 8 --min-steps 32 --max-steps 120 \
 		--eval-every 8 \
 		--patience 2 --parallel $(PARALLEL) --out docs/results/budget-fresh-floor-$(DEV_BACKBONE)
@@ -305,7 +309,7 @@ judged-splits: install
 		--out $(JUDGE_DATA)
 
 contrastive-judge: judged-splits
-	$(BIN)/openbook eval --data $(JUDGE_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --data $(JUDGE_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods $(JUDGE_METHODS) --seeds $(JUDGE_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/contrastive-judge-$(TABLE_BACKBONE)
 
@@ -321,7 +325,7 @@ judged-splits-2: install
 		--out $(JUDGE2_DATA)
 
 contrastive-judge-2: judged-splits-2
-	$(BIN)/openbook eval --data $(JUDGE2_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --data $(JUDGE2_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods $(JUDGE2_METHODS) --seeds $(JUDGE2_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/contrastive-judge-2-$(TABLE_BACKBONE)
 
@@ -349,7 +353,7 @@ keep-judge: judged-splits-3
 # default above 16 labels since: docs/decisions.md, "Many labels").
 CLINC_SEEDS = 13,21,42,87,100
 clinc150: install
-	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
 		--label-scoring exact --methods zero-shot,knn,knn-interp --seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/clinc150-untrained-$(TABLE_BACKBONE)
 
@@ -358,21 +362,21 @@ clinc150: install
 # as the untrained rows are. Resumable, a unit per (method, seed); PARALLEL=N as above (on a GPU, all 15 at
 # once: PARALLEL=15).
 clinc150-trained: setfit
-	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
 		--label-scoring exact --methods prompt-ft,retroprompt/demos=neural,setfit --seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/clinc150-trained-$(TABLE_BACKBONE)
 
 # The scoring rule's other side (docs/decisions.md, "Many labels"): label vectors on clinc150's dev sets,
 # untrained, 5 seeds; test is never read.
 clinc150-scoring-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
 		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods zero-shot,knn,knn-interp \
 		--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) --out docs/results/clinc150-vectors-dev-$(TABLE_BACKBONE)
 
 # The rule's second part: the trained default as it then was (retroprompt/demos=neural) with label vectors on
 # the same dev sets, test never read; its exact side is clinc150-trained's rows of it. Resumable, a unit per seed.
 clinc150-vectors-trained-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
 		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods retroprompt/demos=neural \
 		--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/clinc150-vectors-trained-dev-$(TABLE_BACKBONE)
@@ -381,7 +385,7 @@ clinc150-vectors-trained-dev: install
 # trained retroprompt/demos=neural (the default then) with label vectors, test read; clinc150-trained's rows
 # of it are exact scoring. Beside it, today's default (retroprompt, no demonstrations), the same way.
 clinc150-vectors-trained: install
-	$(BIN)/openbook eval --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
+	$(BIN)/openbook eval $(KEPT_BEST) --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
 		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods retroprompt/demos=neural,retroprompt \
 		--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/clinc150-vectors-trained-$(TABLE_BACKBONE)
@@ -391,7 +395,7 @@ clinc150-vectors-trained: install
 # units fit at once (PARALLEL=15); resumable, a unit per (method, seed).
 CLINC_OBJECTIVES = retroprompt/demos=neural,retroprompt/demos=neural/contrastive=1.0,retroprompt/contrastive=1.0
 clinc150-objective-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
 		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods $(CLINC_OBJECTIVES) \
 		--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/clinc150-objective-dev-$(TABLE_BACKBONE)
@@ -402,7 +406,7 @@ clinc150-objective-dev: install
 CLINC_BUDGET_CAPS = 376 564
 clinc150-budget-dev: install
 	for cap in $(CLINC_BUDGET_CAPS); do \
-		$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
+		$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
 			--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods retroprompt/demos=neural --max-steps $$cap \
 			--seeds $(CLINC_SEEDS) --parallel $(PARALLEL) \
 			--out docs/results/clinc150-budget-dev-$$cap-$(TABLE_BACKBONE) || exit 1; \
@@ -413,11 +417,11 @@ clinc150-budget-dev: install
 # records; these are the bfloat16 sides. Test is never read.
 PRECISION_SEEDS = 13,21,42
 precision-dev: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task trec,sst-5 --backbone $(TABLE_BACKBONE) \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task trec,sst-5 --backbone $(TABLE_BACKBONE) \
 		--methods retroprompt/demos=neural --seeds $(PRECISION_SEEDS) --train-precision bfloat16 --parallel $(PARALLEL) \
 		--out docs/results/precision-dev-$(TABLE_BACKBONE)
 precision-dev-clinc150: install
-	$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
+	$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 \
 		--backbone $(TABLE_BACKBONE) --label-scoring vectors --methods retroprompt/demos=neural --seeds $(PRECISION_SEEDS) \
 		--train-precision bfloat16 --parallel $(PARALLEL) \
 		--out docs/results/precision-dev-clinc150-vectors-$(TABLE_BACKBONE)
@@ -444,7 +448,7 @@ KNN_CANDIDATES = cosine:--knn-similarity=cosine:--no-knn-standardise:--knn-tempe
 knn-dev: install
 	for candidate in $(KNN_CANDIDATES); do \
 		set -- $$(echo $$candidate | tr ':' ' '); name=$$1; shift; \
-		$(BIN)/openbook eval --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
+		$(BIN)/openbook eval $(KEPT_BEST) --no-test --data $(OPENBOOK_DATA)/k-shot --task $(DEV_TASKS) --backbone $(DEV_BACKBONE) \
 			--methods knn,knn-interp --seeds 13,21,42,87,100 "$$@" --parallel $(PARALLEL) \
 			--out docs/results/knn-dev-$(DEV_BACKBONE)-$$name \
 			|| exit 1; \

@@ -142,13 +142,6 @@ class KnnSettings(BaseModel):
     )
 
 
-# A service job keeps its last weights, where the library keeps the dev checks' best (TrainConfig.keep):
-# the service's dev split is a few examples held out of what people add, and on the learning curve the
-# best of its checks served 4.2 points less than the last weights (docs/decisions.md, "The kept weights
-# in the service's jobs").
-SERVICE_KEEP: Keep = "last"
-
-
 class TrainOptions(BaseModel):
     """What a training job is asked for: the method, and the knobs of its loop (training.TrainConfig)."""
 
@@ -218,7 +211,7 @@ class TrainOptions(BaseModel):
     )
 
     keep: Keep = Field(
-        SERVICE_KEEP,
+        TrainConfig.keep,
         description="last (the default): the job runs its budget and keeps the last weights (dev is scored "
         "at the start and the end only); best: dev checks keep the best weights and stop early",
     )
@@ -246,9 +239,8 @@ class TrainOptions(BaseModel):
             include=set(TrainOptions.model_fields) - {"method", *BUDGET_KEYS, *BOUNDS, "eval_every"},
             exclude_none=True,
         )
-        for knob in ("precision", "keep"):  # written only when used, as settings.json does
-            if knobs[knob] == getattr(TrainConfig, knob):
-                del knobs[knob]
+        if knobs["precision"] == TrainConfig.precision:  # written only when used, as settings.json does
+            del knobs["precision"]  # (`keep` always: jobs from before "last" was the default kept the best)
         return knobs | budget
 
     def merged(self, changes: dict[str, Any]) -> Self:

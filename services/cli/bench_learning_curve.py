@@ -83,8 +83,8 @@ def run_bench_learning_curve(argv: list[str]) -> int:
     parser.add_argument(
         "--keep",
         choices=("best", "last"),  # training.Keep (imported late, as this module's imports are)
-        default="last",  # task_spec.SERVICE_KEEP, a service job's default
-        help="the jobs' kept weights: the last (default, as a service job's), or the dev checks' best",
+        default="last",  # TrainConfig.keep
+        help="the jobs' kept weights: the last (default), or the dev checks' best",
     )
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
@@ -161,7 +161,8 @@ def run_bench_learning_curve(argv: list[str]) -> int:
                 "batch_size": args.batch_size,
                 "lr": args.lr,
                 "patience": args.patience,
-                **({"keep": args.keep} if args.keep != "best" else {}),  # recorded only when used
+                # recorded unless "best", what the curves made before --keep kept
+                **({"keep": args.keep} if args.keep != "best" else {}),
                 **TrainConfig(
                     steps=args.steps,
                     epochs=args.epochs,

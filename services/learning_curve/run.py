@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from services.api.settings import Settings
 from services.bench_stack import Served
 from services.bus.server import EmbeddedRedis, free_port
-from services.bus.task_spec import SERVICE_KEEP, Task
+from services.bus.task_spec import Task
 from services.learning_curve.baselines import BASELINES, Baselines, unavailable
 from services.learning_curve.client import CurveClient
 from services.learning_curve.report import (
@@ -72,14 +72,14 @@ class CurveSettings:
     method: str = "retroprompt"  # the service task's method, which its automatic jobs train
     test_size: int | None = 500
     pool_size: int | None = 500  # the uncertainty order's pool (the service scores up to 2000)
-    # the service task's training settings, its budget spelled out (by default, the default budget, and
-    # the weights a service job keeps)
+    # the service task's training settings, its budget spelled out (by default, the default budget), and
+    # the weights its jobs keep
     training: dict = field(
         default_factory=lambda: {
             "batch_size": 8,
             "lr": 1e-5,
             "patience": 2,
-            "keep": SERVICE_KEEP,
+            "keep": TrainConfig.keep,
             **TrainConfig().budget(),
         }
     )

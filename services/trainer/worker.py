@@ -3,8 +3,8 @@
 The examples are the log folded up to its last entry (adds minus deletes).
 One in four is held out as dev, chosen by a hash of its id (`openbook.dev_split`,
 the split `Estimator.fit` makes too), so the dev set grows with the log but
-never reshuffles; dev serves the dev checks
-that keep the best weights, the choice of k, T and lambda, and the promotion
+never reshuffles; dev serves the choice of k, T and lambda (and the dev checks
+that keep the best weights, where a job asks for them), and the promotion
 gate (gate.py), and is never trained on. After training, the store is rebuilt
 from all the examples, under their log ids, with the trained weights. The
 checkpoint is written atomically under `artifacts_dir/<task>/<version>`; the

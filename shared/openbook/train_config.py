@@ -60,8 +60,9 @@ DEFAULT_MAX_STEPS = 120
 
 # What a run's arithmetic is done in (`TrainConfig.precision`); the weights are float32 either way.
 Precision = Literal["float32", "bfloat16"]
-# The weights a run ends with: "best", the best dev check's (stopping after `patience` without gain), or
-# "last", its budget run out, dev scored at the end alone (docs/decisions.md, "The kept weights ...").
+# The weights a run ends with: "last", its budget run out, dev scored at the start and the end alone; or
+# "best", the best dev check's, stopping after `patience` without gain. "last" is the default: a few dozen
+# dev examples choose the step by noise (docs/decisions.md, "The kept weights in the service's jobs").
 Keep = Literal["best", "last"]
 
 
@@ -85,7 +86,7 @@ class TrainConfig:
     calibration: CalibrationMode = "domain"
     seed: int = 13
     precision: Precision = "float32"  # "bfloat16": mixed precision (autocast), the weights still float32
-    keep: Keep = "best"  # the dev checks' part: choose the kept weights and stop early, or nothing (`Keep`)
+    keep: Keep = "last"  # the dev checks' part: nothing, or choose the kept weights and stop early (`Keep`)
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.epochs is not None:

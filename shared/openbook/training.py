@@ -1,9 +1,9 @@
 """The training loop shared by every trainable prompt method.
 
-AdamW with linear warmup and decay, gradient clipping, seeded shuffling, dev
-evaluations that keep the best weights (dev accuracy, ties broken by dev
-log-likelihood), and early stopping after `patience` evaluations without
-improvement. The run's budget, and what it keeps, are its `TrainConfig` (train_config.py).
+AdamW with linear warmup and decay, gradient clipping, seeded shuffling, and the budget run out to
+its last weights; or, with `keep="best"`, dev evaluations that keep the best weights (dev accuracy, ties
+broken by dev log-likelihood) and early stopping after `patience` evaluations without improvement. The
+run's budget, and what it keeps, are its `TrainConfig` (train_config.py).
 
 A run computes in float32 unless `precision` is "bfloat16": then its forwards and backwards run under
 autocast (matrix products in bfloat16, reductions such as the log-softmax in float32) while the weights,

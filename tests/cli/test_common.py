@@ -127,19 +127,20 @@ def test_bfloat16_precision_reaches_the_config_and_is_recorded_only_when_used(tm
         checked_settings(mixed)
 
 
-def test_keep_reaches_the_config_and_is_recorded_only_when_used(tmp_path: Path) -> None:
+def test_keep_reaches_the_config_and_best_is_not_recorded(tmp_path: Path) -> None:
     parser = _settings_parser(tmp_path)
-    plain, last = parser.parse_args([]), parser.parse_args(["--keep", "last"])
-    assert (train_config(plain, 7).keep, train_config(last, 7).keep) == ("best", "last")
-    assert "keep" not in checked_settings(plain) and checked_settings(last)["keep"] == "last"
+    plain, best = parser.parse_args([]), parser.parse_args(["--keep", "best"])
+    assert (train_config(plain, 7).keep, train_config(best, 7).keep) == ("last", "best")
+    # a directory that names no keep ran the best weights, made before the option or with it
+    assert checked_settings(plain)["keep"] == "last" and "keep" not in checked_settings(best)
 
 
 @pytest.mark.parametrize(
     ("made_with", "resumed_with", "said"),
     [
-        (["--keep", "last"], [], "keep: 'last' -> 'best'"),
+        (["--keep", "best"], [], "keep: 'best' -> 'last'"),  # as every directory made before "last"
         (["--train-precision", "bfloat16"], [], "train_precision: 'bfloat16' -> 'float32'"),
-        ([], ["--keep", "last"], "keep: 'best' -> 'last'"),
+        ([], ["--keep", "best"], "keep: 'last' -> 'best'"),
     ],
 )
 def test_a_setting_recorded_only_when_used_is_compared_both_ways(

@@ -225,10 +225,10 @@ def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> No
     assert "precision" not in default  # float32, written only when another is asked for
     mixed = api.post("/v1/tasks/reviews/train", json={"precision": "bfloat16"}).json()["train_config"]
     assert TrainConfig(**mixed).precision == "bfloat16"  # as the worker will build it
-    # a service job keeps its last weights unless asked for the best, which the library's default are
-    assert TrainConfig(**default).keep == "last" and "keep" in default
+    # a job keeps its last weights unless asked for the best, and its record says which either way
+    assert default["keep"] == TrainConfig(**default).keep == "last"
     best = api.post("/v1/tasks/reviews/train", json={"keep": "best"}).json()["train_config"]
-    assert "keep" not in best and TrainConfig(**best).keep == "best"
+    assert best["keep"] == TrainConfig(**best).keep == "best"
     refused = api.post("/v1/tasks/reviews/train", json={"keep": "first"})
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"][-1] == "keep"
     floored = api.post("/v1/tasks/reviews/train", json={"epochs": 2, "min_steps": 12}).json()["train_config"]

@@ -132,8 +132,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep",
         choices=get_args(Keep),
         default=default.keep,
-        help="best: the dev checks keep the best weights and stop early; last: run the budget and keep the "
-        "last weights",
+        help="last (the default): run the budget and keep the last weights; best: the dev checks keep the "
+        "best weights and stop early",
     )
 
 

@@ -15,8 +15,8 @@ normed hidden state. For a masked LM it is the MLM head's transform of that
 state (dense + activation + LayerNorm), the features the label words are
 scored from.
 
-How it is fitted: with the shared loop (AdamW, the dev check keeps the best
-weights, checkpoints as for every method), L2 regularisation as the group's
+How it is fitted: with the shared loop (AdamW, the kept weights and
+checkpoints as for every method), L2 regularisation as the group's
 weight decay. A closed-form or L-BFGS fit would converge in one call, but it
 would need its own path around the loop, the dev selection and the
 checkpoints; with a few dozen examples and a zero-initialised layer the loop
