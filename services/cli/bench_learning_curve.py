@@ -8,6 +8,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 
 def _list(kind: type) -> Callable[[str], list]:
@@ -22,8 +23,10 @@ def _size(text: str) -> int | None:
 
 
 def run_bench_learning_curve(argv: list[str]) -> int:
+    from openbook.cli.common import UNRECORDED_SETTINGS
     from openbook.data import DataError
     from openbook.models import DEFAULT_BACKBONE
+    from openbook.train_config import Keep, TrainConfig
 
     from services.learning_curve.baselines import BASELINES
     from services.learning_curve.schedule import ORDERS, ROUNDS
@@ -76,14 +79,14 @@ def run_bench_learning_curve(argv: list[str]) -> int:
     budget.add_argument("--epochs", type=float, help="the jobs' budget in epochs instead")
     parser.add_argument("--max-steps", type=int, help="the budget's cap")
     parser.add_argument("--min-steps", type=int, help="with --epochs: the budget's floor")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
+    parser.add_argument("--lr", type=float, default=TrainConfig.lr)
     parser.add_argument("--eval-every", type=int, help="steps between dev checks")
-    parser.add_argument("--patience", type=int, default=2)
+    parser.add_argument("--patience", type=int, default=TrainConfig.patience)
     parser.add_argument(
         "--keep",
-        choices=("best", "last"),  # training.Keep (imported late, as this module's imports are)
-        default="last",  # TrainConfig.keep
+        choices=get_args(Keep),
+        default=TrainConfig.keep,
         help="the jobs' kept weights: the last (default), or the dev checks' best",
     )
     parser.add_argument("--max-length", type=int, default=128)
@@ -139,7 +142,6 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         parser.error(f"--parallel must be at least 1, got {args.parallel}")
 
     from openbook.data import data_root
-    from openbook.training import TrainConfig
 
     from services.learning_curve.baselines import canonical_baseline
     from services.learning_curve.run import CurveSettings, run_in_processes, run_learning_curve
@@ -161,8 +163,8 @@ def run_bench_learning_curve(argv: list[str]) -> int:
                 "batch_size": args.batch_size,
                 "lr": args.lr,
                 "patience": args.patience,
-                # recorded unless "best", what the curves made before --keep kept
-                **({"keep": args.keep} if args.keep != "best" else {}),
+                # recorded unless it is what the curves made before --keep kept
+                **({"keep": args.keep} if args.keep != UNRECORDED_SETTINGS["keep"] else {}),
                 **TrainConfig(
                     steps=args.steps,
                     epochs=args.epochs,
