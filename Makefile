@@ -12,7 +12,7 @@ export OPENBOOK_DATA
 # targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
 KEPT_BEST := --keep best
 
-.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench clean
+.PHONY: install install-offline wheelhouse setfit test test-setup lint chaos fuzz run eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench clean
 
 install: $(STAMP)
 
@@ -352,6 +352,24 @@ keep-judge: judged-splits-3
 	$(BIN)/openbook eval --data $(JUDGE3_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods retroprompt --seeds $(JUDGE3_SEEDS) --parallel $(PARALLEL) --keep last \
 		--out docs/results/keep-judge-last-$(TABLE_BACKBONE)
+
+# The store's layer after training (docs/decisions.md, "The store's layer after training": the rule,
+# written before this grid ran): the default and the untrained task with the store keyed on the last layer
+# and on layer 12, seeds 2016-2020 and a judge set of their own. A results directory holds one layer.
+# Resumable; PARALLEL=N as above.
+JUDGE4_DATA ?= openbook-data/judged-k-shot-4
+JUDGE4_SEEDS = 2016,2017,2018,2019,2020
+judged-splits-4: install
+	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds $(JUDGE4_SEEDS) --judge 500 \
+		--out $(JUDGE4_DATA)
+
+layer-judge: judged-splits-4
+	$(BIN)/openbook eval --data $(JUDGE4_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+		--methods knn-interp,retroprompt --seeds $(JUDGE4_SEEDS) --parallel $(PARALLEL) --layer -1 \
+		--out docs/results/layer-judge-last-$(TABLE_BACKBONE)
+	$(BIN)/openbook eval --data $(JUDGE4_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+		--methods knn-interp,retroprompt --seeds $(JUDGE4_SEEDS) --parallel $(PARALLEL) --layer 12 \
+		--out docs/results/layer-judge-12-$(TABLE_BACKBONE)
 
 # clinc150: 150 intents, 10 examples per intent (--shots 10), the 4,500 in-scope test queries and the
 # 1,000 out-of-scope ones (scored for refusal only: docs/cli.md, "Data layout"). The untrained methods,
