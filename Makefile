@@ -308,12 +308,13 @@ budget-fresh: fresh-splits
 # both without demonstrations (today's default, and with the loss); the prompt alone (no-knn-infer) shares
 # its training. Resumable; PARALLEL=N as above (on a GPU, all 20).
 JUDGE_DATA ?= openbook-data/judged-k-shot
+# Fresh 16-shot splits with a judge set of 500 per task apart from train and dev; each judge grid has its own.
+JUDGED_SPLITS = $(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --judge 500
 JUDGE_SEEDS = 2001,2002,2003,2004,2005
 JUDGE_TASKS ?= trec,SST-2,mpqa,sst-5
 JUDGE_METHODS = retroprompt/demos=neural,retroprompt/demos=neural/no-knn-infer,retroprompt/demos=neural/contrastive=1.0,retroprompt/demos=neural/no-knn-infer/contrastive=1.0,retroprompt,retroprompt/contrastive=1.0
 judged-splits: install
-	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds $(JUDGE_SEEDS) --judge 500 \
-		--out $(JUDGE_DATA)
+	$(JUDGED_SPLITS) --seeds $(JUDGE_SEEDS) --out $(JUDGE_DATA)
 
 contrastive-judge: judged-splits
 	$(BIN)/openbook eval $(KEPT_BEST) --data $(JUDGE_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
@@ -328,8 +329,7 @@ JUDGE2_DATA ?= openbook-data/judged-k-shot-2
 JUDGE2_SEEDS = 2006,2007,2008,2009,2010
 JUDGE2_METHODS = retroprompt,retroprompt/contrastive=1.0
 judged-splits-2: install
-	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds $(JUDGE2_SEEDS) --judge 500 \
-		--out $(JUDGE2_DATA)
+	$(JUDGED_SPLITS) --seeds $(JUDGE2_SEEDS) --out $(JUDGE2_DATA)
 
 contrastive-judge-2: judged-splits-2
 	$(BIN)/openbook eval $(KEPT_BEST) --data $(JUDGE2_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
@@ -342,8 +342,7 @@ contrastive-judge-2: judged-splits-2
 JUDGE3_DATA ?= openbook-data/judged-k-shot-3
 JUDGE3_SEEDS = 2011,2012,2013,2014,2015
 judged-splits-3: install
-	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds $(JUDGE3_SEEDS) --judge 500 \
-		--out $(JUDGE3_DATA)
+	$(JUDGED_SPLITS) --seeds $(JUDGE3_SEEDS) --out $(JUDGE3_DATA)
 
 keep-judge: judged-splits-3
 	$(BIN)/openbook eval --data $(JUDGE3_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
@@ -360,8 +359,7 @@ keep-judge: judged-splits-3
 JUDGE4_DATA ?= openbook-data/judged-k-shot-4
 JUDGE4_SEEDS = 2016,2017,2018,2019,2020
 judged-splits-4: install
-	$(BIN)/openbook splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds $(JUDGE4_SEEDS) --judge 500 \
-		--out $(JUDGE4_DATA)
+	$(JUDGED_SPLITS) --seeds $(JUDGE4_SEEDS) --out $(JUDGE4_DATA)
 
 layer-judge: judged-splits-4
 	$(BIN)/openbook eval --data $(JUDGE4_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
