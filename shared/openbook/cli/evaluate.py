@@ -71,8 +71,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="run the (task, seed) units as N processes at once into --out (cores / N threads each, or one"
-        " GPU shared); each unit's output goes to OUT/logs/",
+        help="run the units (a task and seed's untrained methods together, each trained method or peer apart)"
+        " as N processes at once into --out (cores / N threads each, or one GPU shared); each unit's output"
+        " goes to OUT/logs/",
     )
     add_prompt_arguments(evaluate)
     add_label_scoring_argument(evaluate)
