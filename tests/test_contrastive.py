@@ -21,15 +21,39 @@ def _store(vectors: np.ndarray, labels: list[int]) -> KnowledgeStore:
 
 
 def test_loss_matches_the_formula_and_leaves_the_anchor_out() -> None:
-    keys = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], dtype=np.float32)
-    store = _store(keys, [0, 0, 1])
+    keys = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [-0.8, 0.6]], dtype=np.float32)
+    store = _store(keys, [0, 0, 1, 2])
     anchor = torch.tensor([[0.8, 0.6]], requires_grad=True)
     loss = store_contrastive_loss(anchor, np.array([0]), torch.tensor([0]), store, temperature=0.5)
-    # anchor id 0: candidates are keys 1 (label 0, the one positive) and 2 (label 1)
-    s = torch.tensor([0.8 * 0.6 + 0.6 * 0.8, 0.6]) / 0.5
+    # anchor id 0: candidates are keys 1 (label 0, the one positive), 2 and 3
+    s = torch.tensor([0.8 * 0.6 + 0.6 * 0.8, 0.6, -0.8 * 0.8 + 0.6 * 0.6]) / 0.5
     assert loss.item() == pytest.approx(-(s[0] - torch.logsumexp(s, 0)).item(), abs=1e-6)
     loss.backward()
     assert anchor.grad is not None and torch.isfinite(anchor.grad).all()
+
+
+def test_the_loss_averages_over_positives_then_over_anchors_that_have_one() -> None:
+    rng = np.random.default_rng(0)
+    keys = rng.normal(size=(6, 4)).astype(np.float32)
+    labels = [0, 0, 0, 1, 1, 2]
+    store = _store(keys, labels)
+    anchor_ids = np.array([0, 3, 5])  # two positives, one positive, none
+    anchors = rng.normal(size=(3, 4)).astype(np.float32)
+    temperature = 0.3
+    loss = store_contrastive_loss(
+        torch.from_numpy(anchors), anchor_ids, torch.tensor([0, 1, 2]), store, temperature
+    )
+    unit = keys / np.linalg.norm(keys, axis=1, keepdims=True)
+    per_anchor = []
+    for anchor, own in zip(anchors, anchor_ids, strict=True):
+        others = [j for j in range(6) if j != own]
+        s = {j: float(unit[j] @ (anchor / np.linalg.norm(anchor))) / temperature for j in others}
+        log_z = np.log(sum(np.exp(v) for v in s.values()))
+        positives = [j for j in others if labels[j] == labels[own]]
+        if positives:  # an anchor with no positive is left out of the mean, not counted as a zero
+            per_anchor.append(-np.mean([s[j] - log_z for j in positives]))
+    assert len(per_anchor) == 2
+    assert loss.item() == pytest.approx(float(np.mean(per_anchor)), abs=1e-5)
 
 
 def test_an_anchor_without_positive_adds_nothing_and_keeps_the_graph() -> None:
@@ -93,8 +117,17 @@ def test_the_option_trains_and_is_off_by_default(causal_dir: Path, fresh_classif
         classifier.add_examples(DISTINCT, [classifier.labels[i] for i in labels])
         losses[spec] = method.loss(classifier, batch)
         assert losses[spec].requires_grad and torch.isfinite(losses[spec])
-    # with it on, the cross-entropy is the same and the contrastive term adds to it
+    # with it on, the cross-entropy is the same and the contrastive term adds to it, at its weight
     assert losses["retroprompt/contrastive=1"] > losses["retroprompt"]
+    classifier, method = fresh_classifier(causal_dir, "retroprompt/contrastive=0.5")
+    classifier.add_examples(DISTINCT, [classifier.labels[i] for i in labels])
+    term = store_contrastive_loss(
+        classifier.plain_forward(batch.texts).hidden, batch.ids, batch.gold, classifier.store, 0.07
+    )
+    assert term.item() > 0
+    assert method.loss(classifier, batch).item() == pytest.approx(
+        losses["retroprompt"].item() + 0.5 * term.item(), rel=1e-4
+    )
 
     def refuse(*args, **kwargs):
         raise AssertionError("the contrastive loss ran with the option off")
@@ -105,15 +138,26 @@ def test_the_option_trains_and_is_off_by_default(causal_dir: Path, fresh_classif
     assert method.loss(classifier, batch).item() == pytest.approx(losses["retroprompt"].item())
 
 
-def test_retroprompt_trains_with_the_contrastive_loss(causal_dir: Path, fresh_classifier) -> None:
+def test_retroprompt_trains_with_the_contrastive_loss(
+    causal_dir: Path, fresh_classifier, monkeypatch
+) -> None:
+    import openbook.methods.retroprompt
     from openbook.training import train
 
     from tests.methods.test_retroprompt import QUICK
 
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return store_contrastive_loss(*args, **kwargs)
+
+    monkeypatch.setattr(openbook.methods.retroprompt, "store_contrastive_loss", counted)
     classifier, method = fresh_classifier(causal_dir, "retroprompt/demos=neural/contrastive=0.5")
     labels = np.array([1, 1, 0, 0, 1, 1, 0, 0])
     result = train(classifier, method, DISTINCT, labels, DISTINCT[:2], labels[:2], QUICK, progress=False)
     assert len(result.losses) == QUICK.steps and np.isfinite(result.losses).all()
+    assert len(calls) == QUICK.steps  # one contrastive term a step
     assert len(classifier.predict(DISTINCT[:2])) == 2
 
 

@@ -66,13 +66,17 @@ def test_loss_falls_and_checkpoint_round_trips(
         assert len(reloaded) == len(a.neighbours) and reloaded == pytest.approx(trained, abs=1e-3)
 
 
-def test_retroprompt_starts_from_untrained_keys_and_reembeds(causal_dir: Path, toy, fresh_classifier) -> None:
+def test_retroprompt_ends_with_its_store_reembedded_under_the_kept_weights(
+    causal_dir: Path, toy, fresh_classifier
+) -> None:
     classifier, method = fresh_classifier(causal_dir, "retroprompt")
     config = dataclasses.replace(CONFIG, steps=4)
+    untrained = classifier.embed(toy.texts, vectors_only=True).vectors
     train(classifier, method, toy.texts, toy.labels, toy.texts, toy.labels, config, progress=False)
     keys = classifier.store.vectors_of(np.arange(len(toy.texts)))
     fresh = classifier.embed(toy.texts, vectors_only=True).vectors
     np.testing.assert_allclose(keys, fresh, atol=1e-5)  # the store holds the kept weights' keys
+    assert np.abs(keys - untrained).max() > 1e-3  # not the untrained ones it started from
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,9 @@ def test_the_apps_own_422s_have_the_validation_shape(
     assert response.status_code == 422, response.text
     (error,) = response.json()["detail"]
     assert error["loc"] == loc and says in error["msg"] and error["type"] == "value_error"
+    # all or none: the valid example beside the bad one was not stored, and no task was made
+    assert api.get("/v1/tasks/reviews/examples").json()["examples"] == []
+    assert "bad" not in [task["name"] for task in api.get("/v1/tasks").json()]
 
 
 @pytest.mark.parametrize(
@@ -117,17 +120,20 @@ def test_a_wrong_method_is_told_every_method_the_path_allows(
 
 
 def test_errors_other_than_422_are_a_detail_string(api: TestClient) -> None:
-    for response in (
-        api.get("/v1/tasks/nope"),
-        api.get("/v1/jobs/nope"),
-        api.post(
-            "/v1/tasks/reviews/classify",
-            content=b"x" * 2_000_000,
-            headers={"content-type": "application/json"},
+    for code, response in (
+        (404, api.get("/v1/tasks/nope")),
+        (404, api.get("/v1/jobs/nope")),
+        (
+            413,
+            api.post(
+                "/v1/tasks/reviews/classify",
+                content=b"x" * 2_000_000,
+                headers={"content-type": "application/json"},
+            ),
         ),
-        api.post("/v1/tasks", json={**TASK, "template": "{text} Overall: {mask}"}),
+        (409, api.post("/v1/tasks", json={**TASK, "template": "{text} Overall: {mask}"})),
     ):
-        assert response.status_code in (404, 409, 413) and set(response.json()) == {"detail"}
+        assert response.status_code == code and set(response.json()) == {"detail"}, response.text
         assert isinstance(response.json()["detail"], str)
 
 

@@ -71,7 +71,9 @@ def validation_messages(response) -> str:
 )
 def test_bad_input_is_a_4xx_in_the_validation_shape(api: TestClient, path: str, body: str, says: str) -> None:
     assert says in validation_messages(post_raw(api, path, body))
-    assert api.get("/v1/tasks/reviews/examples").json()["examples"] == []  # nothing was written
+    # nothing was written: no example, no task
+    assert api.get("/v1/tasks/reviews/examples").json()["examples"] == []
+    assert sorted(task["name"] for task in api.get("/v1/tasks").json()) == ["pairs", "reviews"]
 
 
 def test_a_backbone_is_only_one_the_service_knows(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:

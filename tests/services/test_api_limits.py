@@ -102,6 +102,7 @@ def test_blocked_writes_never_stall_reads(make_client, monkeypatch: pytest.Monke
                 reader.join(5)
             slow = {path: seconds for path, seconds in timings.items() if seconds > 1.0}
             assert len(timings) == len(readers) and not slow, timings
+            assert statuses == []  # the reads answered while every write was still blocked
         finally:
             release.set()
             for writer in writers:

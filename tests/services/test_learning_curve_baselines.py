@@ -50,6 +50,7 @@ def test_baselines_score_rounds_from_the_pretrained_weights_every_time(
     after = backbone.model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before)  # training started from scratch
     assert baselines.accuracy("knn-interp", first, 13) == knn_first  # and left nothing behind
+    assert baselines.accuracy("prompt-ft", first + second, 13) == tuned  # a second run trains the same
     # ids 1-4 all hash outside dev: with no dev example the train examples stand in, as in the service
     assert not any(in_dev(i) for i in (1, 2, 3, 4))
     assert 0.0 <= baselines.accuracy("prompt-ft", [1, 2, 3, 4], 13) <= 1.0

@@ -59,7 +59,9 @@ def test_a_labeller_drives_the_service_round_by_round(causal_dir: Path, tmp_path
         assert 0.0 <= record.accuracy <= 1.0
         # every round's labels queued exactly one automatic job, which finished with a verdict
         assert record.service["auto_jobs"] == 1, record.service
-        assert record.service["verdict"] in ("first", "promoted", "rejected")
+        # the first round's job is the task's first; a later one is judged against what serves
+        expected = ("first",) if record.shots == 2 else ("promoted", "rejected")
+        assert record.service["verdict"] in expected, record.service
     first = [r for r in service if r.shots == 2]
     assert first[0].accuracy == first[1].accuracy  # both orders start from the same first round
     assert {(r.method, r.shots) for r in records if r.method != "service"} == {

@@ -121,6 +121,19 @@ def test_a_first_candidate_worse_than_the_untrained_task_is_not_served(server, r
     assert answer["model_version"] == untrained
 
 
+def test_a_first_candidate_better_than_the_untrained_task_is_served(server, replicas, artifacts) -> None:
+    api, _ = replicas
+    client = redis.Redis.from_url(server.url)
+    good = train(api, Worker(client, artifacts, max_length=48, untrained_gate=True), GOOD)
+    gate = good["gate"]
+    # compared with the untrained task, on the same dev examples, and not found worse
+    assert gate["verdict"] == "first" and gate["serving_version"] is None and gate["dev"] == 5, gate
+    assert isinstance(gate["serving"], float) and gate["candidate"] >= gate["serving"], gate
+    version = good["published"]["version"]
+    assert current_checkpoint(client, "reviews").version == version
+    wait_for(lambda: serves(api, version))
+
+
 def test_promote_rolls_every_replica_back_and_unknowns_are_404(server, replicas, artifacts) -> None:
     first_api, second_api = replicas
     worker = Worker(redis.Redis.from_url(server.url), artifacts, max_length=48)
