@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 from openbook.cli import main
 from openbook.experiments.knn_selection import RULES
 
@@ -44,6 +45,14 @@ def test_the_check_of_a_trained_method(tmp_path, causal_dir, capsys, training_fl
     assert main(args) == 0
     assert "trained: retroprompt" in (out / "results.md").read_text()
     assert json.loads((out / "settings.json").read_text())["trained"] == "retroprompt"
+    frozen = tmp_path / "frozen"  # the same seed under the frozen prompt: other keys, other scores
+    frozen_args = _args(data, frozen, causal_dir)
+    frozen_args[frozen_args.index("--seeds") + 1] = "1"
+    assert main(frozen_args) == 0
+    trained_keys, frozen_keys = (
+        np.load(d / "embeddings" / "toy-1.npz")["train_vectors"] for d in (out, frozen)
+    )
+    assert trained_keys.shape == frozen_keys.shape and np.abs(trained_keys - frozen_keys).max() > 1e-3
     other = tmp_path / "other"
     assert main(_args(data, other, causal_dir, "--trained", "no-such-method")) == 2
     assert "unknown method" in capsys.readouterr().err and not other.exists()
