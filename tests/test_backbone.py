@@ -166,3 +166,18 @@ def test_the_default_device_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("OPENBOOK_DEVICE", "auto")
     assert BackboneConfig().device == ("cuda" if torch.cuda.is_available() else "cpu")
     assert resolve_device("cuda:0") == "cuda:0"
+
+
+def test_a_backbone_or_device_that_is_not_there_is_named_before_any_weights_load(tmp_path):
+    from openbook.backbone import BackboneConfig, load_backbone, resolve_device
+
+    with pytest.raises(ValueError, match="unknown device 'gpu0'"):
+        resolve_device("gpu0")
+    with pytest.raises(ValueError, match=r"no backbone .*name one of smollm2-135m, gemma3-270m"):
+        load_backbone(BackboneConfig(name=str(tmp_path / "gone"), device="cpu"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="a directory holding a Hugging Face model"):
+        load_backbone(BackboneConfig(name=str(tmp_path / "empty"), device="cpu"))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch sees no CUDA GPU"):
+            load_backbone(BackboneConfig(name=str(tmp_path / "gone"), device="cuda"))

@@ -87,3 +87,13 @@ def test_a_judge_is_set_apart_from_every_seed_and_read_as_test(tmp_path: Path, c
     assert "would not leave out" in capsys.readouterr().err
     with pytest.raises(DataError, match="pool larger"):
         write_fresh_splits(root / "full", root / "k-shot", tmp_path / "x", "mpqa", [2001], judge=500)
+
+
+def test_an_out_that_is_a_file_is_a_one_line_error(tmp_path: Path, capsys) -> None:
+    root = _data(tmp_path)
+    taken = tmp_path / "taken.txt"
+    taken.write_text("not a directory\n")
+    args = ["splits", "--data", str(root), "--task", "mpqa", "--seeds", "1001", "--out", str(taken)]
+    assert main(args) == 2
+    assert capsys.readouterr().err.startswith("openbook splits: error: ")
+    assert taken.read_text() == "not a directory\n"

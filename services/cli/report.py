@@ -56,11 +56,11 @@ def _from_service(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _from_checkpoint(path: Path) -> dict[str, Any]:
-    from openbook.artifacts import MANIFEST_NAME
+    from openbook.artifacts import verify_checkpoint
     from openbook.fitting import scored_from_record
     from openbook.quality import report_of
 
-    manifest = json.loads((path / MANIFEST_NAME).read_text())
+    manifest = verify_checkpoint(path)  # CheckpointError (a ValueError) unless whole and as written
     if manifest.get("dev_scores") is None:
         raise ValueError(f"{path} keeps no dev scores (saved without them, or with fewer than 2)")
     temperature = float(manifest["confidence_temperature"])

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from openbook.compiled import LENGTH_STEP, ROWS_BASE, CompiledForward, buckets, pad_batch
-from openbook.models import DEFAULT_BACKBONE, resolve_backbone
+from openbook.models import DEFAULT_BACKBONE, backbone_config
 from openbook.prompting import EncodedBatch, PromptEncoder, Template, Verbalizer
 from openbook.prompting.encoder import BackboneKind, DemoLayout
 from openbook.word_scores import LabelScoring, label_vector_log_probs, word_log_probs, word_tree
@@ -47,9 +47,22 @@ DEVICE_ENV = "OPENBOOK_DEVICE"  # the default device everywhere: cpu (default), 
 
 def resolve_device(name: str) -> str:
     """A torch device name; ``auto`` is cuda when a GPU is visible, else cpu."""
-    if name != "auto":
-        return name
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}: cpu, cuda, cuda:N, mps or auto") from None
+    return name
+
+
+def require_device(name: str) -> None:
+    """ValueError, before any weights move, when torch on this machine cannot reach device `name`."""
+    kind = torch.device(name).type
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r}: torch sees no CUDA GPU on this machine (try --device cpu)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {name!r}: torch sees no Apple GPU on this machine (try --device cpu)")
 
 
 def default_device() -> str:
@@ -417,13 +430,13 @@ def load_backbone(config: BackboneConfig | None = None) -> Backbone:
 
 
 def _load_backbone(config: BackboneConfig) -> Backbone:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
-    path = resolve_backbone(config.name)
-    model_config = AutoConfig.from_pretrained(path)
+    device = resolve_device(config.device)
+    require_device(device)
+    path, model_config = backbone_config(config.name)
     tokenizer = AutoTokenizer.from_pretrained(path)
     kind = config.kind if config.kind != "auto" else detect_kind(model_config, tokenizer)
-    device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     # One call per class, not a call on the chosen class: transformers' decorators type the two auto
     # classes so differently that mypy cannot join them into one callable.

@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from openbook.artifacts import MANIFEST_NAME, CheckpointError, load_checkpoint, write_checkpoint
-from openbook.backbone import Backbone, BackboneConfig, default_device, load_backbone, resolve_device
+from openbook.backbone import (
+    Backbone,
+    BackboneConfig,
+    default_device,
+    load_backbone,
+    require_device,
+    resolve_device,
+)
 from openbook.classifier import Classifier
 from openbook.data import Example
 from openbook.demonstrations import DemoConfig
@@ -135,6 +142,7 @@ def load_classifier(
     if device is None:
         device = str(backbone.device) if backbone is not None else default_device()
     device = resolve_device(device)
+    require_device(device)
     checkpoint = load_checkpoint(path, device=device)
     manifest = checkpoint.manifest
     try:

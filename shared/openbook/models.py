@@ -115,6 +115,22 @@ def resolve_backbone(name: str) -> str:
     return name
 
 
+def backbone_config(name: str) -> tuple[str, Any]:
+    """`resolve_backbone(name)` and the Hugging Face config found there; ValueError naming the choices
+    when there is none (a mistyped name, a directory without a model, a hub id not in the local cache)."""
+    from transformers import AutoConfig
+
+    path = resolve_backbone(name)
+    try:
+        return path, AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as error:  # transformers' errors for a name or directory with no model
+        raise ValueError(
+            f"no backbone {name!r}: name one of {', '.join(PACKAGED_MODELS)} (offline, from their packages), "
+            f"a directory holding a Hugging Face model, or a hub id already in the local cache "
+            f"({str(error).splitlines()[0]})"
+        ) from None
+
+
 def locate_packaged_file(file: PackagedFile, install_hint: str) -> Path:
     """The installed path of `file`; FileNotFoundError naming the package when it is not there."""
     try:
@@ -239,10 +255,9 @@ def save_random_model(
     config and tokenizer, a few MB, for `save_random_model` to complete elsewhere.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = resolve_backbone(backbone)
-    config = AutoConfig.from_pretrained(source)
+    source, config = backbone_config(backbone)
     fields: dict[str, Any] = dict(shape or {})
     layers, kinds = fields.get("num_hidden_layers"), getattr(config, "layer_types", None)
     if layers is not None and kinds and "layer_types" not in fields:

@@ -193,3 +193,14 @@ def test_every_committed_results_directory_records_its_knn_and_label_scoring() -
     for path in paths:
         saved = json.loads(path.read_text())
         assert "label_scoring" in saved and "knn" in saved, path
+
+
+def test_an_interrupted_command_exits_130_in_one_line(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from openbook.cli import COMMANDS
+
+    def interrupted(args: argparse.Namespace, argv: list[str]) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(COMMANDS["methods"], "run", interrupted)
+    assert main(["methods"]) == 130
+    assert capsys.readouterr().err == "\nopenbook methods: interrupted\n"

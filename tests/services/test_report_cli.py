@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +72,10 @@ def test_report_of_a_checkpoint_needs_no_service(
     assert "calibration: ECE" in capsys.readouterr().out
 
     manifest = json.loads((fitted.path / "manifest.json").read_text())
-    (tmp_path / "old").mkdir()
+    shutil.copytree(fitted.path, tmp_path / "old")
     (tmp_path / "old" / "manifest.json").write_text(json.dumps({**manifest, "dev_scores": None}))
     assert run_report(["--checkpoint", str(tmp_path / "old")]) == 2
     assert "keeps no dev scores" in capsys.readouterr().err
+    (tmp_path / "old" / "manifest.json").write_text("[]")  # valid JSON, not a manifest
+    assert run_report(["--checkpoint", str(tmp_path / "old")]) == 2
+    assert 'no "files" mapping' in capsys.readouterr().err

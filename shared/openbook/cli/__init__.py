@@ -63,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except common.USER_ERRORS as error:
         print(f"openbook {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # what was recorded stays; eval and the grids resume from it
+        print(f"\nopenbook {args.command}: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

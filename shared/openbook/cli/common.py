@@ -21,8 +21,18 @@ if TYPE_CHECKING:
     from openbook.training import TrainConfig
 
 # Errors that are the user's to fix: printed in one line, exit status 2 (MethodError and
-# CheckpointError are ValueErrors).
-USER_ERRORS = (PromptError, DataError, FileNotFoundError, ValueError)
+# CheckpointError are ValueErrors; the OSErrors are paths that cannot be read or written as named,
+# such as an --out that is a file).
+USER_ERRORS = (
+    PromptError,
+    DataError,
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+)
 
 
 def add_data_argument(parser: argparse.ArgumentParser, layout: str | None, help: str) -> None:
