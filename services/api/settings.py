@@ -106,6 +106,14 @@ class Settings(BaseSettings):
     def _empty_key_is_none(cls, value: str | None) -> str | None:
         return value or None  # compose passes an unset key as ""
 
+    @field_validator("device")
+    @classmethod
+    def _a_device_torch_names(cls, value: str) -> str:
+        resolve_device(
+            value
+        )  # ValueError for a name torch does not know; whether it is here is checked at start
+        return value
+
     @model_validator(mode="after")
     def _batch_bounds_for_the_device(self) -> Settings:
         if resolve_device(self.device).startswith("cuda"):

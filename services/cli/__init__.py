@@ -69,7 +69,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if flag is not None:
             os.environ[variable] = str(flag)
+    problem = settings_problem()
+    if problem:
+        print(f"openbook {argv[0]}: error: {problem}", file=sys.stderr)
+        return 2
     return importlib.import_module(f"services.cli.{argv[0]}").run(args)
+
+
+def settings_problem() -> str | None:
+    """What is wrong with the `OPENBOOK_*` settings the service reads, one clause per setting, before
+    anything starts; None when nothing is. A device torch cannot reach here counts."""
+    from openbook.backbone import require_device, resolve_device
+    from pydantic import ValidationError
+
+    from services.api.settings import Settings
+
+    try:
+        device = Settings().device
+    except ValidationError as error:
+        return "; ".join(
+            (f"OPENBOOK_{str(e['loc'][-1]).upper()}: " if e["loc"] else "")
+            + e["msg"].removeprefix("Value error, ")
+            for e in error.errors()
+        )
+    try:
+        require_device(resolve_device(device))
+    except ValueError as error:
+        return f"OPENBOOK_DEVICE: {error}"
+    return None
 
 
 def fit_threads(threads: int | None) -> None:

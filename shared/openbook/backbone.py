@@ -60,9 +60,9 @@ def require_device(name: str) -> None:
     """ValueError, before any weights move, when torch on this machine cannot reach device `name`."""
     kind = torch.device(name).type
     if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r}: torch sees no CUDA GPU on this machine (try --device cpu)")
+        raise ValueError(f"device {name!r}: torch sees no CUDA GPU on this machine; name cpu")
     if kind == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {name!r}: torch sees no Apple GPU on this machine (try --device cpu)")
+        raise ValueError(f"device {name!r}: torch sees no Apple GPU on this machine; name cpu")
 
 
 def default_device() -> str:

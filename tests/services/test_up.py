@@ -257,3 +257,42 @@ def test_a_stop_in_the_middle_of_a_long_forward_leaves_no_process_and_frees_the_
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
         up.stop()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("OPENBOOK_DEVICE", "gpu0", "OPENBOOK_DEVICE: unknown device 'gpu0'"),
+        ("OPENBOOK_PORT", "eighty", "OPENBOOK_PORT: Input should be a valid integer"),
+        ("OPENBOOK_API_WORKERS", "0", "OPENBOOK_API_WORKERS: Input should be greater than or equal to 1"),
+    ],
+)
+def test_a_bad_setting_stops_each_service_command_in_one_line_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path, variable: str, value: str, said: str
+) -> None:
+    from services.cli import main
+
+    monkeypatch.setenv("OPENBOOK_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv(variable, value)
+    for command in ("up", "serve", "worker"):
+        assert main([command]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"openbook {command}: error: {said}") and error.count("\n") == 1
+    assert not (tmp_path / "data").exists()  # nothing started, nothing written
+
+
+def test_a_device_torch_cannot_reach_here_stops_the_service_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    import torch
+
+    from services.cli import settings_problem
+
+    monkeypatch.setenv("OPENBOOK_DEVICE", "cuda")
+    if torch.cuda.is_available():
+        assert settings_problem() is None
+    else:
+        assert (
+            settings_problem()
+            == "OPENBOOK_DEVICE: device 'cuda': torch sees no CUDA GPU on this machine; name cpu"
+        )
