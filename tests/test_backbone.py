@@ -156,7 +156,8 @@ def test_demo_vectors_reach_the_model_at_the_placeholders(backbone):
 
 
 def test_the_default_device_comes_from_the_environment(monkeypatch):
-    from openbook.backbone import BackboneConfig, default_device, resolve_device
+    from openbook.backbone import BackboneConfig
+    from openbook.devices import default_device, resolve_device
 
     monkeypatch.delenv("OPENBOOK_DEVICE", raising=False)
     assert BackboneConfig().device == default_device() == "cpu"
@@ -169,7 +170,8 @@ def test_the_default_device_comes_from_the_environment(monkeypatch):
 
 
 def test_a_backbone_or_device_that_is_not_there_is_named_before_any_weights_load(tmp_path):
-    from openbook.backbone import BackboneConfig, load_backbone, resolve_device
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.devices import resolve_device
 
     with pytest.raises(ValueError, match="unknown device 'gpu0'"):
         resolve_device("gpu0")

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from openbook.backbone import BackboneConfig, default_dtype, float32_weights, load_backbone, resolve_dtype
+from openbook.backbone import BackboneConfig, float32_weights, load_backbone
 from openbook.checkpoints import load_classifier, save_classifier
 from openbook.classifier import Classifier
+from openbook.devices import default_dtype, resolve_dtype
 from openbook.knn import KnnConfig, Similarity
 from openbook.methods import build_method, weights_sha256
 from openbook.training import TrainConfig, train

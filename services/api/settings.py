@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openbook.backbone import resolve_device
+from openbook.devices import resolve_device
 from openbook.models import DEFAULT_BACKBONE
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict

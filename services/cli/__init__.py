@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def settings_problem() -> str | None:
     """What is wrong with the `OPENBOOK_*` settings the service reads, one clause per setting, before
     anything starts; None when nothing is. A device torch cannot reach here counts."""
-    from openbook.backbone import require_device, resolve_device
+    from openbook.devices import require_device, resolve_device
     from pydantic import ValidationError
 
     from services.api.settings import Settings

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import redis
 import torch
-from openbook.backbone import Backbone, BackboneConfig, default_dtype, load_backbone, resolve_dtype
+from openbook.backbone import Backbone, BackboneConfig, load_backbone
+from openbook.devices import default_dtype, resolve_dtype
 from openbook.methods import build_method, method_config
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset

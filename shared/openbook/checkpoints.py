@@ -22,17 +22,11 @@ from typing import Any
 import numpy as np
 
 from openbook.artifacts import MANIFEST_NAME, CheckpointError, load_checkpoint, write_checkpoint
-from openbook.backbone import (
-    Backbone,
-    BackboneConfig,
-    default_device,
-    load_backbone,
-    require_device,
-    resolve_device,
-)
+from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.classifier import Classifier
 from openbook.data import Example
 from openbook.demonstrations import DemoConfig
+from openbook.devices import default_device, require_device, resolve_device
 from openbook.knn import KnnConfig
 from openbook.methods import METHODS, Method, MethodError, weights_sha256
 from openbook.prompting import Template, Verbalizer

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from openbook.artifacts import MANIFEST_NAME, CheckpointError
-from openbook.backbone import Backbone, BackboneConfig, default_device, load_backbone
+from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier, Prediction
 from openbook.dev_split import DEV_FRACTION, split_dev
+from openbook.devices import default_device
 from openbook.fitting import FitSets, TrainingRecord, fit_classifier, save_fitted, scored_from_record
 from openbook.methods import Method, build_method, weights_sha256
 from openbook.models import default_backbone

@@ -208,7 +208,7 @@ def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
 
 
 def device_name(name: str) -> str:
-    from openbook.backbone import resolve_device
+    from openbook.devices import resolve_device
 
     return resolve_device(name)
 

@@ -1,0 +1,65 @@
+"""Which device and which weight dtype: the names the user gives (`--device`, `OPENBOOK_DEVICE`,
+`OPENBOOK_DTYPE`) checked and resolved, before any weights load."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal, get_args
+
+import torch
+
+DEVICE_ENV = "OPENBOOK_DEVICE"  # the default device everywhere: cpu (default), cuda, cuda:N or auto
+
+
+def resolve_device(name: str) -> str:
+    """A torch device name; ``auto`` is cuda when a GPU is visible, else cpu."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}: cpu, cuda, cuda:N, mps or auto") from None
+    return name
+
+
+def require_device(name: str) -> None:
+    """ValueError, before any weights move, when torch on this machine cannot reach device `name`."""
+    kind = torch.device(name).type
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r}: torch sees no CUDA GPU on this machine; name cpu")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {name!r}: torch sees no Apple GPU on this machine; name cpu")
+
+
+def default_device() -> str:
+    return resolve_device(os.environ.get(DEVICE_ENV) or "cpu")
+
+
+DTYPE_ENV = "OPENBOOK_DTYPE"  # the default weight dtype everywhere: auto (default) or one of DTYPES
+DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
+    """The weights' dtype; ``auto`` is bfloat16 on CUDA (half the memory traffic, fp32's range), else float32.
+
+    float32 stays the CPU default: it is what every CPU result in docs/ was measured in, and on a CPU
+    without bf16 instructions bf16 is slower (smollm2-135m, 64 texts on the project's shared 2-core
+    x86 machine: 48 s in float32, 66 s in bfloat16).
+    """
+    if name == "auto":
+        return torch.bfloat16 if torch.device(resolve_device(str(device))).type == "cuda" else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(get_args(DtypeName))}, got {name!r}")
+    return DTYPES[name]
+
+
+def default_dtype() -> DtypeName:
+    name = os.environ.get(DTYPE_ENV) or "auto"
+    if name not in get_args(DtypeName):
+        raise ValueError(f"${DTYPE_ENV} must be one of {', '.join(get_args(DtypeName))}, got {name!r}")
+    return name  # type: ignore[return-value]  # checked just above
