@@ -109,9 +109,8 @@ class Settings(BaseSettings):
     @field_validator("device")
     @classmethod
     def _a_device_torch_names(cls, value: str) -> str:
-        resolve_device(
-            value
-        )  # ValueError for a name torch does not know; whether it is here is checked at start
+        # ValueError for a name torch does not know; whether the device is here is checked at start
+        resolve_device(value)
         return value
 
     @model_validator(mode="after")
