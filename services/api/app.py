@@ -18,7 +18,6 @@ import redis
 from fastapi import FastAPI
 
 from services.api.api_workers import ApiWorkerSet
-from services.api.batching import Batchers
 from services.api.console import mount_console
 from services.api.errors import install_error_handlers
 from services.api.metrics import Metrics
@@ -26,9 +25,10 @@ from services.api.middleware import LimitBody, MeasureLatency, NameWorker
 from services.api.openapi import document_limits
 from services.api.routes import ROUTERS
 from services.api.settings import Settings
-from services.api.swap import follow_checkpoints
-from services.api.tasks import TaskRegistry
-from services.api.threads import ReadWriteThreads
+from services.engine.batching import Batchers
+from services.engine.swap import follow_checkpoints
+from services.engine.tasks import TaskRegistry
+from services.engine.threads import ReadWriteThreads
 
 logger = logging.getLogger(__name__)
 

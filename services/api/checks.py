@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from openbook.prompting import TextInput
 
 from services.api.errors import unprocessable
-from services.api.runtime import TaskRuntime
 from services.api.settings import Settings
+from services.engine.runtime import TaskRuntime
 
 Loc = tuple[str | int, ...]
 

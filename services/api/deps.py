@@ -23,12 +23,12 @@ from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from services.api.api_workers import ApiWorkerSet
-from services.api.batching import Batchers
 from services.api.metrics import Metrics
-from services.api.runtime import TaskRuntime
 from services.api.settings import Settings
-from services.api.tasks import TaskRegistry
-from services.api.threads import ReadWriteThreads
+from services.engine.batching import Batchers
+from services.engine.runtime import TaskRuntime
+from services.engine.tasks import TaskRegistry
+from services.engine.threads import ReadWriteThreads
 
 
 async def get_settings(request: Request) -> Settings:

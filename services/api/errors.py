@@ -19,9 +19,9 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from services.api.runtime import StaleRuntime
-from services.api.tasks import BrokenTask
 from services.bus.examples_log import LogError
+from services.engine.runtime import StaleRuntime
+from services.engine.tasks import BrokenTask
 
 
 class Error(BaseModel):

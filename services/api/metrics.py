@@ -20,8 +20,8 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from services.api.tasks import TaskRegistry
 from services.bus.versions import directory_bytes
+from services.engine.tasks import TaskRegistry
 
 
 class TaskCollector(Collector):

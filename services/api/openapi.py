@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from services.api.settings import Settings
-from services.bus.task_spec import NOT_ONLY_WHITESPACE
+from services.engine.task_spec import NOT_ONLY_WHITESPACE
 
 _BATCHES = {"ClassifyIn": "texts", "ExamplesIn": "examples", "PoolIn": "texts"}  # schema -> its list of items
 _WITH_TEXTS = ("ExampleIn", "ClassifyIn", "DemonstrationsIn", "PoolTextIn")

@@ -21,8 +21,8 @@ from openbook.fitting import scored_from_record
 from openbook.quality import Scored, report_of
 
 from services.api import schemas
-from services.api.runtime import TaskRuntime
 from services.bus import versions
+from services.engine.runtime import TaskRuntime
 
 
 class NoReport(LookupError):

@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from services.bus.task_spec import (
+from services.engine.task_spec import (
     KnnSettings,
     MinConfidence,
     NewLabels,

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import redis
 
-from services.bus.autotrain import autotrain_key
 from services.bus.durability import wait_durable
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import JOB_PREFIX, task_jobs_key
+from services.bus.keys import GENERATIONS_KEY, TASK_NAME_PATTERN, TASKS_KEY, autotrain_key
 from services.bus.pool import pool_keys
-from services.bus.task_spec import GENERATIONS_KEY, TASK_NAME_PATTERN, TASKS_KEY
 from services.bus.versions import checkpoints_key, current_key, versions_key
 
 CANCELLED_JOB_TTL_S = 24 * 3600

@@ -26,8 +26,8 @@ from typing import Literal, cast
 import redis
 from openbook.prompting import TextInput
 
+from services.bus.keys import TASKS_KEY
 from services.bus.replies import StreamEntry
-from services.bus.task_spec import TASKS_KEY
 
 MAX_ID = 2**63 - 1
 
@@ -72,7 +72,7 @@ for i = 0, n - 1 do
   else
     local offset = redis.call('XADD', KEYS[1], '*', 'op', 'add', 'id', id, 'example', ARGV[4 + 3 * i])
     redis.call('HSET', KEYS[2], id, ARGV[3 + 3 * i])
-    redis.call('INCR', KEYS[5])  -- examples added: automatic training's clock (services.bus.autotrain)
+    redis.call('INCR', KEYS[5])  -- examples added: automatic training's clock (services.engine.autotrain)
     table.insert(out, {id, offset})
   end
 end

@@ -33,8 +33,8 @@ import redis
 from redis.typing import EncodableT
 
 from services.bus.durability import wait_durable
+from services.bus.keys import GENERATIONS_KEY, TASKS_KEY
 from services.bus.replies import Fields, StreamBatches, StreamEntry
-from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY
 
 JOBS_STREAM = "openbook:jobs"
 GROUP = "trainers"

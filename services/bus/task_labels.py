@@ -14,13 +14,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Protocol
 
 import redis
 from openbook.artifacts import MANIFEST_NAME
 
 from services.bus.durability import wait_durable
-from services.bus.task_spec import TASKS_KEY, Task
+from services.bus.keys import TASKS_KEY
 from services.bus.versions import current_checkpoint
+
+
+class Spec(Protocol):
+    """A task's spec as the bus stores it: a name and its JSON (services/engine/task_spec.Task)."""
+
+    name: str
+
+    def model_dump_json(self) -> str: ...
+
 
 _SWAP = """
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
@@ -41,7 +51,7 @@ return 1
 def swap_spec(
     client: redis.Redis,
     expected: bytes,
-    task: Task,
+    task: Spec,
     *,
     log_key: str = "",
     log_offset: str = "",

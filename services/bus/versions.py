@@ -39,7 +39,7 @@ import redis
 
 from services.bus.durability import wait_durable
 from services.bus.jobs import Job, TaskGone
-from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY
+from services.bus.keys import GENERATIONS_KEY, TASKS_KEY
 
 # Lua helpers over a task's versions hash (version -> JSON record). `serve` points the task at a recorded
 # version as a publish does: the version serving until then is retired, the pointer is appended to the

@@ -38,7 +38,7 @@ from openbook.methods import build_method
 from openbook.selection import lambda_on_store
 from openbook.training import TrainConfig
 
-from services.bus.task_spec import Task, task_classifier
+from services.engine.task_spec import Task, task_classifier
 from services.learning_curve.schedule import CurveData
 
 BASELINES = ("knn-interp", "prompt-ft", "setfit")
@@ -92,7 +92,7 @@ class Baselines:
         embedded = classifier.embed(texts, vectors_only=True)
         labels = [self.data.train[i].label for i in ids]
         stored = classifier.add_embeddings(embedded, labels, ids, texts=texts)
-        if self.task.knn.lam is None:  # as an untrained task chooses it (services/api/runtime.py)
+        if self.task.knn.lam is None:  # as an untrained task chooses it (services/engine/runtime.py)
             classifier.knn = lambda_on_store(classifier, stored, embedded.lm_log_probs)
         return classifier.score(self._untrained_test).probabilities.argmax(-1)
 

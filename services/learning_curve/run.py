@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from services.api.settings import Settings
 from services.bench_stack import Served
 from services.bus.server import EmbeddedRedis, free_port
-from services.bus.task_spec import Task
+from services.engine.task_spec import Task
 from services.learning_curve.baselines import BASELINES, Baselines, unavailable
 from services.learning_curve.client import CurveClient
 from services.learning_curve.report import (

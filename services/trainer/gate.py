@@ -37,8 +37,8 @@ from openbook.prompting import TextInput
 from openbook.selection import lambda_on_store
 from openbook.training import DevScore
 
-from services.bus.task_spec import Task, task_classifier
 from services.bus.versions import Published
+from services.engine.task_spec import Task, task_classifier
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ keeps its job's entry fresh, and checks at each training step that the job is
 still its own: a job cancelled meanwhile (its task deleted) stops there. At
 start it sweeps the staging directories that writers killed mid-write left
 behind (services.trainer.staging). Once a job has ended, the worker queues
-its task's next automatic job if one is due (services.bus.autotrain).
+its task's next automatic job if one is due (services.engine.autotrain).
 """
 
 from __future__ import annotations
@@ -43,10 +43,9 @@ from openbook.methods import build_method, weights_sha256
 from openbook.prompting import TextInput
 from openbook.training import TrainConfig
 
-from services.bus.autotrain import queue_if_due
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import Job, JobQueue, TaskGone
-from services.bus.task_spec import TASKS_KEY, Task, task_classifier
+from services.bus.keys import TASKS_KEY
 from services.bus.versions import (
     Published,
     current_checkpoint,
@@ -56,6 +55,8 @@ from services.bus.versions import (
     retain,
 )
 from services.bus.workers import beat, forget
+from services.engine.autotrain import queue_if_due
+from services.engine.task_spec import Task, task_classifier
 from services.trainer.gate import judge, untrained_score
 from services.trainer.staging import sweep_staging, writing
 

@@ -41,7 +41,7 @@ def test_untrained_classify_serves_as_an_untrained_service_task(tmp_path, causal
     from openbook.backbone import BackboneConfig, load_backbone
     from openbook.selection import lambda_on_store
 
-    from services.bus.task_spec import Task, task_classifier
+    from services.engine.task_spec import Task, task_classifier
 
     rows = [("a good film", "1"), ("a bad film", "0"), ("great fun", "1"), ("boring and bad", "0")] * 3
     examples = tmp_path / "examples.tsv"

@@ -252,8 +252,8 @@ def test_concurrent_first_requests_build_one_runtime(server: EmbeddedRedis, caus
     # built and every caller gets it (a second one would orphan the first one's micro-batcher).
     import redis
 
-    from services.api.tasks import TaskRegistry
-    from services.bus.task_spec import Task
+    from services.engine.task_spec import Task
+    from services.engine.tasks import TaskRegistry
 
     client = redis.Redis.from_url(server.url)
     registry = TaskRegistry(client, max_length=48, device="cpu", default_backbone=str(causal_dir))

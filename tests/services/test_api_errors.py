@@ -8,7 +8,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from services.bus.task_spec import TASKS_KEY
+from services.bus.keys import TASKS_KEY
 from tests.services.harness import PAIR_TASK, TASK
 
 
@@ -77,7 +77,7 @@ def test_bad_input_is_a_4xx_in_the_validation_shape(api: TestClient, path: str, 
 
 
 def test_a_backbone_is_only_one_the_service_knows(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    import services.api.tasks
+    import services.engine.tasks
 
     loads: list[str] = []
 
@@ -85,7 +85,7 @@ def test_a_backbone_is_only_one_the_service_knows(api: TestClient, monkeypatch: 
         loads.append(config.name)
         raise OSError(f"{config.name} is not a model")  # what a hub miss or a stray path ends in
 
-    monkeypatch.setattr(services.api.tasks, "load_backbone", never_load)
+    monkeypatch.setattr(services.engine.tasks, "load_backbone", never_load)
     for backbone in ("no-such-model-anywhere", "/etc", "/etc/../etc", "../../models/tiny", "gpt2"):
         started = time.perf_counter()
         response = api.post("/v1/tasks", json={**TASK, "name": "other", "backbone": backbone})

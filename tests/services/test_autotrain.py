@@ -8,12 +8,13 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from services.bus.autotrain import autotrain_key, queue_if_due, update_training
 from services.bus.deletion import delete_task
 from services.bus.examples_log import ExampleLog, NewExample
 from services.bus.jobs import JOBS_STREAM, JobQueue, task_jobs_key
-from services.bus.task_spec import TASKS_KEY, Task, TrainingSettings
+from services.bus.keys import TASKS_KEY, autotrain_key
 from services.bus.workers import worker_died
+from services.engine.autotrain import queue_if_due, update_training
+from services.engine.task_spec import Task, TrainingSettings
 from services.trainer.worker import Worker
 from tests.services.harness import TASK, wait_for
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from services.api.batching import MicroBatcher, longest_prompt
 from services.api.settings import Settings
+from services.engine.batching import MicroBatcher, longest_prompt
 from tests.services.harness import TASK
 
 

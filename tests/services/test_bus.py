@@ -11,8 +11,8 @@ from openbook.classifier import Classifier
 from openbook.prompting import Template, Verbalizer
 
 from services.bus.examples_log import ConflictError, ExampleLog, NewExample
-from services.bus.replay import replay
 from services.bus.server import EmbeddedRedis
+from services.engine.replay import replay
 
 
 @pytest.fixture()

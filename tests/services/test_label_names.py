@@ -10,8 +10,9 @@ import redis
 from fastapi.testclient import TestClient
 
 from services.api.app import create_app
-from services.bus.task_spec import MAX_LABELS, TASKS_KEY
+from services.bus.keys import TASKS_KEY
 from services.client import OpenBookClient, OpenBookError
+from services.engine.task_spec import MAX_LABELS
 from tests.services.harness import api_settings
 
 TEMPLATE = "{text} It was {mask}"

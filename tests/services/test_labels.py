@@ -11,8 +11,9 @@ from fastapi.testclient import TestClient
 
 from services.api.app import create_app
 from services.bus.examples_log import ExampleLog, NewExample, UnknownLabel
+from services.bus.keys import TASKS_KEY
 from services.bus.task_labels import swap_spec
-from services.bus.task_spec import TASKS_KEY, Task
+from services.engine.task_spec import Task
 from services.trainer.worker import Worker
 from tests.services.harness import TASK, api_settings, wait_for
 

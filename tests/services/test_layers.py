@@ -1,5 +1,5 @@
 """The api's layers: routes hold HTTP only and share their work through serving/, never through each
-other; a task's runtime changes only through its own methods (services/api/runtime.py).
+other; a task's runtime changes only through its own methods (services/engine/runtime.py).
 
 Both are read from the source with `ast`, so they hold for every module, not only the ones a test
 happens to import.
@@ -11,7 +11,7 @@ import ast
 import dataclasses
 from pathlib import Path
 
-from services.api.runtime import TaskRuntime
+from services.engine.runtime import TaskRuntime
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
 API = SERVICES / "api"

@@ -15,7 +15,7 @@ from openbook.experiments import setfit_peer
 from openbook.methods import MethodError
 from openbook.training import TrainConfig
 
-from services.bus.task_spec import Task
+from services.engine.task_spec import Task
 from services.learning_curve.baselines import Baselines, canonical_baseline, unavailable
 from services.learning_curve.run import CurveSettings
 from services.learning_curve.schedule import CurveData, fixed_rounds

@@ -15,7 +15,7 @@ from openbook.classifier import Classifier
 from openbook.mixed import MixedForward
 from openbook.prompting import Template, Verbalizer
 
-from services.api.runtime import StaleRuntime, predict_together
+from services.engine.runtime import StaleRuntime, predict_together
 from tests.test_mixed import TEXTS, lora_task
 
 

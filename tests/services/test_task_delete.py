@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 import services.trainer.worker as worker_module
 from services.api.app import create_app
 from services.api.settings import Settings
-from services.bus.autotrain import autotrain_key
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import JobQueue
+from services.bus.keys import autotrain_key
 from services.bus.server import EmbeddedRedis
 from services.bus.versions import checkpoints_key, current_checkpoint, current_key, versions_key
 from services.trainer.worker import Worker

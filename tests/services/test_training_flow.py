@@ -14,9 +14,10 @@ from fastapi.testclient import TestClient
 from services.api.app import create_app
 from services.api.settings import Settings
 from services.bus.jobs import Job, JobQueue
+from services.bus.keys import TASKS_KEY
 from services.bus.server import EmbeddedRedis
-from services.bus.task_spec import TASKS_KEY, Task
 from services.bus.versions import Published, current_checkpoint, publish_checkpoint
+from services.engine.task_spec import Task
 from services.trainer.worker import Worker
 from tests.services.harness import TRAINING_EXAMPLES, wait_for
 

@@ -1,7 +1,7 @@
 """An untrained task with `knn.lam` null serves λ chosen on its stored examples, each scored leave-one-out
 (`selection.lambda_on_store`), chosen again whenever the store changes; a λ given in the spec is kept.
 Where the labels' scores cost a pass over their words' tree, they and λ follow in a thread of the task's
-own, off its lock (services/api/lambda_on_store.py)."""
+own, off its lock (services/engine/lambda_on_store.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from openbook.classifier import Classifier
 from openbook.selection import lambda_on_store
 
-from services.api.runtime import TaskRuntime
 from services.bus.examples_log import LogEntry
-from services.bus.task_spec import Task, task_classifier
+from services.engine.runtime import TaskRuntime
+from services.engine.task_spec import Task, task_classifier
 from tests.services.harness import CLUSTER_EXAMPLES, CLUSTERS_TASK
 
 EXAMPLES = [e for e in CLUSTER_EXAMPLES if e["label"] == "a" or e["id"] >= 10]  # the two clusters only

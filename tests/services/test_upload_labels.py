@@ -9,7 +9,8 @@ from fastapi.testclient import TestClient
 
 from services.api.app import create_app
 from services.bus.examples_log import ExampleLog, NewExample, SpecChanged, SpecSwap
-from services.bus.task_spec import TASKS_KEY, Task
+from services.bus.keys import TASKS_KEY
+from services.engine.task_spec import Task
 from tests.services.harness import TASK, api_settings
 
 ROWS = [
@@ -101,7 +102,7 @@ def test_a_refused_upload_creates_no_label_and_writes_no_example(make_client, se
 
 
 def test_an_upload_may_not_take_the_task_over_the_most_labels(make_client, server, monkeypatch) -> None:
-    monkeypatch.setattr("services.api.labels.MAX_LABELS", 4)  # the rule, without scoring 1,000 words
+    monkeypatch.setattr("services.engine.labels.MAX_LABELS", 4)  # the rule, without scoring 1,000 words
     with make_client() as api:
         assert api.post("/v1/tasks", json={**TASK, "labels": ["bad", "good", "fun"]}).status_code == 201
         before = stored(server)

@@ -10,7 +10,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from services.bus.jobs import Job
-from services.bus.task_spec import TASKS_KEY, Task
+from services.bus.keys import TASKS_KEY
 from services.bus.versions import (
     Published,
     checkpoints_key,
@@ -23,6 +23,7 @@ from services.bus.versions import (
     set_pinned,
 )
 from services.client import OpenBookClient
+from services.engine.task_spec import Task
 from services.trainer.gate import METRIC
 from services.trainer.worker import Worker
 from tests.services.harness import TASK, wait_for

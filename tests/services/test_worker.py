@@ -13,7 +13,8 @@ from openbook.backbone import BackboneConfig, load_backbone
 
 from services.bus.examples_log import ExampleLog, NewExample
 from services.bus.jobs import JobQueue
-from services.bus.task_spec import TASKS_KEY, Task, TrainOptions
+from services.bus.keys import TASKS_KEY
+from services.engine.task_spec import Task, TrainOptions
 
 KNOBS = {"steps": 4, "batch_size": 4, "lr": 3e-3, "eval_every": 2, "patience": 10}
 QUERIES = ["great fun", "it was awful", "what is the answer to this question"]

@@ -11,8 +11,8 @@ from services.api import schemas
 from services.api.checks import check_batch, check_text
 from services.api.deps import Reader, Runtime, Serving, SettingsDep, Threads
 from services.api.errors import declare
-from services.api.runtime import StaleRuntime
 from services.api.serving.predictions import demonstration_classes, prediction_out
+from services.engine.runtime import StaleRuntime
 
 router = APIRouter(prefix="/v1/tasks/{task}")
 

@@ -15,9 +15,9 @@ from services.api import schemas
 from services.api.checks import check_batch, check_label, check_text
 from services.api.deps import MetricsDep, Reader, Registry, Runtime, SettingsDep, Threads, Writer
 from services.api.errors import declare, unprocessable
-from services.api.labels import BadNewLabel, BadWord, LabelConflict, NoSuchTask, SpecBusy, TooManyLabels
 from services.api.serving.examples import record_examples
 from services.bus.examples_log import ConflictError, NewExample, UnknownLabel
+from services.engine.labels import BadNewLabel, BadWord, LabelConflict, NoSuchTask, SpecBusy, TooManyLabels
 
 router = APIRouter(prefix="/v1/tasks/{task}/examples")
 
@@ -32,7 +32,7 @@ async def add_examples(
     metrics: MetricsDep,
 ) -> schemas.ExamplesAck:
     """Add labelled examples, all or none; with `create_labels`, the labels they name that the task
-    lacks are added with them (services/api/labels.py)."""
+    lacks are added with them (services/engine/labels.py)."""
     check_batch(len(body.examples), ("body", "examples"), settings)
     for i, example in enumerate(body.examples):
         check_text(example.text, ("body", "examples", i, "text"), runtime, settings)

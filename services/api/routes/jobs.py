@@ -11,7 +11,7 @@ from services.api import schemas
 from services.api.deps import MetricsDep, Reader, Registry, Runtime, Threads, Writer
 from services.api.errors import declare, unprocessable
 from services.bus.jobs import JobQueue, TaskGone
-from services.bus.task_spec import BadTraining, check_training
+from services.engine.task_spec import BadTraining, check_training
 
 router = APIRouter()
 

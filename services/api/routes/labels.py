@@ -8,7 +8,7 @@ from openbook.label_names import LabelNameError
 from services.api import schemas
 from services.api.deps import Registry, Threads, Writer
 from services.api.errors import declare, unprocessable
-from services.api.labels import (
+from services.engine.labels import (
     BadWord,
     LabelConflict,
     NoSuchLabel,

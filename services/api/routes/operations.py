@@ -11,9 +11,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from services.api.deps import ApiWorkers, MetricsDep, Registry, Threads, require_metrics_key
 from services.api.schemas import Readiness
-from services.api.tasks import TaskRegistry
-from services.api.threads import ReadWriteThreads
 from services.bus.workers import trainer_status
+from services.engine.tasks import TaskRegistry
+from services.engine.threads import ReadWriteThreads
 
 router = APIRouter()
 

@@ -8,8 +8,8 @@ from services.api import schemas
 from services.api.deps import MetricsDep, Reader, Registry, Runtime, SettingsDep, Threads, Writer
 from services.api.errors import declare, unprocessable
 from services.api.serving.training import train_if_due
-from services.api.tasks import InvalidSpec, TaskExists
-from services.bus.autotrain import SpecChanged
+from services.engine.autotrain import SpecChanged
+from services.engine.tasks import InvalidSpec, TaskExists
 
 router = APIRouter(prefix="/v1/tasks")
 

@@ -1,17 +1,18 @@
 """Recording labelled examples, and what follows from it: created labels, the pool, the automatic job.
 
 An example recorded under a pool id labels that pool text: once the example is on disk, the text leaves
-the pool (unlabelled.py). A task that trains by itself may queue its next job then (services.bus.autotrain).
+the pool (unlabelled.py). A task that trains by itself may queue its next job then
+(services.engine.autotrain).
 """
 
 from __future__ import annotations
 
-from services.api.labels import append_creating_labels
-from services.api.runtime import TaskRuntime
 from services.api.serving.unlabelled import unlabelled_pool
-from services.api.tasks import TaskRegistry
-from services.bus.autotrain import queue_if_due
 from services.bus.examples_log import Appended, NewExample
+from services.engine.autotrain import queue_if_due
+from services.engine.labels import append_creating_labels
+from services.engine.runtime import TaskRuntime
+from services.engine.tasks import TaskRegistry
 
 
 def record_examples(

@@ -7,7 +7,7 @@ from openbook.demonstrations import Demonstrations
 from openbook.quality import abstains
 
 from services.api import schemas
-from services.api.runtime import TaskRuntime
+from services.engine.runtime import TaskRuntime
 
 
 def prediction_out(

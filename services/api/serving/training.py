@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from services.api.metrics import Metrics
-from services.api.tasks import TaskRegistry
-from services.api.threads import ReadWriteThreads
-from services.bus.autotrain import queue_if_due
+from services.engine.autotrain import queue_if_due
+from services.engine.tasks import TaskRegistry
+from services.engine.threads import ReadWriteThreads
 
 
 async def train_if_due(
     task: str, registry: TaskRegistry, threads: ReadWriteThreads, metrics: Metrics
 ) -> None:
-    """Queue the task's automatic job if its settings say it is due (services.bus.autotrain)."""
+    """Queue the task's automatic job if its settings say it is due (services.engine.autotrain)."""
     if await threads.write(queue_if_due, registry.client, task) is not None:
         metrics.jobs.labels(task).inc()

@@ -15,10 +15,10 @@ from openbook.classifier import Prediction
 from openbook.prompting import TextInput
 
 from services.api import schemas
-from services.api.runtime import TaskRuntime
 from services.api.serving.predictions import prediction_out
-from services.api.threads import ReadWriteThreads
 from services.bus.pool import TextPool
+from services.engine.runtime import TaskRuntime
+from services.engine.threads import ReadWriteThreads
 
 # The pool texts scored per suggestions request: the first ones by id. Scoring is a forward per text, so
 # the cap bounds the request's time (about a classify of this many texts); a larger pool is served in

@@ -15,7 +15,7 @@ may differ for that long), and a POST of examples answers once they are stored. 
 catch up; the api waits up to LAMBDA_WAIT_S after adding examples, so that on a task whose scoring is
 quick the next classify already sees it.
 
-The runtime (`services/api/runtime.py`) calls `scores_for`, `choose`, `due` and `forget` under its lock.
+The runtime (`services/engine/runtime.py`) calls `scores_for`, `choose`, `due` and `forget` under its lock.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from openbook.prompting import TextInput
 from openbook.selection import lambda_on_store
 
 if TYPE_CHECKING:
-    from services.api.runtime import TaskRuntime
+    from services.engine.runtime import TaskRuntime
 
 logger = logging.getLogger(__name__)
 

@@ -23,19 +23,13 @@ from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
 from openbook.prompting import PromptError, Template, Verbalizer
 from pydantic import ValidationError
 
-from services.api.runtime import TaskRuntime
-from services.bus.autotrain import update_training
 from services.bus.deletion import delete_task
 from services.bus.examples_log import ExampleLog
+from services.bus.keys import GENERATIONS_KEY, TASKS_KEY
 from services.bus.replies import Fields
-from services.bus.task_spec import (
-    GENERATIONS_KEY,
-    TASKS_KEY,
-    BadTraining,
-    Task,
-    check_training,
-    task_classifier,
-)
+from services.engine.autotrain import update_training
+from services.engine.runtime import TaskRuntime
+from services.engine.task_spec import BadTraining, Task, check_training, task_classifier
 
 logger = logging.getLogger(__name__)
 
@@ -340,7 +334,7 @@ class TaskRegistry:
     def _follow_spec(self, runtime: TaskRuntime | None, task: Task, generation: bytes) -> TaskRuntime:
         """The runtime for a spec that differs from the runtime's (or a first one); `_building` is held.
 
-        Labels added (services/api/labels.py): the classifier grows in place, keeping the served
+        Labels added (services/engine/labels.py): the classifier grows in place, keeping the served
         checkpoint and the store. Labels removed while a checkpoint is served: the checkpoint is
         adopted again, fitted to the labels left. Anything else: a fresh untrained runtime.
         """

@@ -30,7 +30,8 @@ from redis.typing import EncodableT
 from services.bus.durability import wait_durable
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import JOB_PREFIX, QUEUE_JOB, job_keys
-from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY, Task
+from services.bus.keys import GENERATIONS_KEY, TASKS_KEY, autotrain_key
+from services.engine.task_spec import Task
 
 # A spec that changed between the read and the script is read again; a few rounds settle any race.
 _ATTEMPTS = 5
@@ -73,10 +74,6 @@ return 1
 
 class SpecChanged(RuntimeError):
     """The task's spec kept changing under an update; nothing was written."""
-
-
-def autotrain_key(task: str) -> str:
-    return f"openbook:task:{task}:autotrain"
 
 
 def queue_if_due(client: redis.Redis, task: str) -> str | None:

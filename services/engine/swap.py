@@ -15,9 +15,9 @@ from typing import cast
 import redis
 from redis.typing import KeyT, StreamIdT
 
-from services.api.tasks import TaskRegistry
 from services.bus.replies import StreamBatches
 from services.bus.versions import Published, checkpoints_key
+from services.engine.tasks import TaskRegistry
 
 logger = logging.getLogger(__name__)
 

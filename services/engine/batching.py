@@ -57,7 +57,7 @@ from typing import Any
 from openbook.mixed import MixedForward
 from openbook.prompting import TextInput
 
-from services.api.runtime import Result, TaskRuntime, predict_together
+from services.engine.runtime import Result, TaskRuntime, predict_together
 
 Offload = Callable[..., Awaitable[Any]]  # runs a blocking call in a worker thread: offload(fn, *args)
 

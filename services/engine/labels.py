@@ -19,10 +19,11 @@ from typing import cast
 from openbook.label_names import LabelNameError, readable_word
 from openbook.labels import LabelError, add_labels
 
-from services.api.tasks import TaskRegistry, read_spec
 from services.bus.examples_log import Appended, NewExample, SpecChanged, SpecSwap
+from services.bus.keys import TASKS_KEY
 from services.bus.task_labels import served_labels, swap_spec
-from services.bus.task_spec import MAX_LABELS, TASKS_KEY, Task
+from services.engine.task_spec import MAX_LABELS, Task
+from services.engine.tasks import TaskRegistry, read_spec
 
 ATTEMPTS = 8  # concurrent changes of one task's spec are rare; each retry decides again
 

@@ -33,11 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-TASKS_KEY = "openbook:tasks"  # hash: task name -> spec JSON
-# hash: task name -> how many times a task of that name was deleted. Never deleted itself, so a job or
-# checkpoint made for an earlier task of the same name can be told from one of the task that exists now.
-GENERATIONS_KEY = "openbook:task-generations"
-TASK_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # also what makes a name safe as a directory name
+from services.bus.keys import TASK_NAME_PATTERN
 
 BUDGET_KEYS = {"steps", "epochs"}  # a training run's length, given one way or the other
 BOUNDS = {"max_steps", "min_steps"}  # the budget's cap and (under epochs) its floor
@@ -274,7 +270,7 @@ def check_training(options: TrainOptions, task_method: str, backbone: Backbone) 
 
 
 class TrainingSettings(TrainOptions):
-    """Whether a task trains by itself, and how (services.bus.autotrain)."""
+    """Whether a task trains by itself, and how (services.engine.autotrain)."""
 
     # strict: a JSON boolean only, as the schema says (pydantic would take 0, 1 or "yes" as well)
     auto: bool = Field(False, strict=True, description="queue a training job by itself as examples are added")

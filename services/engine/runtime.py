@@ -36,11 +36,12 @@ from openbook.mixed import MixedForward
 from openbook.prompting import TextInput
 from openbook.quality import Scored, leave_one_out
 
-from services.api.lambda_on_store import LAMBDA_WAIT_S, LambdaOnStore
 from services.bus.examples_log import ExampleLog, LogEntry
-from services.bus.replay import replay
-from services.bus.task_spec import GENERATIONS_KEY, TASKS_KEY, Task
+from services.bus.keys import GENERATIONS_KEY, TASKS_KEY
 from services.bus.versions import Published
+from services.engine.lambda_on_store import LAMBDA_WAIT_S, LambdaOnStore
+from services.engine.replay import replay
+from services.engine.task_spec import Task
 
 
 class StaleRuntime(Exception):
@@ -90,7 +91,7 @@ class TaskRuntime:
     # a checkpoint that brings a backbone of its own
     prepare_backbone: Callable[[Backbone], Backbone] | None = None
     # While untrained with `knn.lam` null, λ is chosen on the stored examples each time the store changes
-    # (services/api/lambda_on_store.py): their label scores, and the thread that keeps them level.
+    # (services/engine/lambda_on_store.py): their label scores, and the thread that keeps them level.
     lam_on_store: LambdaOnStore = field(default_factory=LambdaOnStore)
 
     def bind_spec(self, raw: bytes) -> None:
