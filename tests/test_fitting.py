@@ -10,10 +10,10 @@ import pytest
 from openbook.backbone import BackboneConfig, load_backbone
 from openbook.calibration import with_temperature
 from openbook.checkpoints import load_classifier
-from openbook.fitting import LabelledTexts, StoreExamples, fit_and_save
+from openbook.fitting import LabelledTexts, StoreExamples, choose_knn_on_dev, fit_and_save
 from openbook.knn import KnnConfig
 from openbook.methods import weights_sha256
-from openbook.selection import LAMBDA_GRID, choose_knn_on_dev
+from openbook.selection import LAMBDA_GRID
 from openbook.training import TrainConfig
 
 CONFIG = TrainConfig(steps=4, batch_size=4, lr=3e-3, eval_every=2, patience=10, warmup_ratio=0.0)

@@ -4,7 +4,7 @@
 
 1. `training.train` (the kept weights are the best on dev);
 2. how the classifier predicts: a method that interpolates with kNN gets its
-   k, T and lambda chosen on dev alone (`selection.py`: the training examples
+   k, T and lambda chosen on dev alone (`choose_knn_on_dev`: the training examples
    are no evidence once the prompt has been fitted to them), any other
    predicts from the prompt alone (lambda = 0);
 2b. its confidence: dev is scored as it will serve (with a store of the
@@ -36,15 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from openbook.calibration import with_temperature
+from openbook.calibration import calibrated_p_lm, with_temperature
 from openbook.checkpoints import examples_sha256, save_classifier
 from openbook.classifier import Classifier, Embeddings, SlotVectors
 from openbook.data import Example
 from openbook.dev_split import Examples, checked_on
+from openbook.knn import KnnConfig, knn_search
 from openbook.methods import Method
 from openbook.prompting import TextInput
 from openbook.quality import Scored, calibrate, score_examples
-from openbook.selection import choose_knn_on_dev
+from openbook.selection import DEFAULT_RULE, Evidence, SelectionRule, Split, select
 from openbook.store import KnowledgeStore
 from openbook.training import DevScore, TrainConfig, TrainResult, train
 
@@ -212,6 +213,29 @@ def fit_classifier(
     if store_examples is not None:
         serve_store(classifier, store_examples, train_set, dev_set, dev)
     return dev_metrics, result, dev_scores
+
+
+def choose_knn_on_dev(
+    classifier: Classifier,
+    dev_texts: Sequence[TextInput],
+    dev_labels: np.ndarray,
+    rule: SelectionRule = DEFAULT_RULE,
+    *,
+    embedded: Embeddings | None = None,
+) -> tuple[KnnConfig, float]:
+    """Step 2: k, T and lambda for a trained classifier's kNN interpolation, chosen on dev
+    (`selection.py`); with dev accuracy.
+
+    Dev alone is the evidence: the classifier was trained on the examples its store holds. Neighbours
+    are scored as `classifier.knn` scores them. `embedded`: dev's embeddings under the classifier as it
+    stands, when already taken.
+    """
+    base = classifier.knn
+    dev = classifier.embed(dev_texts) if embedded is None else embedded
+    k = min(max(rule.ks), len(classifier.store))
+    hits = knn_search(classifier.store, dev.vectors, k, base.similarity)
+    p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)
+    return select(Evidence(p_lm_dev, Split(dev_labels, hits)), rule, len(classifier.store), base)
 
 
 def serve_store(
