@@ -412,8 +412,7 @@ class Classifier:
     def remove_examples(self, ids: Sequence[int] | np.ndarray) -> int:
         """Take examples out of the store (unknown ids are ignored); returns how many were stored."""
         removed = self.store.remove(ids)
-        for example_id in np.asarray(ids, dtype=np.int64).tolist():
-            self.lam_on_store.scores.pop(example_id, None)
+        self.lam_on_store.removed(np.asarray(ids, dtype=np.int64))
         return removed
 
 

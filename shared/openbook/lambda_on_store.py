@@ -38,7 +38,7 @@ class LambdaOnStore:
     scores: dict[int, np.ndarray] = field(default_factory=dict)  # stored id -> (C,) label log-probs
     lam: float = UNCHOSEN_LAM
     _store: KnowledgeStore | None = None  # the store the scores are of: another one starts them afresh
-    _level_at: int | None = None  # the store's version when its ids were last found all scored
+    _checked: tuple[int, np.ndarray] | None = None  # (the store's version, its ids without scores then)
     _chosen_for: tuple | None = None  # what `lam` was chosen for (`_state`)
 
     def stored(self, store: KnowledgeStore, ids: np.ndarray, lm_log_probs: np.ndarray | None) -> None:
@@ -48,19 +48,26 @@ class LambdaOnStore:
             self.scores.pop(example_id, None)
         if lm_log_probs is not None:
             self.scores.update(zip(ids.tolist(), lm_log_probs, strict=True))
+        self._checked = None
+
+    def removed(self, ids: np.ndarray) -> None:
+        """Examples left the store: their scores go too."""
+        for example_id in ids.tolist():
+            self.scores.pop(example_id, None)
+        self._checked = None
 
     def unscored(self, store: KnowledgeStore) -> np.ndarray:
-        """The stored ids without scores; the scores of ids no longer stored are dropped on the way."""
+        """The stored ids without scores; the scores of ids no longer stored are dropped on the way. Asked
+        again of the same store unchanged (every request of a task asks), the answer is kept."""
         self._of(store)
-        if self._level_at == store.version:
-            return np.zeros(0, dtype=np.int64)
+        if self._checked is not None and self._checked[0] == store.version:
+            return self._checked[1]
         ids = store.ids()
         stored = set(ids.tolist())
         for gone in [i for i in self.scores if i not in stored]:  # removed past `Classifier.remove_examples`
             del self.scores[gone]
         unscored = np.array([i for i in ids.tolist() if i not in self.scores], dtype=np.int64)
-        if len(unscored) == 0:
-            self._level_at = store.version
+        self._checked = (store.version, unscored)
         return unscored
 
     def missing(self, store: KnowledgeStore) -> tuple[np.ndarray, list[TextInput]]:
@@ -78,6 +85,7 @@ class LambdaOnStore:
         for example_id, text, row in zip(ids.tolist(), texts, lm_log_probs, strict=True):
             if example_id not in self.scores and _stored_text(store, example_id) == text:
                 self.scores[example_id] = row
+        self._checked = None
 
     def chosen(self, classifier: StoreReader) -> float:
         """λ for `classifier` (whose state these are), chosen again if its store, kNN settings or label bias
@@ -93,7 +101,7 @@ class LambdaOnStore:
 
     def _of(self, store: KnowledgeStore) -> None:
         if store is not self._store:
-            self.scores, self._store, self._level_at, self._chosen_for = {}, store, None, None
+            self.scores, self._store, self._checked, self._chosen_for = {}, store, None, None
 
     @staticmethod
     def _state(classifier: StoreReader) -> tuple:
