@@ -1,4 +1,4 @@
-"""`estimator.py`: create, fit, save and load, checked against the path `openbook train` runs."""
+"""`estimator.py`: create, fit, save and load, checked against the fit pipeline's steps (`fitting.py`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from openbook.backbone import BackboneConfig, load_backbone
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier
 from openbook.dev_split import split_dev
-from openbook.fitting import FitSets, fit_and_save
+from openbook.fitting import FitSets, TrainingRecord, fit_classifier, save_fitted
 from openbook.methods import build_method, weights_sha256
 from openbook.prompting import PromptError, Template, Verbalizer
 from openbook.training import TrainConfig
@@ -41,15 +41,15 @@ def labelled_examples(toy) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.parametrize("spec", ["retroprompt", "prompt-ft"])
-def test_fit_is_openbook_trains_path_on_the_services_split(
+def test_fit_is_the_fit_pipeline_on_the_services_split(
     causal_dir: Path, tmp_path: Path, spec: str, toy
 ) -> None:
     estimator = openbook.create_classifier(TEMPLATE, LABELS, backbone=fresh_backbone(causal_dir), method=spec)
     texts, gold = labelled_examples(toy)
     report = estimator.fit(texts, gold, **BUDGET)
 
-    # What `openbook train` runs (cli/train.py: its classifier as cli.common.classifier_from_args builds it,
-    # then fit_and_save), on the split and the store the service's trainer gives the same examples.
+    # The fit pipeline's steps by hand (fitting.py), on a classifier built as cli.common.classifier_from_args
+    # builds one, on the split and the store the service's trainer gives the same examples.
     backbone = fresh_backbone(causal_dir)
     base_sha = weights_sha256(backbone.model)
     method = build_method(spec)
@@ -57,29 +57,25 @@ def test_fit_is_openbook_trains_path_on_the_services_split(
     classifier = method.prepare(dataclasses.replace(base, store=base.empty_store(), label_bias=None))
     examples = dict(enumerate(zip(texts, gold, strict=True)))
     train_ids, dev_ids = split_dev(examples)
-    sets = FitSets.of(classifier, examples, train_ids, dev_ids)
-    fitted = fit_and_save(
-        tmp_path / "reference",
-        classifier,
-        method,
-        sets.train,  # the examples under their ids, as the service's trainer passes them
-        sets.dev,
-        TrainConfig(**BUDGET),
-        base_weights_sha256=base_sha,
-        training_data_sha256=sets.training_data_sha256(),
-        store_examples=sets.store,
-        progress=False,
+    sets = FitSets.of(classifier, examples)  # the examples under their ids, as the service's trainer
+    assert (sets.train.example_ids().tolist(), sets.dev_ids()) == (train_ids, dev_ids)
+    dev_metrics, _, dev_scores = fit_classifier(
+        classifier, method, sets, TrainConfig(**BUDGET), progress=False
     )
+    record = TrainingRecord(
+        base_sha, sets.training_data_sha256(), TrainConfig(**BUDGET), dev_metrics, dev_scores
+    )
+    reference = save_fitted(tmp_path / "reference", classifier, method, record)
 
     assert (report.train_ids, report.dev_ids) == (train_ids, dev_ids) and len(dev_ids) >= 2
-    assert report.dev_metrics == fitted.dev_metrics
-    assert report.dev_accuracy == fitted.dev_metrics.get("accuracy_with_knn", fitted.dev_metrics["accuracy"])
+    assert report.dev_metrics == dev_metrics
+    assert report.dev_accuracy == dev_metrics.get("accuracy_with_knn", dev_metrics["accuracy"])
     assert ("accuracy_with_knn" in report.dev_metrics) == (spec == "retroprompt")
     assert estimator.classifier.knn == classifier.knn
     assert estimator.classifier.confidence_temperature == classifier.confidence_temperature
     assert estimator.record is not None and estimator.record.dev_scores is not None
-    assert fitted.dev_scores is not None
-    np.testing.assert_array_equal(estimator.record.dev_scores.probabilities, fitted.dev_scores.probabilities)
+    assert dev_scores is not None
+    np.testing.assert_array_equal(estimator.record.dev_scores.probabilities, dev_scores.probabilities)
     np.testing.assert_array_equal(
         probabilities(estimator.predict(QUERIES)), probabilities(classifier.predict(QUERIES))
     )
@@ -98,12 +94,12 @@ def test_fit_is_openbook_trains_path_on_the_services_split(
         loaded.record.dev_scores.probabilities, estimator.record.dev_scores.probabilities, atol=1e-6
     )
     ours = json.loads((tmp_path / "fit" / "manifest.json").read_text())
-    theirs = json.loads((fitted.path / "manifest.json").read_text())
+    theirs = json.loads((reference / "manifest.json").read_text())
     for key in ("dev_metrics", "knn", "confidence_temperature", "training_data_sha256", "backbone", "spec"):
         assert ours[key] == theirs[key], key
-    reference, _ = load_classifier(fitted.path)
+    trained, _ = load_classifier(reference)
     np.testing.assert_array_equal(
-        probabilities(reference.predict(QUERIES)), probabilities(loaded.predict(QUERIES))
+        probabilities(trained.predict(QUERIES)), probabilities(loaded.predict(QUERIES))
     )
     with pytest.raises(ValueError, match="trained already"):
         estimator.fit(texts, gold, **BUDGET)

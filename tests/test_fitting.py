@@ -1,4 +1,5 @@
-"""`fit_and_save` (`fitting.py`): train, choose how the classifier predicts, save; checked by loading back."""
+"""The fit pipeline (`fitting.py`, run by `Estimator.fit` and `.save`): train, choose how the classifier
+predicts, save; checked by loading back."""
 
 from __future__ import annotations
 
@@ -10,30 +11,34 @@ import pytest
 from openbook.backbone import BackboneConfig, load_backbone
 from openbook.calibration import with_temperature
 from openbook.checkpoints import load_classifier
-from openbook.fitting import LabelledTexts, StoreExamples, fit_and_save
+from openbook.estimator import Estimator
+from openbook.fitting import FitSets, LabelledTexts, StoreExamples, choose_knn_on_dev
 from openbook.knn import KnnConfig
-from openbook.methods import weights_sha256
-from openbook.selection import LAMBDA_GRID, choose_knn_on_dev
+from openbook.selection import LAMBDA_GRID
 from openbook.training import TrainConfig
 
-CONFIG = TrainConfig(steps=4, batch_size=4, lr=3e-3, eval_every=2, patience=10, warmup_ratio=0.0)
+BUDGET = {"steps": 4, "batch_size": 4, "lr": 3e-3, "eval_every": 2, "patience": 10, "warmup_ratio": 0.0}
+CONFIG = TrainConfig(**BUDGET)
 # Dev differs from train, so choosing on train instead of dev would show.
 DEV = LabelledTexts(["great fun", "a good film", "boring and bad", "a terrible film"], np.array([1, 1, 0, 0]))
 
 
-def fit(classifier, method, path: Path, toy, **options):
-    return fit_and_save(
-        path,
-        classifier,
-        method,
-        LabelledTexts(toy.texts, toy.labels),
-        DEV,
-        CONFIG,
-        base_weights_sha256=weights_sha256(classifier.backbone.model),  # before training changes them
-        training_data_sha256="0" * 64,
-        progress=False,
-        **options,
+def names(classifier, labels) -> list[str]:
+    return [classifier.labels[i] for i in labels]
+
+
+def fit(classifier, method, path: Path, toy, dev: LabelledTexts = DEV, **options):
+    """`Estimator.fit` on the toy set, `dev` given apart, then `save`: (the estimator, its report, the
+    path)."""
+    estimator = Estimator(classifier, method)
+    report = estimator.fit(
+        toy.texts,
+        names(classifier, toy.labels),
+        dev=(dev.texts, names(classifier, dev.labels)),
+        dev_ids=None if dev.ids is None else dev.ids.tolist(),
+        **BUDGET,
     )
+    return estimator, report, estimator.save(path, **options)
 
 
 def load(path: Path, model_dir: Path):
@@ -46,18 +51,19 @@ def test_a_knn_interp_method_is_saved_with_the_knn_setting_chosen_on_dev(
 ) -> None:
     classifier, method = fresh_classifier(causal_dir, "retroprompt")
     assert method.inference == "knn-interp"
-    fitted = fit(classifier, method, tmp_path / "ckpt", toy)
-    chosen, dev_accuracy = choose_knn_on_dev(classifier, DEV.texts, DEV.labels)  # the trained classifier
-    assert classifier.knn == chosen and fitted.dev_metrics["accuracy_with_knn"] == dev_accuracy
+    estimator, report, path = fit(classifier, method, tmp_path / "ckpt", toy)
+    classifier = estimator.classifier  # the trained classifier; its store, the train examples alone
+    chosen, dev_accuracy = choose_knn_on_dev(classifier, DEV.texts, DEV.labels)
+    assert classifier.knn == chosen and report.dev_metrics["accuracy_with_knn"] == dev_accuracy
     assert (chosen.k, chosen.temperature) == (len(toy.texts), KnnConfig().temperature)  # 8 stored, < 16
     assert chosen.lam in LAMBDA_GRID
-    assert {"accuracy", "best_step", "step_budget", "steps_run"} <= set(fitted.dev_metrics)
-    assert fitted.path == tmp_path / "ckpt" and fitted.result.steps_run == fitted.dev_metrics["steps_run"]
+    assert {"accuracy", "best_step", "step_budget", "steps_run"} <= set(report.dev_metrics)
+    assert path == tmp_path / "ckpt" and report.result.steps_run == report.dev_metrics["steps_run"]
 
-    loaded, _ = load(fitted.path, causal_dir)
+    loaded, _ = load(path, causal_dir)
     assert loaded.knn == chosen
-    manifest = json.loads((fitted.path / "manifest.json").read_text())
-    assert manifest["dev_metrics"] == fitted.dev_metrics
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["dev_metrics"] == report.dev_metrics
 
 
 def test_any_other_method_is_saved_to_predict_from_the_prompt_alone(
@@ -66,10 +72,10 @@ def test_any_other_method_is_saved_to_predict_from_the_prompt_alone(
     classifier, method = fresh_classifier(causal_dir, "prompt-ft")
     assert method.inference == "zero-shot"
     classifier.knn = KnnConfig(k=3, temperature=0.5, lam=0.4)
-    fitted = fit(classifier, method, tmp_path / "ckpt", toy)
-    assert "accuracy_with_knn" not in fitted.dev_metrics
+    _, report, path = fit(classifier, method, tmp_path / "ckpt", toy)
+    assert "accuracy_with_knn" not in report.dev_metrics
 
-    loaded, _ = load(fitted.path, causal_dir)
+    loaded, _ = load(path, causal_dir)
     assert loaded.knn == KnnConfig(k=3, temperature=0.5, lam=0.0)  # lambda 0; k and T as they were
     for prediction in loaded.predict(DEV.texts):  # the prompt's distribution, at the confidence temperature
         p_lm = np.array([list(prediction.p_lm.values())])
@@ -82,22 +88,13 @@ def test_confidence_is_calibrated_on_dev_and_the_dev_scores_kept(
 ) -> None:
     classifier, method = fresh_classifier(causal_dir, "retroprompt")
     dev = LabelledTexts(DEV.texts, DEV.labels, np.array([31, 7, 12, 90]))
-    fitted = fit_and_save(
-        tmp_path / "ckpt",
-        classifier,
-        method,
-        LabelledTexts(toy.texts, toy.labels),
-        dev,
-        CONFIG,
-        base_weights_sha256=weights_sha256(classifier.backbone.model),
-        training_data_sha256="0" * 64,
-        progress=False,
-    )
-    calibration = fitted.dev_metrics["calibration"]
+    estimator, report, path = fit(classifier, method, tmp_path / "ckpt", toy, dev=dev)
+    classifier = estimator.classifier
+    calibration = report.dev_metrics["calibration"]
     assert not calibration["adopted"]  # 4 dev examples: too few to adopt any temperature (quality.py)
     assert calibration["temperature"] == 1.0 and calibration["folds"] == 4
-    assert fitted.dev_scores is not None
-    assert fitted.dev_scores.ids.tolist() == [31, 7, 12, 90] and fitted.dev_scores.gold.tolist() == [
+    assert report.dev_scores is not None
+    assert report.dev_scores.ids.tolist() == [31, 7, 12, 90] and report.dev_scores.gold.tolist() == [
         1,
         1,
         0,
@@ -108,12 +105,12 @@ def test_confidence_is_calibrated_on_dev_and_the_dev_scores_kept(
     classifier.store = classifier.empty_store()
     classifier.add_examples(toy.texts, [toy.verbalizer.labels[i] for i in toy.labels])
     served = classifier.score(classifier.embed(DEV.texts)).probabilities
-    np.testing.assert_allclose(fitted.dev_scores.probabilities, served, atol=1e-5)
+    np.testing.assert_allclose(report.dev_scores.probabilities, served, atol=1e-5)
 
-    manifest = json.loads((fitted.path / "manifest.json").read_text())
+    manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["dev_scores"]["ids"] == [31, 7, 12, 90]
     np.testing.assert_allclose(manifest["dev_scores"]["probabilities"], served, atol=1e-5)
-    loaded, _ = load(fitted.path, causal_dir)
+    loaded, _ = load(path, causal_dir)
     assert loaded.confidence_temperature == pytest.approx(calibration["temperature"])
 
     # the gate's score of this candidate, read from those dev scores, is the one `dev_check` computes
@@ -123,34 +120,69 @@ def test_confidence_is_calibrated_on_dev_and_the_dev_scores_kept(
     classifier.confidence_temperature = 2.0
     words = [toy.verbalizer.labels[i] for i in toy.labels]
     afresh = dev_check(classifier, StoreExamples(toy.texts, words, np.arange(len(words))), dev)
-    read = served_dev_score(fitted.dev_scores, 2.0)
+    read = served_dev_score(report.dev_scores, 2.0)
     assert afresh is not None and read.accuracy == afresh.accuracy
     assert read.log_likelihood == pytest.approx(afresh.log_likelihood, abs=1e-5)
-    assert read.log_likelihood != pytest.approx(served_dev_score(fitted.dev_scores, 1.0).log_likelihood)
+    assert read.log_likelihood != pytest.approx(served_dev_score(report.dev_scores, 1.0).log_likelihood)
 
 
-def test_store_examples_replace_the_store_with_those_ids(
+def test_the_store_holds_every_example_under_its_id_dev_held_out_included(
     causal_dir: Path, tmp_path: Path, toy, fresh_classifier
 ) -> None:
     classifier, method = fresh_classifier(causal_dir, "retroprompt")
     texts = [*toy.texts[:4], *DEV.texts]
-    labels = [toy.verbalizer.labels[i] for i in [*toy.labels[:4], *DEV.labels]]
+    labels = names(classifier, [*toy.labels[:4], *DEV.labels])
     ids = np.array([70, 10, 50, 30, 20, 80, 40, 60], dtype=np.int64)
-    fitted = fit(
-        classifier,
-        method,
-        tmp_path / "ckpt",
-        toy,
-        store_examples=StoreExamples(texts, labels, ids),
-        extra={"log_offset": 12},
-    )
-    loaded, _ = load(fitted.path, causal_dir)
-    np.testing.assert_array_equal(loaded.store.ids(), np.sort(ids))  # those ids only: no training example
+    estimator = Estimator(classifier, method)
+    report = estimator.fit(texts, labels, ids=ids.tolist(), **BUDGET)  # dev held out by the ids' hash
+    assert sorted(report.train_ids + report.dev_ids) == sorted(ids.tolist()) and report.train_ids
+    path = estimator.save(tmp_path / "ckpt", extra={"log_offset": 12})
+    loaded, _ = load(path, causal_dir)
+    np.testing.assert_array_equal(loaded.store.ids(), np.sort(ids))  # those ids only, dev's too
     np.testing.assert_array_equal(loaded.store.labels_of(ids), loaded.label_indices(labels))
     # The examples are embedded with the trained weights, as the saved classifier will embed queries.
-    trained_keys = classifier.embed(texts, vectors_only=True).vectors
+    trained_keys = estimator.classifier.embed(texts, vectors_only=True).vectors
     np.testing.assert_allclose(loaded.store.vectors_of(ids), trained_keys, atol=1e-5)
-    assert json.loads((fitted.path / "manifest.json").read_text())["log_offset"] == 12
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["log_offset"] == 12 and manifest["dev_scored_on"] == (
+        "dev" if report.dev_ids else "train"
+    )
+
+
+def test_a_dev_given_apart_chooses_but_is_not_stored(
+    causal_dir: Path, tmp_path: Path, toy, fresh_classifier
+) -> None:
+    classifier, method = fresh_classifier(causal_dir, "retroprompt")
+    estimator, report, path = fit(classifier, method, tmp_path / "ckpt", toy)
+    assert report.train_ids == list(range(8)) and report.dev_ids == [0, 1, 2, 3]  # positions, each
+    loaded, _ = load(path, causal_dir)
+    assert loaded.store.ids().tolist() == report.train_ids
+    assert loaded.store.texts_of(loaded.store.ids()) == toy.texts  # the train examples, not dev's
+    np.testing.assert_allclose(
+        loaded.store.vectors_of(loaded.store.ids()),
+        estimator.classifier.embed_vectors(toy.texts).vectors,
+        atol=1e-5,
+    )
+    assert estimator.dev_scored_on == "dev"
+
+
+def test_an_exception_from_on_step_stops_training_there(causal_dir: Path, toy, fresh_classifier) -> None:
+    """How a service job is cancelled: its `on_step` raises, and `fit` stops at that step."""
+    classifier, method = fresh_classifier(causal_dir, "prompt-ft")
+    estimator = Estimator(classifier, method)
+    steps: list[int] = []
+
+    class Cancelled(Exception):
+        pass
+
+    def on_step(step: int, total: int, loss: float) -> None:
+        steps.append(step)
+        if step == 2:
+            raise Cancelled
+
+    with pytest.raises(Cancelled):
+        estimator.fit(toy.texts, names(classifier, toy.labels), on_step=on_step, **BUDGET)
+    assert steps == [1, 2] and estimator.record is None
 
 
 def test_the_served_store_keeps_the_keys_training_took(
@@ -165,10 +197,12 @@ def test_the_served_store_keeps_the_keys_training_took(
     train_ids, dev_ids = np.arange(0, len(labels), 2), np.arange(1, len(labels), 2)
     train_set = LabelledTexts([toy.texts[i] for i in train_ids], labels[train_ids], train_ids)
     dev_set = LabelledTexts([toy.texts[i] for i in dev_ids], labels[dev_ids], dev_ids)
-    fit_classifier(classifier, method, train_set, dev_set, CONFIG, progress=False)
-    names = [toy.verbalizer.labels[i] for i in labels]
+    names_ = [toy.verbalizer.labels[i] for i in labels]
+    # the store served as training left it: the train examples under their positions
+    as_trained = StoreExamples(train_set.texts, [names_[i] for i in train_ids], np.arange(len(train_ids)))
+    fit_classifier(classifier, method, FitSets(train_set, dev_set, as_trained, True), CONFIG, progress=False)
     everything = StoreExamples(
-        [*toy.texts, "an example in neither set"], [*names, names[0]], np.arange(len(labels) + 1)
+        [*toy.texts, "an example in neither set"], [*names_, names_[0]], np.arange(len(labels) + 1)
     )
     embedded: list[int] = []
     fresh = classifier.embed_vectors

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 from openbook.classifier import Classifier, Embeddings
+from openbook.fitting import choose_knn_on_dev
 from openbook.knn import KnnConfig, knn_mixture
 from openbook.prompting import Template, Verbalizer
 from openbook.selection import (
@@ -17,7 +18,6 @@ from openbook.selection import (
     SelectionRule,
     Split,
     accuracy,
-    choose_knn_on_dev,
     gold_log_likelihood,
     lambda_on_store,
     lambda_rule,

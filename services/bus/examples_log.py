@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, cast
 
 import redis
@@ -161,6 +161,37 @@ class LogEntry:
     label: str | None = None
 
 
+Examples = dict[int, tuple[TextInput, str]]  # id -> (text, label)
+
+
+@dataclass(frozen=True)
+class Folded:
+    """What some log entries leave, applied in order (`fold`): each id's last state among them."""
+
+    examples: Examples = field(default_factory=dict)  # ids whose last entry adds them: (text, label)
+    deleted: frozenset[int] = frozenset()  # ids whose last entry deletes them
+    offset: str | None = None  # the last entry's; None: no entry
+
+
+def fold(entries: Iterable[LogEntry]) -> Folded:
+    """The one fold of the log: adds minus deletes, in order, so that a later entry for an id supersedes
+    an earlier one. The worker folds the whole log into the examples it trains on; a replica folds what it
+    has not applied yet into its store (services/engine/replay.py) and its texts (runtime.py)."""
+    examples: Examples = {}
+    deleted: set[int] = set()
+    offset = None
+    for entry in entries:
+        if entry.op == "add":
+            assert entry.text is not None and entry.label is not None  # an add always carries both
+            examples[entry.id] = (entry.text, entry.label)
+            deleted.discard(entry.id)
+        else:
+            examples.pop(entry.id, None)
+            deleted.add(entry.id)
+        offset = entry.offset
+    return Folded(examples, frozenset(deleted), offset)
+
+
 def _payload(example: NewExample) -> str:
     text = example.text if isinstance(example.text, str) else list(example.text)
     return json.dumps({"text": text, "label": example.label}, ensure_ascii=False, sort_keys=True)
@@ -255,6 +286,10 @@ class ExampleLog:
             list[StreamEntry], self.client.xrange(self.stream_key, min=f"({after}", max="+", count=count)
         )
         return [_entry(offset, fields) for offset, fields in raw]
+
+    def examples(self) -> Folded:
+        """The whole log folded: the examples it holds now, and the offset of its last entry."""
+        return fold(self.read())
 
     def __len__(self) -> int:
         return int(self.client.hlen(self.ids_key))

@@ -3,46 +3,36 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import groupby
-from typing import cast
 
 import numpy as np
 from openbook.classifier import Classifier
-from openbook.prompting import TextInput
 
-from services.bus.examples_log import LogEntry
+from services.bus.examples_log import LogEntry, fold
 
 
-def replay(
-    classifier: Classifier, entries: Sequence[LogEntry], lm_scores: dict[int, np.ndarray] | None = None
-) -> str | None:
-    """Apply log entries in order (adds are embedded a run at a time); returns the last offset applied.
+def replay(classifier: Classifier, entries: Sequence[LogEntry]) -> str | None:
+    """Apply log entries (`examples_log.fold`: what they leave, each id's last entry winning); returns the
+    last offset applied.
 
-    `lm_scores`, when given, is kept up to date with each stored example's label scores (id -> (C,)),
-    computed by the same forward as its store key; without it no label is scored.
+    The ids they delete leave the store, and the examples they leave are embedded in one pass: nothing is
+    embedded for an add a later entry supersedes, and an example of a label since removed from the task (it
+    had to be deleted first) is never asked of a classifier that no longer has the label.
 
-    An add that a later entry for its id supersedes is skipped: the end state is the same, nothing is
-    embedded for nothing, and an example of a label since removed from the task (it had to be deleted
-    first) is never asked of a classifier that no longer has the label.
+    Where the classifier chooses λ on its stored examples (`knn.lam` None), their label scores come from
+    the forward that gives the keys (`Classifier.add_examples`), unless scoring the labels costs a pass over
+    their words' tree (`scores_words_by_tree`): then the keys alone are stored here, and the scores follow
+    off the request path (services/engine/lambda_refresh.py).
     """
-    last = {e.id: i for i, e in enumerate(entries)}
-    live = [e for i, e in enumerate(entries) if e.op == "delete" or last[e.id] == i]
-    for op, run in groupby(live, key=lambda e: e.op):
-        batch = list(run)
-        ids = np.array([e.id for e in batch], dtype=np.int64)
-        if op == "add":
-            texts = [cast(TextInput, e.text) for e in batch]  # an add always carries text and label
-            labels = [cast(str, e.label) for e in batch]
+    folded = fold(entries)
+    if folded.deleted:
+        classifier.remove_examples(np.array(sorted(folded.deleted), dtype=np.int64))
+    if folded.examples:
+        ids = np.array(list(folded.examples), dtype=np.int64)
+        texts = [text for text, _ in folded.examples.values()]
+        labels = [label for _, label in folded.examples.values()]
+        if classifier.knn.lam is None and classifier.scores_words_by_tree:
             classifier.label_indices(labels)  # unknown labels fail before the forward passes
-            if lm_scores is None:  # only the store keys: no label is scored
-                classifier.add_embeddings(classifier.embed_vectors(texts), labels, ids, texts=texts)
-            else:
-                embedded = classifier.embed(texts, vectors_only=True)
-                classifier.add_embeddings(embedded, labels, ids, texts=texts)
-                lm_scores.update(zip(ids.tolist(), embedded.lm_log_probs, strict=True))
+            classifier.add_embeddings(classifier.embed_vectors(texts), labels, ids, texts=texts)
         else:
-            classifier.store.remove(ids)
-            if lm_scores is not None:
-                for i in ids.tolist():
-                    lm_scores.pop(i, None)
-    return entries[-1].offset if entries else None
+            classifier.add_examples(texts, labels, ids)
+    return folded.offset

@@ -36,10 +36,10 @@ from openbook.mixed import MixedForward
 from openbook.prompting import TextInput
 from openbook.quality import Scored, leave_one_out
 
-from services.bus.examples_log import ExampleLog, LogEntry
+from services.bus.examples_log import ExampleLog, LogEntry, fold
 from services.bus.keys import GENERATIONS_KEY, TASKS_KEY
 from services.bus.versions import Published
-from services.engine.lambda_on_store import LAMBDA_WAIT_S, LambdaOnStore
+from services.engine.lambda_refresh import LAMBDA_WAIT_S, LambdaRefresh
 from services.engine.replay import replay
 from services.engine.task_spec import Task
 
@@ -90,9 +90,13 @@ class TaskRuntime:
     # what the replica does to a backbone it loads (compiles it, openbook.compiled); applied in `adopt` to
     # a checkpoint that brings a backbone of its own
     prepare_backbone: Callable[[Backbone], Backbone] | None = None
-    # While untrained with `knn.lam` null, λ is chosen on the stored examples each time the store changes
-    # (services/engine/lambda_on_store.py): their label scores, and the thread that keeps them level.
-    lam_on_store: LambdaOnStore = field(default_factory=LambdaOnStore)
+    # While untrained with `knn.lam` null, the classifier chooses λ on its stored examples
+    # (openbook.lambda_on_store); where their label scores cost a pass over the label words' tree, this
+    # thread scores them off the lock (services/engine/lambda_refresh.py)
+    lam_refresh: LambdaRefresh = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lam_refresh = LambdaRefresh(self.task.name, self.lock, self._choosing_lambda)
 
     def bind_spec(self, raw: bytes) -> None:
         """Serve the spec Redis holds as `raw` (the registry's lookup): `predict` checks it still does."""
@@ -123,42 +127,37 @@ class TaskRuntime:
 
     def catch_up(self, lambda_wait_s: float = LAMBDA_WAIT_S) -> None:
         """Apply the log entries after `offset` (blocking: call from a worker thread), then wait up to
-        `lambda_wait_s` for an untrained task's λ to catch up with them (lambda_on_store.py)."""
+        `lambda_wait_s` for an untrained task's λ to catch up with them (lambda_refresh.py)."""
         with self.lock:
             self._apply_log()
-        self.lam_on_store.settle(lambda_wait_s)
+        self.lam_refresh.settle(lambda_wait_s)
 
     def _apply_log(self) -> None:  # the caller holds the lock
         entries = self.log.read(after=self.offset)
-        lam, classifier = self.lam_on_store, self.classifier
-        if not self.chooses_lambda():
-            replay(classifier, entries)
-            self._remember(entries)
-        elif classifier.scores_words_by_tree:  # the keys now, the scores and λ in the thread
-            replay(classifier, entries)
-            self._remember(entries)
-            if entries or lam.scored_by is not classifier:
-                lam.due(self)
-        else:  # the scores come with the keys' forward, and λ at once
-            rescored = lam.scored_by is not classifier
-            replay(classifier, entries, lam.scores_for(classifier))
-            self._remember(entries)
-            if entries or rescored:
-                lam.choose(classifier, self.texts)
+        classifier = self.classifier
+        replay(classifier, entries)  # the keys, with the label scores λ reads where they come free
+        self._remember(entries)
+        if self._choosing_lambda() is None or not len(classifier.lam_on_store.unscored(classifier.store)):
+            return  # λ follows the store at the next prediction (`Classifier.served_knn`)
+        if classifier.scores_words_by_tree:  # the scores, and λ, in the thread
+            self.lam_refresh.due()
+        else:  # a classifier new since (grown by labels): its scores here, at once
+            classifier.score_unscored()
 
-    def chooses_lambda(self) -> bool:
-        """Whether λ is chosen on the stored examples: untrained, and no λ in the task's spec."""
-        return self.published is None and self.task.knn.lam is None
+    def _choosing_lambda(self) -> Classifier | None:
+        """The classifier, while it chooses λ on the stored examples: untrained, and no λ in the task's
+        spec (a trained version's was chosen on dev). The caller holds the lock."""
+        return self.classifier if self.classifier.knn.lam is None else None
 
     def _remember(self, entries: Sequence[LogEntry]) -> None:
-        for entry in entries:
-            if entry.op == "add":
-                assert entry.text is not None and entry.label is not None
-                self.texts[entry.id], self.labels[entry.id] = entry.text, entry.label
-            else:
-                self.texts.pop(entry.id, None)
-                self.labels.pop(entry.id, None)
-            self.offset = entry.offset
+        folded = fold(entries)
+        for example_id in folded.deleted:
+            self.texts.pop(example_id, None)
+            self.labels.pop(example_id, None)
+        for example_id, (text, label) in folded.examples.items():
+            self.texts[example_id], self.labels[example_id] = text, label
+        if folded.offset is not None:
+            self.offset = folded.offset
 
     def predict(self, texts: Sequence[TextInput]) -> tuple[list[Prediction], str, str]:
         """Catch up with the log, then predict: with the model and store versions that made them.
@@ -258,8 +257,7 @@ class TaskRuntime:
             replay(classifier, [e for e in tail if _order(e.offset) > _order(caught)])
             self._remember([e for e in tail if _order(e.offset) > _order(self.offset)])
             self.classifier, self.model_version, self.swap_error = classifier, published.version, None
-            self.published = published
-            self.lam_on_store.forget()  # a trained classifier's λ was chosen on dev
+            self.published = published  # its λ was chosen on dev: the refresh, if running, ends
 
 
 Result = tuple[list[Prediction], str, str]  # predictions, model version, store version

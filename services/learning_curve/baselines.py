@@ -5,8 +5,8 @@
   task gives none, lambda chosen on the labelled examples each scored leave-one-out, as the service
   chooses it) with a store of the labelled examples;
 - prompt-ft: LM-BFF fine-tuning from the pre-trained weights, with the service jobs' training settings,
-  dev held out as the worker holds it out (`dev_split.split_dev`, `fitting.FitSets`), inference chosen
-  on dev (`fit_classifier`);
+  trained as the worker trains a job (`Estimator.fit`: dev held out by `dev_split.split_dev`, inference
+  chosen on dev);
 - setfit: SetFit from its pre-trained encoder (`openbook.experiments.setfit_peer`: all-mpnet-base-v2;
   `setfit/encoder=minilm`, all-MiniLM-L6-v2; any option spelled as `openbook eval` takes it), with the
   extra `setfit` installed (`make setfit`).
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 from openbook.backbone import Backbone
 from openbook.classifier import Embeddings
-from openbook.dev_split import split_dev
+from openbook.estimator import Estimator
 from openbook.experiments.setfit_peer import (
     PeerUnavailable,
     SetFitConfig,
@@ -33,7 +33,6 @@ from openbook.experiments.setfit_peer import (
     peer_spec,
     require_peer,
 )
-from openbook.fitting import FitSets, fit_classifier
 from openbook.methods import build_method
 from openbook.selection import lambda_on_store
 from openbook.training import TrainConfig
@@ -98,22 +97,11 @@ class Baselines:
 
     def _prompt_ft(self, ids: Sequence[int], seed: int) -> np.ndarray:
         self._restore()
-        method = build_method("prompt-ft")
-        classifier = method.prepare(
-            dataclasses.replace(task_classifier(self.task, self.backbone), label_bias=None)
-        )
-        examples = {i: (self.data.train[i].text, self.data.train[i].label) for i in ids}
-        sets = FitSets.of(classifier, examples, *split_dev(examples))  # as the service's jobs do
-        try:
-            fit_classifier(
-                classifier,
-                method,
-                sets.train,
-                sets.dev,
-                self.config,
-                store_examples=sets.store,
-                progress=False,
-            )
+        estimator = Estimator(task_classifier(self.task, self.backbone), build_method("prompt-ft"))
+        try:  # as the service's jobs train
+            texts, labels = [self.data.train[i].text for i in ids], [self.data.train[i].label for i in ids]
+            estimator.fit(texts, labels, ids=ids, **dataclasses.asdict(self.config))
+            classifier = estimator.classifier
             return classifier.score(classifier.embed(self.test_texts)).probabilities.argmax(-1)
         finally:
             self._restore()

@@ -34,7 +34,6 @@ from openbook.classifier import Classifier
 from openbook.fitting import LabelledTexts, StoreExamples, dev_check
 from openbook.labels import LabelError, fit_to_labels
 from openbook.prompting import TextInput
-from openbook.selection import lambda_on_store
 from openbook.training import DevScore
 
 from services.bus.versions import Published
@@ -73,17 +72,12 @@ def untrained_score(
     task: Task, backbone: Backbone, examples: Examples, train_ids: list[int], dev_ids: list[int]
 ) -> DevScore | None:
     """The untrained task scored as a candidate is: None with no dev example. Run it before training
-    changes `backbone`'s weights."""
+    changes `backbone`'s weights. With `knn.lam` null its classifier chooses λ on the store it is scored
+    with, of the train examples, as the api's untrained task chooses it on its own (openbook.lambda_on_store).
+    """
     if not dev_ids:
         return None
-    classifier = task_classifier(task, backbone)
-    if task.knn.lam is None:  # as the api's untrained task chooses it, on the stored (train) examples
-        texts, labels = [examples[i][0] for i in train_ids], [examples[i][1] for i in train_ids]
-        embedded = classifier.embed(texts)
-        classifier.add_embeddings(embedded, labels, np.array(train_ids))
-        classifier.knn = lambda_on_store(classifier, np.array(train_ids), embedded.lm_log_probs)
-        classifier.store = classifier.empty_store()
-    return score(classifier, examples, train_ids, dev_ids)
+    return score(task_classifier(task, backbone), examples, train_ids, dev_ids)
 
 
 def judge(

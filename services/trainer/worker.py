@@ -1,12 +1,12 @@
 """One training job: read the task's examples from the log, train, re-embed, write, publish.
 
-The examples are the log folded up to its last entry (adds minus deletes).
-One in four is held out as dev, chosen by a hash of its id (`openbook.dev_split`,
-the split `Estimator.fit` makes too), so the dev set grows with the log but
-never reshuffles; dev serves the choice of k, T and lambda (and the dev checks
-that keep the best weights, where a job asks for them), and the promotion
-gate (gate.py), and is never trained on. After training, the store is rebuilt
-from all the examples, under their log ids, with the trained weights. The
+The examples are the log folded up to its last entry (`ExampleLog.examples`: adds minus deletes). A job
+trains them with the library's one fit pipeline, as a library user does (`openbook.Estimator.fit` and
+`.save`): one in four is held out as dev, chosen by a hash of its id (`openbook.dev_split`), so the dev
+set grows with the log but never reshuffles; dev serves the choice of k, T and lambda (and the dev checks
+that keep the best weights, where a job asks for them), and the promotion gate (gate.py), and is never
+trained on. After training, the store is rebuilt from all the examples, under their log ids, with the
+trained weights. The
 checkpoint is written atomically under `artifacts_dir/<task>/<version>`; the
 gate decides whether it is published or kept as a rejected version, in one
 script with its version record (services.bus.versions), and retention then
@@ -17,7 +17,8 @@ known (jobs.JobQueue.release) or the entry has been idle for a minute.
 
 While it runs, a worker sends a heartbeat (services.bus.workers) that also
 keeps its job's entry fresh, and checks at each training step that the job is
-still its own: a job cancelled meanwhile (its task deleted) stops there. At
+still its own: a job cancelled meanwhile (its task deleted), or a worker asked to stop, raises from
+`fit`'s `on_step` (`_report`), which stops training there. At
 start it sweeps the staging directories that writers killed mid-write left
 behind (services.trainer.staging). Once a job has ended, the worker queues
 its task's next automatic job if one is due (services.engine.autotrain).
@@ -38,10 +39,9 @@ import redis
 from openbook.artifacts import MANIFEST_NAME, sha256_file
 from openbook.backbone import BackboneConfig, load_backbone
 from openbook.dev_split import split_dev
-from openbook.fitting import FitSets, fit_and_save, served_dev_score
-from openbook.methods import build_method, weights_sha256
-from openbook.prompting import TextInput
-from openbook.training import TrainConfig
+from openbook.estimator import Estimator
+from openbook.fitting import served_dev_score
+from openbook.methods import build_method
 
 from services.bus.examples_log import ExampleLog
 from services.bus.jobs import Job, JobQueue, TaskGone
@@ -65,19 +65,6 @@ logger = logging.getLogger(__name__)
 
 class JobError(ValueError):
     """A job that cannot be trained as asked (its record says why)."""
-
-
-def fold_log(log: ExampleLog) -> tuple[dict[int, tuple[TextInput, str]], str | None]:
-    """The examples the log holds now (id -> (text, label)), and the offset of its last entry."""
-    examples: dict[int, tuple[TextInput, str]] = {}
-    entries = log.read()
-    for entry in entries:
-        if entry.op == "add":
-            assert entry.text is not None and entry.label is not None
-            examples[entry.id] = (entry.text, entry.label)
-        else:
-            examples.pop(entry.id, None)
-    return examples, entries[-1].offset if entries else None
 
 
 class Interrupted(Exception):
@@ -203,47 +190,33 @@ class Worker:
         if raw is None:
             raise JobError(f"no task {job.task!r}")
         task = Task.model_validate_json(raw)
-        examples, offset = fold_log(ExampleLog(self.client, job.task))
+        folded = ExampleLog(self.client, job.task).examples()
+        examples, offset = folded.examples, folded.offset
         if len({label for _, label in examples.values()}) < 2 or offset is None:
             raise JobError("training needs examples of at least 2 labels")
         self._report(job, stage="preparing")  # the backbone's load and the untrained rival's score first
-        train_ids, dev_ids = split_dev(examples)
         backbone = load_backbone(
             BackboneConfig(name=task.backbone, max_length=self.max_length, device=self.device)
         )
-        base_sha = weights_sha256(backbone.model)
         method = build_method(job.method)
         untrained = None  # a first candidate's rival, scored before training changes the backbone
         if self.untrained_gate and not job.force and current_checkpoint(self.client, job.task) is None:
-            untrained = untrained_score(task, backbone, examples, train_ids, dev_ids)
-        classifier = method.prepare(dataclasses.replace(task_classifier(task, backbone), label_bias=None))
-        # the served store holds every example under its log id, dev included
-        sets = FitSets.of(classifier, examples, train_ids, dev_ids)
+            untrained = untrained_score(task, backbone, examples, *split_dev(examples))
         version = f"{time.strftime('%Y%m%d-%H%M%S')}-{job.id[:8]}"
-        fitted = fit_and_save(
-            self.artifacts_dir / job.task / version,
-            classifier,
-            method,
-            sets.train,
-            sets.dev,
-            TrainConfig(**job.train_config),
-            base_weights_sha256=base_sha,
-            training_data_sha256=sets.training_data_sha256(),
-            store_examples=sets.store,
-            # what the version's dev scores (its quality report) were taken on: dev, or train with no dev yet
-            extra={
-                "task": job.task,
-                "job": job.id,
-                "version": version,
-                "log_offset": offset,
-                "dev_scored_on": sets.dev_scored_on(),
-            },
-            progress=False,
+        estimator = Estimator(task_classifier(task, backbone), method)
+        ids = list(examples)
+        report = estimator.fit(
+            [examples[i][0] for i in ids],
+            [examples[i][1] for i in ids],
+            ids=ids,  # held out as dev by their hash; the served store holds every one, dev included
             on_step=lambda step, steps, loss: self._report(job, progress=round(step / steps, 4), loss=loss),
             on_stage=lambda stage: self._report(job, stage=stage),
+            **job.train_config,
         )
-        path = fitted.path
-        metrics = {**fitted.dev_metrics, "train": len(train_ids), "dev": len(dev_ids)}
+        extra = {"task": job.task, "job": job.id, "version": version, "log_offset": offset}
+        path = estimator.save(self.artifacts_dir / job.task / version, extra=extra)
+        classifier, train_ids, dev_ids = estimator.classifier, report.train_ids, report.dev_ids
+        metrics = {**report.dev_metrics, "train": len(train_ids), "dev": len(dev_ids)}
         self._report(job, stage="judging")  # the promotion gate, then publishing
         serving = current_checkpoint(self.client, job.task)
         gate = judge(
@@ -259,8 +232,8 @@ class Worker:
             # dev as the candidate serves it, scored once, in training's calibration step
             candidate_score=(
                 None
-                if fitted.dev_scores is None or not dev_ids
-                else served_dev_score(fitted.dev_scores, classifier.confidence_temperature)
+                if report.dev_scores is None or not dev_ids
+                else served_dev_score(report.dev_scores, classifier.confidence_temperature)
             ),
         )
         record = new_record(
@@ -268,7 +241,7 @@ class Worker:
             method=method.spec,
             job=job.id,
             gate=gate,
-            dev_metrics=fitted.dev_metrics,
+            dev_metrics=report.dev_metrics,
             train=len(train_ids),
             dev=len(dev_ids),
             size_bytes=directory_bytes(path),

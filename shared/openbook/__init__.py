@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from openbook.classifier import Classifier, Prediction
     from openbook.demonstrations import DemoConfig
     from openbook.estimator import Estimator, FitReport, create_classifier, load
-    from openbook.fitting import LabelledTexts, fit_and_save
+    from openbook.fitting import LabelledTexts
     from openbook.knn import KnnConfig
     from openbook.labels import LabelError, add_label, fit_to_labels
     from openbook.methods import METHODS, Method, build_method
@@ -51,7 +51,6 @@ _EXPORTS = {
     "create_classifier": "openbook.estimator",
     "load": "openbook.estimator",
     "LabelledTexts": "openbook.fitting",
-    "fit_and_save": "openbook.fitting",
     "KnnConfig": "openbook.knn",
     "LabelError": "openbook.labels",
     "add_label": "openbook.labels",
@@ -89,7 +88,6 @@ __all__ = [
     "build_method",
     "configure",
     "create_classifier",
-    "fit_and_save",
     "fit_to_labels",
     "load",
     "load_backbone",

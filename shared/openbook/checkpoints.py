@@ -52,6 +52,10 @@ def save_classifier(
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,  # more manifest entries, e.g. the log offset a service trained to
 ) -> Path:
+    if classifier.knn.lam is None:  # what serves a checkpoint is fixed: a trained classifier's λ is a number
+        raise ValueError(
+            "a checkpoint keeps a lambda, not one chosen on the store: it is chosen on dev (fitting)"
+        )
     backbone = classifier.backbone
     manifest = {
         "openbook_version": __version__,

@@ -5,7 +5,9 @@
 `P_LM` is the softmax over the label words' scores at the slot, after
 subtracting a per-label log-prior (`label_bias`, see `calibration.py`);
 `P_kNN` comes from the store's neighbours of the slot vector (`knn.py`). Every
-prediction carries both, and the neighbours it used, as its explanation.
+prediction carries both, and the neighbours it used, as its explanation. With
+`knn.lam` None, lam is chosen on the stored examples, each left out in turn, and
+kept level with the store as examples come and go (`lambda_on_store.py`).
 
 Store keys and kNN queries are the slot vectors of the plain prompt. With
 demonstrations on (vectors or texts, `demonstrations.py`), a second pass
@@ -20,7 +22,7 @@ shows each row its nearest classes by P_kNN, under the classifier's kNN settings
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import get_args
 
 import numpy as np
@@ -37,6 +39,7 @@ from openbook.demonstrations import (
     to_words,
 )
 from openbook.knn import KnnConfig, knn_distribution, knn_mixture, knn_search
+from openbook.lambda_on_store import LambdaOnStore
 from openbook.prompting import EncodedBatch, PromptEncoder, PromptError, Template, TextInput, Verbalizer
 from openbook.soft_prompts import SoftPrompt
 from openbook.store import KnowledgeStore, SearchResult
@@ -98,8 +101,12 @@ class Classifier:
     batch_size: int = 32
     # How P_LM scores the label words (`word_scores.py`): exactly, or by label vectors in the slot's space
     label_scoring: LabelScoring = "exact"
+    # With `knn.lam` None: the stored examples' label scores and the lambda chosen on them. Every classifier
+    # starts its own (`dataclasses.replace` too): the scores are of its prompt, labels and store.
+    lam_on_store: LambdaOnStore = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.lam_on_store = LambdaOnStore()
         if self.label_scoring not in get_args(LabelScoring):
             choices = ", ".join(get_args(LabelScoring))
             raise ValueError(f"label_scoring must be one of {choices}, got {self.label_scoring!r}")
@@ -297,15 +304,22 @@ class Classifier:
     ) -> Scores:
         """P_LM, P_kNN and their interpolation (at the confidence temperature); `exclude_ids` gives
         leave-one-out retrieval."""
-        knn = knn or self.knn
         p_lm = calibrated_p_lm(embeddings.lm_log_probs, self.label_bias)  # (N, C)
         if len(self.store) == 0:
             return Scores(
                 p_lm, np.zeros_like(p_lm), with_temperature(p_lm, self.confidence_temperature), None
             )
+        knn = knn or self.served_knn()
         hits = knn_search(self.store, embeddings.vectors, knn.k, knn.similarity, exclude_ids=exclude_ids)
         p_knn, p = knn_mixture(p_lm, hits.similarities, hits.labels, knn)
         return Scores(p_lm, p_knn, with_temperature(p, self.confidence_temperature), hits)
+
+    def served_knn(self) -> KnnConfig:
+        """The kNN settings predictions use: `knn`, its lambda chosen on the stored examples where it is
+        None (chosen again here if the store changed since; `lambda_on_store.py`)."""
+        if self.knn.lam is not None:
+            return self.knn
+        return replace(self.knn, lam=self.lam_on_store.chosen(self))
 
     def predict(self, texts: Sequence[TextInput], *, progress: bool = False) -> list[Prediction]:
         return self.explain(self.embed(texts, progress=progress))
@@ -347,10 +361,18 @@ class Classifier:
     def add_examples(
         self, texts: Sequence[TextInput], labels: Sequence[str], ids: Sequence[int] | np.ndarray | None = None
     ) -> np.ndarray:
-        """Embed labelled examples into the store (an existing id is replaced). Returns their ids."""
+        """Embed labelled examples into the store (an existing id is replaced). Returns their ids.
+
+        Where lambda is chosen on the stored examples (`knn.lam` None), the forward that gives their keys
+        scores their labels too, kept for choosing it: the store and lambda are level once this returns
+        (a pass over the label words' tree where `scores_words_by_tree`, which a caller that cannot wait
+        spares itself with `add_embeddings` of `embed_vectors` and `LambdaOnStore.missing`)."""
         if len(texts) != len(labels):
             raise PromptError("texts and labels must have the same length")
         self.label_indices(labels)  # unknown labels fail before the forward passes
+        if self.knn.lam is None:
+            embedded = self.embed(texts, vectors_only=True)
+            return self.add_embeddings(embedded, labels, ids, texts=texts, lm_log_probs=embedded.lm_log_probs)
         return self.add_embeddings(self.embed_vectors(texts), labels, ids, texts=texts)
 
     def add_embeddings(
@@ -360,8 +382,13 @@ class Classifier:
         ids: Sequence[int] | np.ndarray | None = None,
         *,
         texts: Sequence[TextInput] | None = None,  # kept with the entries, for textual demonstrations
+        lm_log_probs: np.ndarray | None = None,  # (N, C) the plain prompt's label scores, for lambda
     ) -> np.ndarray:
-        """Put already-embedded examples into the store. Returns their ids (new ones follow the largest)."""
+        """Put already-embedded examples into the store. Returns their ids (new ones follow the largest).
+
+        Where lambda is chosen on the stored examples, `lm_log_probs` are their label scores as the plain
+        prompt gives them (`embed(vectors_only=True)`; not the demonstration pass's); without them, they are
+        `lam_on_store.missing` until scored, and need `texts`."""
         lengths = {len(embeddings.vectors), *(len(x) for x in (ids, texts) if x is not None)}
         if lengths != {len(labels)}:
             raise PromptError("embeddings, labels, ids and texts must have the same length")
@@ -371,7 +398,22 @@ class Classifier:
             ids = np.arange(first, first + len(labels), dtype=np.int64)
         ids = np.asarray(ids, dtype=np.int64)
         self.store.add(ids, embeddings.vectors, label_ids, texts)
+        if self.knn.lam is None:
+            self.lam_on_store.stored(self.store, ids, lm_log_probs)
         return ids
+
+    def score_unscored(self) -> None:
+        """Score, here, the stored examples whose label scores lambda lacks (`lam_on_store.missing`): the
+        store and lambda are level once it returns."""
+        ids, texts = self.lam_on_store.missing(self.store)
+        if len(ids):
+            self.lam_on_store.keep(self.store, ids, texts, self.embed(texts, vectors_only=True).lm_log_probs)
+
+    def remove_examples(self, ids: Sequence[int] | np.ndarray) -> int:
+        """Take examples out of the store (unknown ids are ignored); returns how many were stored."""
+        removed = self.store.remove(ids)
+        self.lam_on_store.removed(np.asarray(ids, dtype=np.int64))
+        return removed
 
 
 def _length(text: TextInput) -> int:

@@ -5,19 +5,20 @@
     clf.predict(["What a lovely film."])
     clf.save("ckpt/sentiment")             # checksums taken here; openbook.load("ckpt/sentiment")
 
-`Estimator` is a thin face over the library's one path, not a second one: `create_classifier` builds
-the untrained classifier a service task starts from (`untrained.build_classifier`), `fit` splits dev as
-the trainer does (`dev_split.split_dev`) and trains, chooses kNN and calibrates with
-`fitting.fit_classifier`, and `save` is `fitting.save_fitted` (`checkpoints.save_classifier`). The
-classifier it wraps is `.classifier`, for everything else the library does (neighbours, demonstrations,
-reports); `training.train` stays the research entry point.
+`Estimator.fit` and `.save` are the library's one fit pipeline (`fitting.py`), and every door trains
+through them: a library user, `openbook train` (cli/train.py: its k-shot dev given apart, `--init` a
+loaded checkpoint trained on) and the service's trainer (services/trainer/worker.py: a job's progress,
+stage and cancellation through `on_step`/`on_stage`, its task, version and log offset in the manifest).
+`create_classifier` builds the untrained classifier a service task starts from
+(`untrained.build_classifier`). The classifier it wraps is `.classifier`, for everything else the library
+does (neighbours, demonstrations, reports); `training.train` stays the research entry point.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,13 @@ from openbook.artifacts import MANIFEST_NAME, CheckpointError
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier, Prediction
-from openbook.dev_split import DEV_FRACTION, split_dev
+from openbook.dev_split import DEV_FRACTION
 from openbook.devices import default_device
 from openbook.fitting import FitSets, TrainingRecord, fit_classifier, save_fitted, scored_from_record
 from openbook.methods import Method, build_method, weights_sha256
 from openbook.models import default_backbone
 from openbook.prompting import Template, TextInput, Verbalizer
+from openbook.quality import Scored
 from openbook.training import TrainConfig, TrainResult
 from openbook.untrained import build_classifier
 from openbook.word_scores import LabelScoringChoice
@@ -49,6 +51,7 @@ class FitReport:
     train_ids: list[int]
     dev_ids: list[int]  # empty: too few examples for dev, and the train examples stood in for it
     result: TrainResult
+    dev_scores: Scored | None  # dev as the classifier serves it, before calibration (None: under 2 dev)
 
 
 @dataclass
@@ -59,6 +62,9 @@ class Estimator:
     method: Method
     record: TrainingRecord | None = None
     dev_scored_on: str | None = None  # "dev", or "train" when no example could be held out
+    # The sha256 of the base weights its backbone was loaded with, where they are not its weights now: a
+    # classifier loaded from a checkpoint to train on (`openbook train --init`). None: its backbone's own.
+    base_weights_sha256: str | None = None
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -70,56 +76,63 @@ class Estimator:
         labels: Sequence[str],
         *,
         ids: Sequence[int] | None = None,
-        dev: float = DEV_FRACTION,
+        dev: float | tuple[Sequence[TextInput], Sequence[str]] = DEV_FRACTION,
+        dev_ids: Sequence[int] | None = None,
         seed: int = TrainConfig.seed,
         steps: int | None = None,
         epochs: float | None = None,
         progress: bool = False,
+        on_step: Callable[[int, int, float], None] | None = None,
+        on_stage: Callable[[str], None] | None = None,
         **train_options: Any,
     ) -> FitReport:
         """Train on labelled examples (label strings) and choose how to predict on dev, as a service job.
 
-        Examples are held out as dev by a hash of their ids (`ids`, default their positions; the share
-        `dev`) exactly as the service's trainer holds them out, and the trained classifier's store holds
-        every example. The budget is `steps` or `epochs`, neither for the service's default;
-        `train_options` are `TrainConfig`'s other fields. A method that trains the backbone changes its
-        weights in place (a backbone given to `create_classifier` too); a classifier trains once.
+        Dev is `dev`, a share of the examples held out by a hash of their ids (`ids`, default their
+        positions) exactly as the service's trainer holds it out, or dev examples given apart as
+        (texts, labels) (under `dev_ids`, default their positions), as `openbook train` gives its k-shot
+        dev. The trained classifier's store holds every example of `texts`, a dev held out of them
+        included, a dev given apart not. The budget is `steps` or `epochs`, neither for the service's
+        default; `train_options` are `TrainConfig`'s other fields. `on_step(step, steps, loss)` and
+        `on_stage(stage)` report progress (`training.TRAIN_STAGES`); an exception either raises stops
+        training there and comes out of `fit`, the classifier part-trained (a cancelled job's way out).
+
+        A method that trains the backbone changes its weights in place (a backbone given to
+        `create_classifier` too); a classifier trains once (`openbook train --init` trains a loaded one
+        on: `Estimator(loaded.classifier, method, base_weights_sha256=...)`).
         """
         if self.record is not None:
             raise ValueError("this classifier is trained already: create a new one to train again")
-        if len(texts) != len(labels):
-            raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
-        ids = list(range(len(texts))) if ids is None else [int(i) for i in ids]
-        if len(set(ids)) != len(texts):
-            raise ValueError(f"give one distinct id per text: {len(texts)} texts, {len(set(ids))} ids")
-        if len(set(labels)) < 2:
-            raise ValueError("training needs examples of at least 2 labels")
-        self.classifier.label_indices(labels)  # an unknown label fails here, before any forward
+        examples = _examples(texts, labels, ids)
+        split: float | dict[int, tuple[TextInput, str]] = (
+            float(dev) if isinstance(dev, float | int) else _examples(*dev, dev_ids)
+        )
+        seen = sorted({label for _, label in examples.values()})
+        if len(seen) < 2:
+            raise ValueError(
+                f"the training data has fewer than 2 classes (labels seen: {seen}): "
+                "training needs examples of at least 2 labels"
+            )
+        dev_labels = [] if isinstance(split, float) else [label for _, label in split.values()]
+        self.classifier.label_indices([*labels, *dev_labels])  # an unknown label fails before any forward
         config = TrainConfig(steps=steps, epochs=epochs, seed=seed, **train_options)
         budget: dict[str, Any] = config.budget()
         config = dataclasses.replace(config, **budget)  # written as it runs, as a service job's is
-        examples = dict(zip(ids, zip(texts, labels, strict=True), strict=True))
-        train_ids, dev_ids = split_dev(examples, dev)
-        base_sha = weights_sha256(self.classifier.backbone.model)  # before training changes them
-        untrained = self.classifier
+        base_sha = self.base_weights_sha256 or weights_sha256(self.classifier.backbone.model)
+        untrained = self.classifier  # its base weights' sha taken above, before training changes them
         classifier = self.method.prepare(
             dataclasses.replace(untrained, store=untrained.empty_store(), label_bias=None)
         )
-        sets = FitSets.of(classifier, examples, train_ids, dev_ids)
+        sets = FitSets.of(classifier, examples, split)
         dev_metrics, result, dev_scores = fit_classifier(
-            classifier,
-            self.method,
-            sets.train,
-            sets.dev,
-            config,
-            store_examples=sets.store,
-            progress=progress,
+            classifier, self.method, sets, config, progress=progress, on_step=on_step, on_stage=on_stage
         )
         self.classifier = classifier
         self.record = TrainingRecord(base_sha, sets.training_data_sha256(), config, dev_metrics, dev_scores)
         self.dev_scored_on = sets.dev_scored_on()
         served = dev_metrics.get("accuracy_with_knn", dev_metrics["accuracy"])
-        return FitReport(served, dev_metrics, train_ids, dev_ids, result)
+        train_ids = sets.train.example_ids().tolist()
+        return FitReport(served, dev_metrics, train_ids, sets.dev_ids(), result, dev_scores)
 
     def predict(self, texts: Sequence[TextInput]) -> list[Prediction]:
         return self.classifier.predict(texts)
@@ -129,13 +142,33 @@ class Estimator:
         predictions = self.classifier.predict(texts)
         return np.array([[p.probabilities[label] for label in self.labels] for p in predictions])
 
-    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+    def save(
+        self, path: str | Path, *, overwrite: bool = False, extra: Mapping[str, Any] | None = None
+    ) -> Path:
         """Write the trained classifier as a checkpoint (`openbook.load`, `openbook classify --checkpoint`
-        and the service read it); the base weights' and the training data's checksums go with it."""
+        and the service read it); the base weights' and the training data's checksums go with it, and
+        `extra` manifest entries (a service job's task, job, version and log offset)."""
         if self.record is None:
             raise ValueError("nothing trained to save: call fit first")
-        extra = {} if self.dev_scored_on is None else {"dev_scored_on": self.dev_scored_on}
-        return save_fitted(path, self.classifier, self.method, self.record, extra=extra, overwrite=overwrite)
+        entries = {
+            **(extra or {}),
+            **({} if self.dev_scored_on is None else {"dev_scored_on": self.dev_scored_on}),
+        }
+        return save_fitted(
+            path, self.classifier, self.method, self.record, extra=entries, overwrite=overwrite
+        )
+
+
+def _examples(
+    texts: Sequence[TextInput], labels: Sequence[str], ids: Sequence[int] | None
+) -> dict[int, tuple[TextInput, str]]:
+    """id -> (text, label), ids by default the positions; ValueError for unequal lengths or repeated ids."""
+    if len(texts) != len(labels):
+        raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
+    ids = list(range(len(texts))) if ids is None else [int(i) for i in ids]
+    if len(set(ids)) != len(texts):
+        raise ValueError(f"give one distinct id per text: {len(texts)} texts, {len(set(ids))} ids")
+    return dict(zip(ids, zip(texts, labels, strict=True), strict=True))
 
 
 def create_classifier(

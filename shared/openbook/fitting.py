@@ -1,25 +1,22 @@
-"""Train a method, decide how the trained classifier predicts, and save it: one path for every caller.
+"""Train a method, decide how the trained classifier predicts, and save it: the one fit pipeline.
 
-`openbook train` and the service's trainer worker both run this sequence:
+`Estimator.fit` and `Estimator.save` (estimator.py) run it for every caller: a library user, `openbook
+train` (cli/train.py) and the service's trainer (services/trainer/worker.py). The steps:
 
+0. labelled examples under ids become the sets training reads (`FitSets.of`): dev held out by a hash of
+   the ids (`dev_split.split_dev`, the service's split), or given apart (`openbook train`'s k-shot dev);
 1. `training.train` (the kept weights are the best on dev);
 2. how the classifier predicts: a method that interpolates with kNN gets its
-   k, T and lambda chosen on dev alone (`selection.py`: the training examples
+   k, T and lambda chosen on dev alone (`choose_knn_on_dev`: the training examples
    are no evidence once the prompt has been fitted to them), any other
    predicts from the prompt alone (lambda = 0);
 2b. its confidence: dev is scored as it will serve (with a store of the
    training examples), and temperature scaling is adopted if it lowers the
    cross-validated ECE on dev (`quality.calibrate`); those dev scores are kept
    with the checkpoint, for the version's quality report;
-3. optionally, the store rebuilt from other examples with the trained weights
-   (the worker stores every example under its log id, dev included);
-4. `checkpoints.save_classifier`, atomically.
-
-`fit_classifier` stops before step 4, for a caller that only scores the result (the baselines of
-`openbook bench learning-curve`) or saves it later (`estimator.Estimator`: `save_fitted` is step 4).
-
-`FitSets` is what the service's worker and `Estimator.fit` train on, from labelled examples under ids:
-dev held out by `dev_split.split_dev`, and every example, dev included, in the saved store.
+3. the store rebuilt from every example given to fit, under its id, with the trained weights (`serve_store`:
+   a dev held out of them included, a dev given apart not);
+4. `save_fitted` (`Estimator.save`): `checkpoints.save_classifier`, atomically.
 
 `dev_check` scores a trained classifier on dev as it would serve (accuracy, then the
 gold label's log-likelihood: `training.DevScore`), for the service's promotion gate; a job's own
@@ -29,22 +26,23 @@ candidate is scored from the dev scores of step 2b (`served_dev_score`), so dev 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from openbook.calibration import with_temperature
+from openbook.calibration import calibrated_p_lm, with_temperature
 from openbook.checkpoints import examples_sha256, save_classifier
 from openbook.classifier import Classifier, Embeddings, SlotVectors
 from openbook.data import Example
-from openbook.dev_split import Examples, checked_on
+from openbook.dev_split import DEV_FRACTION, Examples, split_dev
+from openbook.knn import KnnConfig, knn_search
 from openbook.methods import Method
 from openbook.prompting import TextInput
 from openbook.quality import Scored, calibrate, score_examples
-from openbook.selection import choose_knn_on_dev
+from openbook.selection import DEFAULT_RULE, Evidence, SelectionRule, Split, select
 from openbook.store import KnowledgeStore
 from openbook.training import DevScore, TrainConfig, TrainResult, train
 
@@ -74,24 +72,28 @@ class StoreExamples:
 
 @dataclass(frozen=True)
 class FitSets:
-    """Labelled examples under ids, split as the service trains on them (`of`)."""
+    """Labelled examples under ids, as training reads them (`of`)."""
 
-    train: LabelledTexts
-    dev: LabelledTexts  # what the dev checks and the choice of k, T and lambda score: `checked_on`
-    store: StoreExamples  # every example, dev included, under its id: what the trained classifier serves
-    dev_held_out: bool  # False: no dev example yet, and the train examples stand in for dev
+    train: LabelledTexts  # in id order (held out by hash) or as given (with dev given apart)
+    dev: LabelledTexts  # what the dev checks and the choice of k, T and lambda score
+    store: StoreExamples  # every example given to fit, under its id: what the trained classifier serves
+    dev_held_out: bool  # False: no dev example, and the train examples stand in for dev
 
     @classmethod
-    def of(
-        cls, classifier: Classifier, examples: Examples, train_ids: list[int], dev_ids: list[int]
-    ) -> FitSets:
-        """The sets for `split_dev`'s ids; label strings become `classifier`'s indices (PromptError for a
-        label it does not know)."""
+    def of(cls, classifier: Classifier, examples: Examples, dev: float | Examples = DEV_FRACTION) -> FitSets:
+        """The sets of `examples` (id -> (text, label)) and `dev`: the share of them held out by a hash of
+        their ids (`split_dev`), as the service's trainer holds it out, or dev examples given apart, which
+        choose and calibrate but are not stored. Label strings become `classifier`'s indices (PromptError
+        for a label it does not know)."""
+        if isinstance(dev, Mapping):  # read in the order given, as a k-shot split's files list them
+            train_ids, dev_ids, dev_examples = list(examples), list(dev), dev
+        else:
+            (train_ids, dev_ids), dev_examples = split_dev(examples, dev), examples
 
-        def labelled(ids: list[int]) -> LabelledTexts:
+        def labelled(source: Examples, ids: list[int]) -> LabelledTexts:
             return LabelledTexts(
-                [examples[i][0] for i in ids],
-                classifier.label_indices([examples[i][1] for i in ids]),
+                [source[i][0] for i in ids],
+                classifier.label_indices([source[i][1] for i in ids]),
                 np.array(ids, dtype=np.int64),
             )
 
@@ -101,10 +103,17 @@ class FitSets:
             [examples[i][1] for i in everything],
             np.array(everything, dtype=np.int64),
         )
-        return cls(labelled(train_ids), labelled(checked_on(train_ids, dev_ids)), store, bool(dev_ids))
+        # with no dev example yet (a tiny set), the train examples stand in for it
+        checked = labelled(dev_examples, dev_ids) if dev_ids else labelled(examples, train_ids)
+        return cls(labelled(examples, train_ids), checked, store, bool(dev_ids))
+
+    def dev_ids(self) -> list[int]:
+        """The dev examples' ids; none where the train examples stood in for dev."""
+        return self.dev.example_ids().tolist() if self.dev_held_out else []
 
     def training_data_sha256(self) -> str:
-        """`checkpoints.examples_sha256` of every example (dev included), in id order."""
+        """`checkpoints.examples_sha256` of the stored examples (a dev held out of them included), in id
+        order."""
         return examples_sha256(
             [
                 Example(text, label, f"id {i}")
@@ -152,31 +161,21 @@ def save_fitted(
     )
 
 
-@dataclass(frozen=True)
-class Fitted:
-    path: Path
-    dev_metrics: dict[
-        str, Any
-    ]  # accuracy, best_step, step_budget, steps_run[, accuracy_with_knn, calibration]
-    result: TrainResult
-    dev_scores: Scored | None  # dev as the classifier serves it, before calibration (quality.py)
-
-
 def fit_classifier(
     classifier: Classifier,
     method: Method,
-    train_set: LabelledTexts,
-    dev_set: LabelledTexts,
+    sets: FitSets,
     config: TrainConfig,
     *,
-    store_examples: StoreExamples | None = None,
     progress: bool = True,
     on_step: Callable[[int, int, float], None] | None = None,
     on_stage: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Any], TrainResult, Scored | None]:
-    """Steps 1-3 without saving: train `classifier` (already `method.prepare`d) in place and choose its
-    inference and confidence on dev; returns the dev metrics, the training result and the dev scores
-    (None with fewer than 2 dev examples)."""
+    """Steps 1-3 (`Estimator.fit`): train `classifier` (already `method.prepare`d) in place, choose its
+    inference and confidence on dev and store every example; returns the dev metrics, the training
+    result and the dev scores (None with fewer than 2 dev examples). `on_step` and `on_stage` are
+    `training.train`'s: an exception they raise stops training there, and comes out of here."""
+    train_set, dev_set = sets.train, sets.dev
     result = train(
         classifier,
         method,
@@ -209,9 +208,31 @@ def fit_classifier(
     dev_scores = None
     if len(dev_set.texts) >= 2:
         dev_metrics["calibration"], dev_scores = calibrate_on_dev(classifier, dev_set, embedded=dev)
-    if store_examples is not None:
-        serve_store(classifier, store_examples, train_set, dev_set, dev)
+    serve_store(classifier, sets.store, train_set, dev_set, dev)
     return dev_metrics, result, dev_scores
+
+
+def choose_knn_on_dev(
+    classifier: Classifier,
+    dev_texts: Sequence[TextInput],
+    dev_labels: np.ndarray,
+    rule: SelectionRule = DEFAULT_RULE,
+    *,
+    embedded: Embeddings | None = None,
+) -> tuple[KnnConfig, float]:
+    """Step 2: k, T and lambda for a trained classifier's kNN interpolation, chosen on dev
+    (`selection.py`); with dev accuracy.
+
+    Dev alone is the evidence: the classifier was trained on the examples its store holds. Neighbours
+    are scored as `classifier.knn` scores them. `embedded`: dev's embeddings under the classifier as it
+    stands, when already taken.
+    """
+    base = classifier.knn
+    dev = classifier.embed(dev_texts) if embedded is None else embedded
+    k = min(max(rule.ks), len(classifier.store))
+    hits = knn_search(classifier.store, dev.vectors, k, base.similarity)
+    p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)
+    return select(Evidence(p_lm_dev, Split(dev_labels, hits)), rule, len(classifier.store), base)
 
 
 def serve_store(
@@ -221,18 +242,19 @@ def serve_store(
     dev_set: LabelledTexts,
     dev: Embeddings | None,
 ) -> None:
-    """Replace the training store (the train examples under their positions) with every example under its
-    own id, as the trained classifier serves. The keys already taken under the kept weights are kept: the
-    training store's, and dev's (`dev`); only the examples in neither are embedded."""
+    """Replace the training store (the train examples under their positions) with `examples` under their
+    own ids, as the trained classifier serves. The keys already taken under the kept weights are kept: the
+    training store's, and dev's (`dev`); only the examples in neither are embedded (a dev given apart may
+    share ids with the train examples: theirs win)."""
     known: dict[int, tuple[TextInput, np.ndarray]] = {}
-    train_keys = classifier.store.vectors_of(np.arange(len(train_set.texts), dtype=np.int64))
-    known.update(
-        zip(train_set.example_ids().tolist(), zip(train_set.texts, train_keys, strict=True), strict=True)
-    )
     if dev is not None:
         known.update(
             zip(dev_set.example_ids().tolist(), zip(dev_set.texts, dev.vectors, strict=True), strict=True)
         )
+    train_keys = classifier.store.vectors_of(np.arange(len(train_set.texts), dtype=np.int64))
+    known.update(
+        zip(train_set.example_ids().tolist(), zip(train_set.texts, train_keys, strict=True), strict=True)
+    )
     ids = np.asarray(examples.ids, dtype=np.int64)
     vectors = np.zeros((len(ids), classifier.backbone.hidden_size), dtype=np.float32)
     missing = []
@@ -284,40 +306,6 @@ def scored_from_record(record: dict[str, list]) -> Scored:
 
 def _label_names(classifier: Classifier, texts: LabelledTexts) -> list[str]:
     return [classifier.labels[int(i)] for i in texts.labels]
-
-
-def fit_and_save(
-    path: str | Path,
-    classifier: Classifier,
-    method: Method,
-    train_set: LabelledTexts,
-    dev_set: LabelledTexts,
-    config: TrainConfig,
-    *,
-    base_weights_sha256: str,
-    training_data_sha256: str,
-    store_examples: StoreExamples | None = None,
-    extra: dict[str, Any] | None = None,  # more manifest entries (see `save_classifier`)
-    overwrite: bool = False,
-    progress: bool = True,
-    on_step: Callable[[int, int, float], None] | None = None,
-    on_stage: Callable[[str], None] | None = None,
-) -> Fitted:
-    """Train `classifier` (already `method.prepare`d) in place, choose its inference on dev, save it."""
-    dev_metrics, result, dev_scores = fit_classifier(
-        classifier,
-        method,
-        train_set,
-        dev_set,
-        config,
-        store_examples=store_examples,
-        progress=progress,
-        on_step=on_step,
-        on_stage=on_stage,
-    )
-    record = TrainingRecord(base_weights_sha256, training_data_sha256, config, dev_metrics, dev_scores)
-    saved = save_fitted(path, classifier, method, record, extra=extra, overwrite=overwrite)
-    return Fitted(saved, dev_metrics, result, dev_scores)
 
 
 def dev_check(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) -> DevScore | None:

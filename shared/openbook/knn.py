@@ -45,7 +45,9 @@ RERANK_WIDTH = 4
 class KnnConfig:
     k: int = 16
     temperature: float = 0.1
-    lam: float = 0.5  # weight of P_kNN in the interpolation
+    # weight of P_kNN in the interpolation; None: chosen on the stored examples, each left out in turn, and
+    # kept level with the store by the classifier (`lambda_on_store.py`: an untrained task's)
+    lam: float | None = 0.5
     similarity: Similarity = "centred"  # cosine after subtracting the store's mean key, or plain "cosine"
     standardise: bool = False  # divide T by the spread (std) of each query's k similarities
 
@@ -54,7 +56,7 @@ class KnnConfig:
             raise ValueError(f"k must be at least 1, got {self.k}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
-        if not 0.0 <= self.lam <= 1.0:
+        if self.lam is not None and not 0.0 <= self.lam <= 1.0:
             raise ValueError(f"lam must be in [0, 1], got {self.lam}")
         if self.similarity not in SIMILARITIES:
             raise ValueError(f"similarity must be one of {', '.join(SIMILARITIES)}, got {self.similarity!r}")
@@ -147,7 +149,10 @@ def knn_mixture(
     labels: np.ndarray,  # (B, >=k)
     config: KnnConfig,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(P_kNN, P) from the first `config.k` neighbours: the one path prediction and evaluation share."""
+    """(P_kNN, P) from the first `config.k` neighbours: the one path prediction and evaluation share.
+    `config.lam` must be a number: a classifier that chooses it on its store resolves it first."""
+    if config.lam is None:
+        raise ValueError("lam is None (chosen on the store): resolve it first (Classifier.served_knn)")
     p_knn = knn_distribution(
         torch.from_numpy(similarities[:, : config.k]),
         torch.from_numpy(labels[:, : config.k]),

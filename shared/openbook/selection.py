@@ -30,13 +30,12 @@ import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
 
 from openbook.calibration import calibrated_p_lm
-from openbook.classifier import Classifier, Embeddings
 from openbook.knn import (
     DEFAULT_KNN,
     KnnConfig,
@@ -46,7 +45,6 @@ from openbook.knn import (
     knn_mixture,
     knn_search,
 )
-from openbook.prompting import TextInput
 from openbook.store import KnowledgeStore, SearchResult
 
 K_GRID = (1, 2, 4, 8, 16, 32)
@@ -216,34 +214,22 @@ def split_mixture(p_lm: np.ndarray, split: Split, config: KnnConfig) -> np.ndarr
     return knn_mixture(p_lm, split.hits.similarities, split.hits.labels, config)[1]
 
 
-def choose_knn_on_dev(
-    classifier: Classifier,
-    dev_texts: Sequence[TextInput],
-    dev_labels: np.ndarray,
-    rule: SelectionRule = DEFAULT_RULE,
-    *,
-    embedded: Embeddings | None = None,
-) -> tuple[KnnConfig, float]:
-    """k, T and lambda for a trained classifier's kNN interpolation, chosen on dev; with dev accuracy.
-
-    Dev alone is the evidence: the classifier was trained on the examples its store holds. Neighbours
-    are scored as `classifier.knn` scores them. `embedded`: dev's embeddings under the classifier as it
-    stands, when already taken.
-    """
-    base = classifier.knn
-    dev = classifier.embed(dev_texts) if embedded is None else embedded
-    k = min(max(rule.ks), len(classifier.store))
-    hits = knn_search(classifier.store, dev.vectors, k, base.similarity)
-    p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)
-    return select(Evidence(p_lm_dev, Split(dev_labels, hits)), rule, len(classifier.store), base)
-
-
 # Most stored examples `lambda_on_store` scores: an even spread of ids beyond it (a store that large
 # has usually been trained on, and then lambda is chosen on dev).
 STORE_EVIDENCE_LIMIT = 4096
 
 
-def lambda_on_store(classifier: Classifier, ids: np.ndarray, lm_log_probs: np.ndarray) -> KnnConfig:
+class StoreReader(Protocol):
+    """What choosing lambda on the stored examples reads of a classifier (`classifier.Classifier` is one):
+    declared here so that the classifier, which keeps its lambda chosen this way (`lambda_on_store.py`),
+    and this module are not read through each other."""
+
+    knn: KnnConfig
+    store: KnowledgeStore
+    label_bias: np.ndarray | None
+
+
+def lambda_on_store(classifier: StoreReader, ids: np.ndarray, lm_log_probs: np.ndarray) -> KnnConfig:
     """`classifier.knn` with lambda chosen on stored examples, each scored leave-one-out: an untrained
     classifier's only evidence. `ids` are stored examples and `lm_log_probs` their (N, C) label scores
     under the classifier's prompt.

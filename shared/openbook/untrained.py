@@ -7,7 +7,8 @@ service's tasks (`services/bus/task_spec.task_classifier`) share.
   asked for;
 - kNN at `KnnConfig`'s k and T (16, 0.1) and similarity (centred cosine);
 - lambda, unless one is given, chosen on the stored examples, each scored leave-one-out
-  (`selection.lambda_on_store`), which replaced a fixed 0.5 by the same check on dev.
+  (`selection.lambda_on_store`), which replaced a fixed 0.5 by the same check on dev: `knn.lam` None,
+  which the classifier keeps level with its store (`lambda_on_store.py`).
 
 Both choices: docs/experiments/untrained-task-calibration.md (`openbook first-use`).
 """
@@ -23,9 +24,9 @@ from openbook.knn import KnnConfig
 from openbook.prompting import Template, Verbalizer
 from openbook.word_scores import LabelScoringChoice, resolve_label_scoring
 
-# Its lambda stands until the store holds examples to choose one on (`selection.lambda_on_store`); with no
-# neighbour to mix, P_LM alone is served whatever lambda is.
-UNTRAINED_KNN = KnnConfig()
+# Lambda None: chosen on the stored examples (`lambda_on_store.py`); with no neighbour to mix, P_LM alone is
+# served whatever lambda is. Training chooses a trained classifier's on dev (`fitting.py`).
+UNTRAINED_KNN = KnnConfig(lam=None)
 UNTRAINED_CALIBRATION: CalibrationMode = "content-free"
 
 

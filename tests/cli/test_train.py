@@ -91,3 +91,27 @@ def test_train_flags_are_the_method_options_they_name() -> None:
     args = build_parser().parse_args([*argv, "--no-demos", "--knn-loss", "--no-knn-infer"])
     spec = "/".join([args.method, *args.options])
     assert build_method(spec).spec == "retroprompt/knn-loss/no-knn-infer"  # no demonstrations: the default
+
+
+def test_init_trains_a_checkpoint_on_naming_its_base_weights(
+    tmp_path, causal_dir, capsys, train_args, toy_dataset
+) -> None:
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.checkpoints import load_classifier
+    from openbook.methods import weights_sha256
+    from safetensors.torch import load_file
+
+    data = toy_dataset(tmp_path / "data")
+    first, then = tmp_path / "first", tmp_path / "then"
+    assert main(train_args(data, first, causal_dir, "--method", "prompt-ft")) == 0
+    assert main(train_args(data, then, causal_dir, "--method", "prompt-ft", "--init", str(first))) == 0
+    capsys.readouterr()
+    manifests = [json.loads((path / "manifest.json").read_text()) for path in (first, then)]
+    # the base weights are the backbone's as loaded, not the first run's trained ones: `then` loads on them
+    base = manifests[0]["backbone"]["weights_sha256"]
+    assert manifests[1]["backbone"]["weights_sha256"] == base
+    assert weights_sha256(load_backbone(BackboneConfig(name=str(causal_dir), max_length=48)).model) == base
+    load_classifier(then)  # verified against those base weights
+    trained = [load_file(path / "weights.safetensors") for path in (first, then)]
+    # the same data and seed from the base weights would give the first run's weights again
+    assert any(not (trained[0][k] == trained[1][k]).all() for k in trained[0])

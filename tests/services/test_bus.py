@@ -10,7 +10,7 @@ import redis
 from openbook.classifier import Classifier
 from openbook.prompting import Template, Verbalizer
 
-from services.bus.examples_log import ConflictError, ExampleLog, NewExample
+from services.bus.examples_log import ConflictError, ExampleLog, Folded, NewExample, fold
 from services.bus.server import EmbeddedRedis
 from services.engine.replay import replay
 
@@ -89,3 +89,20 @@ def test_replay_builds_the_same_store_as_the_requests(log: ExampleLog, causal_ba
     np.testing.assert_allclose(
         replica.store.vectors_of([1, 3, 4]), direct.store.vectors_of([1, 3, 4]), atol=1e-6
     )
+
+
+def test_the_log_folds_to_each_ids_last_entry(log: ExampleLog) -> None:
+    """`fold`, the one fold of the log that the worker, replay and a replica's texts all read."""
+    log.append([NewExample("a good film", "1", id=1), NewExample("a bad film", "0", id=2)])
+    first = log.read()[-1].offset
+    log.delete(1)
+    log.append([NewExample("great fun", "1", id=3)])
+    assert log.relabel(NewExample("a bad film", "1", id=2), "0")  # a tombstone and the add again
+    log.delete(3)
+    log.append([NewExample("a good film, again", "0", id=1)])  # a deleted id used again
+    whole = log.examples()
+    assert whole.examples == {2: ("a bad film", "1"), 1: ("a good film, again", "0")}
+    assert whole.offset == log.read()[-1].offset and whole.deleted == frozenset({3})  # 1: added again
+    since = fold(log.read(after=first))  # what a replica that applied the first batch still has to apply
+    assert since.examples == whole.examples and since.deleted == frozenset({3})
+    assert fold([]) == Folded() and Folded().offset is None

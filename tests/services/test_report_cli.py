@@ -43,36 +43,25 @@ def test_report_of_a_task_prints_its_suspect(server, causal_dir, capsys) -> None
 def test_report_of_a_checkpoint_needs_no_service(
     causal_dir, tmp_path: Path, toy, fresh_classifier, capsys
 ) -> None:
-    from openbook.fitting import LabelledTexts, fit_and_save
-    from openbook.methods import weights_sha256
-    from openbook.training import TrainConfig
+    from openbook.estimator import Estimator
 
     classifier, method = fresh_classifier(causal_dir, "retroprompt")
-    dev = LabelledTexts(
-        ["great fun", "a good film", "boring and bad", "a terrible film"], np.array([1, 1, 0, 0])
-    )
-    fitted = fit_and_save(
-        tmp_path / "ckpt",
-        classifier,
-        method,
-        LabelledTexts(toy.texts, toy.labels),
-        dev,
-        TrainConfig(steps=2, batch_size=4, eval_every=1),
-        base_weights_sha256=weights_sha256(classifier.backbone.model),
-        training_data_sha256="0" * 64,
-        progress=False,
-    )
-    assert run_report(["--checkpoint", str(fitted.path), "--json"]) == 0
+    estimator = Estimator(classifier, method)
+    words = [toy.verbalizer.labels[i] for i in toy.labels]
+    dev = (["great fun", "a good film", "boring and bad", "a terrible film"], ["1", "1", "0", "0"])
+    fitted = estimator.fit(toy.texts, words, dev=dev, steps=2, batch_size=4, eval_every=1)
+    path = estimator.save(tmp_path / "ckpt")
+    assert run_report(["--checkpoint", str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["scored_by"] == "dev" and report["examples"] == 4
     assert report["calibration"]["ece_before"] == pytest.approx(
         fitted.dev_metrics["calibration"]["ece_before"], abs=1e-5
     )
-    assert run_report(["--checkpoint", str(fitted.path)]) == 0
+    assert run_report(["--checkpoint", str(path)]) == 0
     assert "calibration: ECE" in capsys.readouterr().out
 
-    manifest = json.loads((fitted.path / "manifest.json").read_text())
-    shutil.copytree(fitted.path, tmp_path / "old")
+    manifest = json.loads((path / "manifest.json").read_text())
+    shutil.copytree(path, tmp_path / "old")
     (tmp_path / "old" / "manifest.json").write_text(json.dumps({**manifest, "dev_scores": None}))
     assert run_report(["--checkpoint", str(tmp_path / "old")]) == 2
     assert "keeps no dev scores" in capsys.readouterr().err

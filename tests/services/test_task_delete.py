@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from openbook.estimator import Estimator
 
-import services.trainer.worker as worker_module
 from services.api.app import create_app
 from services.api.settings import Settings
 from services.bus.examples_log import ExampleLog
@@ -99,17 +99,17 @@ def test_a_job_of_a_deleted_task_does_not_publish_into_its_successor(
         job_id = api.post("/v1/tasks/reviews/train", json=TRAIN).json()["id"]
 
         written: list[Path] = []
-        fit_and_save = worker_module.fit_and_save
+        save = Estimator.save
 
-        def save_then_recreate(path, *args, **kwargs):
+        def save_then_recreate(self, path, **kwargs):
             # The task is deleted and re-created while its job writes the checkpoint.
-            fitted = fit_and_save(path, *args, **kwargs)
-            written.append(fitted.path)
+            saved = save(self, path, **kwargs)
+            written.append(saved)
             assert api.delete("/v1/tasks/reviews").status_code == 204
             create_with_examples(api)
-            return fitted
+            return saved
 
-        monkeypatch.setattr(worker_module, "fit_and_save", save_then_recreate)
+        monkeypatch.setattr(Estimator, "save", save_then_recreate)
         assert Worker(client, artifacts, max_length=48).run_once(block_ms=100) == job_id
 
         record = api.get(f"/v1/jobs/{job_id}").json()

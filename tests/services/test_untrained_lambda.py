@@ -1,7 +1,8 @@
 """An untrained task with `knn.lam` null serves λ chosen on its stored examples, each scored leave-one-out
-(`selection.lambda_on_store`), chosen again whenever the store changes; a λ given in the spec is kept.
-Where the labels' scores cost a pass over their words' tree, they and λ follow in a thread of the task's
-own, off its lock (services/engine/lambda_on_store.py)."""
+(`selection.lambda_on_store`), chosen again whenever the store changes (the classifier keeps it level:
+openbook.lambda_on_store); a λ given in the spec is kept. Where the labels' scores cost a pass over their
+words' tree, they and λ follow in a thread of the task's own, off its lock
+(services/engine/lambda_refresh.py)."""
 
 from __future__ import annotations
 
@@ -57,27 +58,29 @@ def test_lambda_is_chosen_on_the_store_and_again_when_it_changes(causal_backbone
     runtime, log = _runtime(causal_backbone, None)
     assert not runtime.classifier.scores_words_by_tree  # one-token words: scored with the keys
     runtime.catch_up()
-    assert len(runtime.classifier.store) == 0 and runtime.classifier.knn.lam == 0.0  # the prompt alone
+    assert (
+        len(runtime.classifier.store) == 0 and runtime.classifier.served_knn().lam == 0.0
+    )  # the prompt alone
     log.add(*EXAMPLES[:1])
     runtime.catch_up()
-    assert runtime.classifier.knn.lam == 0.0  # one example's P_kNN is its label, whatever the query
+    assert runtime.classifier.served_knn().lam == 0.0  # one example's P_kNN is its label, whatever the query
 
     log.add(*EXAMPLES[1:])
     runtime.catch_up()
-    chosen = runtime.classifier.knn.lam
+    chosen = runtime.classifier.served_knn().lam
     assert (
         chosen == _expected(runtime) and chosen > 0.5
     )  # the store tells the clusters apart; the prompt does not
-    assert sorted(runtime.lam_on_store.scores) == sorted(e["id"] for e in EXAMPLES)
+    assert sorted(runtime.classifier.lam_on_store.scores) == sorted(e["id"] for e in EXAMPLES)
 
     for e in EXAMPLES[1:]:
         if e["label"] == "b":
             log.delete(e["id"])
     runtime.catch_up()
-    assert sorted(runtime.lam_on_store.scores) == sorted(
+    assert sorted(runtime.classifier.lam_on_store.scores) == sorted(
         e["id"] for e in EXAMPLES if e["label"] == "a" or e is EXAMPLES[0]
     )
-    assert runtime.classifier.knn.lam == _expected(runtime)
+    assert runtime.classifier.served_knn().lam == _expected(runtime)
 
 
 def test_labels_added_score_the_stored_examples_again(causal_backbone):
@@ -86,8 +89,8 @@ def test_labels_added_score_the_stored_examples_again(causal_backbone):
     runtime.catch_up()
     runtime.grow_labels(runtime.task.model_copy(update={"labels": {**runtime.task.labels, "c": "fun"}}))
     runtime.catch_up()  # no new entry, but a classifier with another label
-    assert {row.shape for row in runtime.lam_on_store.scores.values()} == {(3,)}
-    assert runtime.classifier.knn.lam == _expected(runtime)
+    assert {row.shape for row in runtime.classifier.lam_on_store.scores.values()} == {(3,)}
+    assert runtime.classifier.served_knn().lam == _expected(runtime)
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.3])
@@ -95,7 +98,7 @@ def test_a_lambda_given_in_the_spec_is_kept(causal_backbone, lam):
     runtime, log = _runtime(causal_backbone, lam)
     log.add(*EXAMPLES)
     runtime.catch_up()
-    assert runtime.classifier.knn.lam == lam and not runtime.lam_on_store.scores
+    assert runtime.classifier.served_knn().lam == lam and not runtime.classifier.lam_on_store.scores
 
 
 def test_words_scored_by_tree_are_scored_off_the_lock_while_classify_goes_on(causal_backbone, monkeypatch):
@@ -104,8 +107,8 @@ def test_words_scored_by_tree_are_scored_off_the_lock_while_classify_goes_on(cau
     assert runtime.classifier.scores_words_by_tree
     log.add(*EXAMPLES[:3])
     runtime.catch_up()
-    assert runtime.lam_on_store.settle(30)
-    chosen = runtime.classifier.knn.lam
+    assert runtime.lam_refresh.settle(30)
+    chosen = runtime.classifier.served_knn().lam
 
     scoring, release = threading.Event(), threading.Event()
     real_embed = Classifier.embed
@@ -126,9 +129,12 @@ def test_words_scored_by_tree_are_scored_off_the_lock_while_classify_goes_on(cau
         assert len(runtime.classifier.predict(["yes the movie was great and fun"])) == 1
     finally:
         runtime.lock.release()
-    assert runtime.classifier.knn.lam == chosen and not runtime.lam_on_store.settle(0)
+    assert runtime.classifier.served_knn().lam == chosen and not runtime.lam_refresh.settle(0)
     release.set()
-    assert runtime.lam_on_store.settle(30)
+    assert runtime.lam_refresh.settle(30)
     monkeypatch.setattr(Classifier, "embed", real_embed)
-    assert sorted(runtime.lam_on_store.scores) == sorted(e["id"] for e in EXAMPLES)
-    assert runtime.classifier.knn.lam == _expected(runtime) and runtime.classifier.knn.lam > 0.5
+    assert sorted(runtime.classifier.lam_on_store.scores) == sorted(e["id"] for e in EXAMPLES)
+    assert (
+        runtime.classifier.served_knn().lam == _expected(runtime)
+        and runtime.classifier.served_knn().lam > 0.5
+    )

@@ -52,28 +52,22 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         raise ValueError("--calibration domain measures the prior over the --examples texts: give --examples")
     import dataclasses
 
-    from openbook.selection import lambda_on_store
-
-    knn = dataclasses.replace(
-        UNTRAINED_KNN,
-        k=args.k,
-        temperature=args.temperature,
-        lam=UNTRAINED_KNN.lam if args.lam is None else args.lam,
-    )
+    # lam None (no --lam): chosen on the --examples, each left out in turn, by the classifier itself
+    # (openbook.lambda_on_store), as an untrained service task chooses it
+    knn = dataclasses.replace(UNTRAINED_KNN, k=args.k, temperature=args.temperature, lam=args.lam)
     classifier = classifier_from_args(args, args.task, knn=knn, calibration=args.calibration)
     if args.examples:
         examples = read_split(args.examples)
         from openbook.experiments.evaluation import example_labels
 
         example_labels(classifier, examples)  # an unknown label fails, naming its line, before any forward
-        embeddings = classifier.embed([e.text for e in examples])
-        ids = classifier.add_embeddings(
-            embeddings, [e.label for e in examples], texts=[e.text for e in examples]
+        texts = [e.text for e in examples]
+        embeddings = classifier.embed(texts, vectors_only=True)  # the plain prompt's label scores
+        classifier.add_embeddings(
+            embeddings, [e.label for e in examples], texts=texts, lm_log_probs=embeddings.lm_log_probs
         )
         if args.calibration == "domain":
             classifier.label_bias = classifier.calibration_bias("domain", embeddings.lm_log_probs)
-        if args.lam is None:  # as an untrained service task chooses it (selection.lambda_on_store)
-            classifier.knn = lambda_on_store(classifier, ids, embeddings.lm_log_probs)
     for text, prediction in zip(args.texts, classifier.predict(args.texts), strict=True):
         print(json.dumps({"text": text, **_as_json(prediction)}))
 

@@ -1,4 +1,9 @@
-"""`openbook train`: train a method on a k-shot split and save a checkpoint (`fitting.py`)."""
+"""`openbook train`: train a method on a k-shot split and save a checkpoint.
+
+It trains through the library's one fit pipeline (`Estimator.fit` and `.save`, `fitting.py`), as the
+service's trainer and a library user do: the k-shot dev is given apart (it chooses and calibrates, and is
+not stored), and `--init` trains a loaded checkpoint on, its manifest's base weights named as its own.
+"""
 
 from __future__ import annotations
 
@@ -41,11 +46,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     import dataclasses
 
-    from openbook.checkpoints import examples_sha256, load_classifier
     from openbook.data import load_kshot
+    from openbook.estimator import Estimator, load
     from openbook.experiments.evaluation import example_labels
-    from openbook.fitting import LabelledTexts, fit_and_save
-    from openbook.methods import build_method, weights_sha256
+    from openbook.methods import build_method
 
     spec = "/".join([args.method, *(args.options or [])])
     method = build_method(spec)
@@ -54,40 +58,36 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         raise ValueError(f"{out} exists; pass --overwrite to replace it")
     splits = load_kshot(args.data, args.task, args.seed, args.shots)
     if args.init:
-        base, init_method = load_classifier(args.init, device=args.device)
-        if init_method.name != method.name:
-            raise ValueError(f"--init checkpoint was trained with {init_method.name}, not {method.name}")
+        loaded = load(args.init, device=args.device)  # verified: its manifest names the base weights
+        if loaded.method.name != method.name:
+            raise ValueError(f"--init checkpoint was trained with {loaded.method.name}, not {method.name}")
         data_labels = sorted({e.label for e in splits.train + splits.dev})
-        if data_labels != sorted(base.labels):
+        if data_labels != sorted(loaded.labels):
             raise ValueError(
-                f"the checkpoint's labels {sorted(base.labels)} differ from the data's labels {data_labels}"
+                f"the checkpoint's labels {sorted(loaded.labels)} differ from the data's labels {data_labels}"
             )
+        assert loaded.record is not None
+        estimator = Estimator(
+            loaded.classifier, method, base_weights_sha256=loaded.record.base_weights_sha256
+        )
     else:
-        base = classifier_from_args(args, args.task)
-    base_sha = (
-        weights_sha256(base.backbone.model)
-        if not args.init  # the loaded checkpoint was verified: its manifest names the base weights
-        else json.loads((Path(args.init) / "manifest.json").read_text())["backbone"]["weights_sha256"]
+        estimator = Estimator(classifier_from_args(args, args.task), method)
+    example_labels(estimator.classifier, splits.train + splits.dev)  # an unknown label names its line
+    report = estimator.fit(
+        [e.text for e in splits.train],
+        [e.label for e in splits.train],
+        dev=([e.text for e in splits.dev], [e.label for e in splits.dev]),
+        progress=True,
+        **dataclasses.asdict(train_config(args, args.seed)),
     )
-    classifier = method.prepare(dataclasses.replace(base, store=base.empty_store(), label_bias=None))
-    fitted = fit_and_save(
-        out,
-        classifier,
-        method,
-        LabelledTexts([e.text for e in splits.train], example_labels(classifier, splits.train)),
-        LabelledTexts([e.text for e in splits.dev], example_labels(classifier, splits.dev)),
-        train_config(args, args.seed),
-        base_weights_sha256=base_sha,
-        training_data_sha256=examples_sha256(splits.train),
-        overwrite=args.overwrite,
-    )
+    path = estimator.save(out, overwrite=args.overwrite)
     print(
         json.dumps(
             {
-                "checkpoint": str(fitted.path),
+                "checkpoint": str(path),
                 "method": method.spec,
-                "dev": fitted.dev_metrics,
-                "seconds": fitted.result.seconds,
+                "dev": report.dev_metrics,
+                "seconds": report.result.seconds,
             }
         )
     )

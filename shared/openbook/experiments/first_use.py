@@ -24,6 +24,7 @@ from openbook.calibration import CalibrationMode, mean_prediction_bias
 from openbook.classifier import Classifier, Embeddings
 from openbook.data import Example
 from openbook.experiments.evaluation import example_labels
+from openbook.knn import DEFAULT_KNN
 from openbook.selection import lambda_on_store
 
 FIRST_USE_CALIBRATIONS: tuple[CalibrationMode, ...] = ("content-free", "domain")
@@ -80,9 +81,10 @@ def check_seed(
         for calibration in FIRST_USE_CALIBRATIONS:
             classifier.label_bias = biases[calibration]
             for lam_rule in LAMBDA_RULES:
-                knn = classifier.knn
+                knn = dataclasses.replace(classifier.knn, lam=DEFAULT_KNN.lam)  # "default": the fixed λ
                 if lam_rule == "leave-one-out":
                     knn = lambda_on_store(classifier, ids, drawn.lm_log_probs)
+                assert knn.lam is not None
                 scores = classifier.score(dev_embedded, knn=knn)
                 accuracy = lambda p: float(np.mean(p.argmax(1) == dev_labels))  # noqa: E731
                 records.append(

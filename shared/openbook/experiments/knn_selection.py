@@ -181,6 +181,7 @@ def nested_check(
                 config, _ = select(seen_evidence, rule.rule, evidence.store_size, SCORING)
                 p = split_mixture(scored.p_lm, scored.split, config)
                 scores[rule.name].append(accuracy(p.argmax(-1), scored.split.labels))
+                assert config.lam is not None  # a rule chooses a number
                 chosen[rule.name].append((config.k, config.temperature, config.lam))
     return {
         name: RuleOutcome(
