@@ -195,7 +195,7 @@ def run_api_bench(
         seed_texts = synthetic_sentences(64, seed=3)
         examples = [{"text": t, "label": str(i % 2), "id": i} for i, t in enumerate(seed_texts)]
         api.post("/v1/tasks/bench/examples", json={"examples": examples}).raise_for_status()
-        classifier = first.app.state.registry.runtimes["bench"].classifier
+        classifier = first.app.state.runtimes.loaded["bench"].classifier
         text = synthetic_sentences(1, seed=7)[0]
         bench = _Bench(bus.url, Path(tmp), settings, first, api, classifier, text)
         measured: dict[int, tuple[float, float]] = {}  # workers -> (latency ratio, most clients' texts/s)
@@ -404,7 +404,7 @@ def measure_replicas(bench: _Bench, second: Served) -> None:
         time.sleep(0.1)
     waited = time.perf_counter() - waited
     ids = [
-        sorted(s.app.state.registry.runtimes["bench"].classifier.store.ids().tolist())
+        sorted(s.app.state.runtimes.loaded["bench"].classifier.store.ids().tolist())
         for s in (bench.first, second)
     ]
     same_labels = [p["label"] for p in a["predictions"]] == [p["label"] for p in b["predictions"]]

@@ -24,13 +24,13 @@ from pathlib import Path
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model forward", ("Backbone.forward",)),
     ("kNN search and mixture", ("KnowledgeStore.search", "Classifier.score")),
-    ("prompt encoding (tokenizer)", ("PromptEncoder.encode",)),
+    ("prompt encoding (tokenizer)", ("PromptEncoder.encode", "PromptEncoder.tokenize")),
     (
         "catch-up with the examples log, and the task check (Redis)",
-        ("TaskRuntime._apply_log", "TaskRuntime._is_current"),
+        ("TaskRuntime._apply_log", "ExampleLog.read_with_spec"),
     ),
     ("rest of the prediction (per-text results)", ("TaskRuntime.predict",)),
-    ("task lookup: spec and generation (Redis)", ("TaskRegistry.runtime",)),
+    ("task lookup: spec and generation (Redis)", ("Runtimes.runtime",)),
     ("FastAPI: resolving dependencies", ("solve_dependencies",)),
     ("request body: read and JSON parse", ("Request.body", "Request.json")),
     ("response: validation and JSON encoding", ("serialize_response", "JSONResponse.render")),
@@ -41,7 +41,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # Frames that mark a sample as the served path's; and, of those, the ones that are not serving.
 SERVED = ("uvicorn/", "WorkerThread.run")
-NOT_SERVING = ("TaskRegistry.build", "_load_backbone", "follow_checkpoints", "Server.startup", "warm_up")
+NOT_SERVING = ("TaskSpecs.build", "_load_backbone", "follow_checkpoints", "Server.startup", "warm_up")
 
 
 def _function(frame: str) -> str:

@@ -8,9 +8,11 @@ data under $OPENBOOK_DATA, for the few tests that read it.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -403,3 +405,24 @@ def random_items() -> Callable:
 @pytest.fixture
 def filled_store() -> Callable:
     return _filled_store
+
+
+@pytest.fixture
+def count_tokenized(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any], Counter[str]]:
+    """`count_tokenized(tokenizer)`: a Counter that counts, from then on, each text `tokenizer` is called
+    on (stripped: a field is tokenized with the space before it)."""
+
+    def watch(tokenizer: Any) -> Counter[str]:
+        seen: Counter[str] = Counter()
+        kind = type(tokenizer)
+        call = kind.__call__
+
+        def counting(self: Any, text: Any = None, *args: Any, **options: Any) -> Any:
+            if self is tokenizer:
+                seen.update(t.strip() for t in ([text] if isinstance(text, str) else text))
+            return call(self, text, *args, **options)
+
+        monkeypatch.setattr(kind, "__call__", counting)
+        return seen
+
+    return watch

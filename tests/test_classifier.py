@@ -284,3 +284,22 @@ def test_auto_label_scoring_is_exact_up_to_16_labels_and_label_vectors_above():
     assert resolve_label_scoring("exact", 150) == "exact" and resolve_label_scoring("vectors", 2) == "vectors"
     with pytest.raises(ValueError, match="one of auto, exact, vectors"):
         resolve_label_scoring("fast", 2)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", [None, "neural", "text"])
+def test_a_text_is_tokenized_once_per_predict_and_tokenized_texts_not_again(backbone, mode, count_tokenized):
+    from openbook.demonstrations import DemoConfig
+
+    demos = None if mode is None else DemoConfig(m=2, temperature=0.5, mode=mode)
+    task = Classifier(backbone, TEMPLATE, VERBALIZER, demos=demos, batch_size=2)  # several chunks
+    task.add_examples(TRAIN, TRAIN_LABELS)
+    texts = ["great fun", "a terrible film , boring", "what is the answer", "yes it is true", "no"]
+    seen = count_tokenized(backbone.tokenizer)
+    expected = task.predict(texts)
+    assert {text: seen[text] for text in texts} == dict.fromkeys(texts, 1)
+    tokenized = task.encoder.tokenize(texts)  # as a server does, to size its batch
+    seen.clear()
+    got = task.predict(tokenized)
+    assert not any(seen[text] for text in texts)
+    assert [p.probabilities for p in got] == [p.probabilities for p in expected]  # bit for bit
+    assert [p.neighbours for p in got] == [p.neighbours for p in expected]

@@ -124,3 +124,20 @@ def test_a_mixer_forgets_the_adapters_of_a_dropped_task(backbone: Backbone) -> N
     del task
     gc.collect()
     assert len(mixer._seen) == 0
+
+
+def test_parts_tokenized_by_their_encoders_are_not_tokenized_again(
+    backbone: Backbone, tasks: list[Classifier], count_tokenized
+) -> None:
+    mixer = MixedForward(backbone)
+    parts = [(tasks[0], TEXTS[:3]), (tasks[2], TEXTS[1:])]
+    seen = count_tokenized(tasks[0].encoder.tokenizer)
+    assert tasks[2].encoder.tokenizer is tasks[0].encoder.tokenizer
+    expected = mixer.predict(parts)
+    assert sum(seen.values()) == 6  # each part's texts, once
+    tokenized = [(task, task.encoder.tokenize(texts)) for task, texts in parts]
+    seen.clear()
+    got = mixer.predict(tokenized)
+    assert sum(seen.values()) == 0
+    for g, e in zip(got, expected, strict=True):
+        assert [p.probabilities for p in g] == [p.probabilities for p in e]  # bit for bit

@@ -1,9 +1,9 @@
 """`create_app()` wires the api: settings, lifespan, middleware, error handlers and the routers.
 
-The routes (routes/*) are HTTP only; the work is in `serving/`, `tasks.py` and the `openbook` library.
-State the routes share lives on `app.state` (settings, registry, metrics, read/write threads,
-micro-batchers) and reaches them through the dependencies in `deps.py`. Errors and their shapes:
-`errors.py`.
+The routes (routes/*) are HTTP only; the work is in `serving/`, the engine (services/engine) and the
+`openbook` library. State the routes share lives on `app.state` (settings, the Redis client, the task
+runtimes and through them the specs, metrics, read/write threads, micro-batchers) and reaches them
+through the dependencies in `deps.py`. Errors and their shapes: `errors.py`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from services.api.middleware import LimitBody, MeasureLatency, NameWorker
 from services.api.openapi import document_limits
 from services.api.routes import ROUTERS
 from services.api.settings import Settings
+from services.engine.backbones import Backbones
 from services.engine.batching import Batchers
+from services.engine.runtimes import Runtimes
+from services.engine.specs import TaskSpecs
 from services.engine.swap import follow_checkpoints
-from services.engine.tasks import TaskRegistry
 from services.engine.threads import ReadWriteThreads
 
 logger = logging.getLogger(__name__)
@@ -42,8 +44,7 @@ def create_app(settings: Settings | None = None, *, api_workers: ApiWorkerSet | 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _warn_if_open(settings)
         client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, health_check_interval=5)
-        registry = TaskRegistry(
-            client,
+        backbones = Backbones(
             max_length=settings.max_length,
             device=settings.device,
             default_backbone=settings.default_backbone,
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None, *, api_workers: ApiWorkerSet | 
             mixed_batches=settings.mixed_batches,
             compile=settings.compile,
         )
+        runtimes = Runtimes(TaskSpecs(client, backbones))
         threads = ReadWriteThreads(reads=settings.read_threads, writes=settings.write_threads)
         batchers = Batchers(
             max_texts=settings.batch_max_texts,
@@ -61,14 +63,15 @@ def create_app(settings: Settings | None = None, *, api_workers: ApiWorkerSet | 
             on_forward=metrics.forward_size.observe,
             offload=threads.read,
         )
-        app.state.registry, app.state.threads, app.state.batchers = registry, threads, batchers
-        metrics.watch(registry, settings.artifacts)
+        app.state.redis, app.state.runtimes = client, runtimes
+        app.state.threads, app.state.batchers = threads, batchers
+        metrics.watch(runtimes, settings.artifacts)
         stop = threading.Event()
-        follower = threading.Thread(target=follow_checkpoints, args=(registry, stop), daemon=True)
+        follower = threading.Thread(target=follow_checkpoints, args=(runtimes, stop), daemon=True)
         follower.start()
         if api_workers is not None:
             api_workers.announce(ready=False)
-        warmer = threading.Thread(target=_warm_up, args=(registry, stop, api_workers), daemon=True)
+        warmer = threading.Thread(target=_warm_up, args=(runtimes, stop, api_workers), daemon=True)
         warmer.start()
         yield
         if api_workers is not None:
@@ -95,9 +98,9 @@ def create_app(settings: Settings | None = None, *, api_workers: ApiWorkerSet | 
     return app
 
 
-def _warm_up(registry: TaskRegistry, stop: threading.Event, api_workers: ApiWorkerSet | None) -> None:
-    registry.warm_up(stop)
-    if api_workers is not None and registry.warmed.is_set():
+def _warm_up(runtimes: Runtimes, stop: threading.Event, api_workers: ApiWorkerSet | None) -> None:
+    runtimes.warm_up(stop)
+    if api_workers is not None and runtimes.warmed.is_set():
         api_workers.announce(ready=True)  # the other workers' /readyz count this one in
 
 

@@ -1,8 +1,9 @@
 """Dependencies the routes declare: the app's shared state (on `app.state`), a task's runtime, the keys.
 
-Routes take these as `Annotated` aliases (`Registry`, `Runtime`, `Threads`, ...) and guard themselves
-with `Reader` or `Writer`; who may read and who may write is told in `settings.py`. They are all async:
-FastAPI would run a plain `def` in its default thread pool, a hop per dependency for nothing.
+Routes take these as `Annotated` aliases (`SpecsDep`, `RuntimesDep`, `Runtime`, `Threads`, ...) and
+guard themselves with `Reader` or `Writer`; who may read and who may write is told in `settings.py`.
+They are all async: FastAPI would run a plain `def` in its default thread pool, a hop per dependency
+for nothing.
 
 FastAPI's own cost per request grows with the number of dependencies it resolves, and with a fast
 forward it is the largest cost on the classify path (docs/benchmarks.md, "The request path,
@@ -19,6 +20,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Annotated
 
+import redis
 from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
@@ -27,7 +29,8 @@ from services.api.metrics import Metrics
 from services.api.settings import Settings
 from services.engine.batching import Batchers
 from services.engine.runtime import TaskRuntime
-from services.engine.tasks import TaskRegistry
+from services.engine.runtimes import Runtimes
+from services.engine.specs import TaskSpecs
 from services.engine.threads import ReadWriteThreads
 
 
@@ -35,8 +38,16 @@ async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def get_registry(request: Request) -> TaskRegistry:
-    return request.app.state.registry
+async def get_runtimes(request: Request) -> Runtimes:
+    return request.app.state.runtimes
+
+
+async def get_specs(request: Request) -> TaskSpecs:
+    return request.app.state.runtimes.specs
+
+
+async def get_redis(request: Request) -> redis.Redis:
+    return request.app.state.redis
 
 
 async def get_threads(request: Request) -> ReadWriteThreads:
@@ -56,7 +67,9 @@ async def get_api_workers(request: Request) -> ApiWorkerSet | None:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-Registry = Annotated[TaskRegistry, Depends(get_registry)]
+RuntimesDep = Annotated[Runtimes, Depends(get_runtimes)]  # the replica's task runtimes
+SpecsDep = Annotated[TaskSpecs, Depends(get_specs)]  # the task specs in Redis
+RedisDep = Annotated[redis.Redis, Depends(get_redis)]  # the bus, for jobs and versions
 Threads = Annotated[ReadWriteThreads, Depends(get_threads)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 BatchersDep = Annotated[Batchers, Depends(get_batchers)]
@@ -111,8 +124,8 @@ Reader = Depends(require_read)
 Writer = Depends(require_write)
 
 
-async def get_runtime(task: str, registry: Registry, threads: Threads) -> TaskRuntime:
-    runtime = await threads.read(registry.runtime, task)  # BrokenTask: a 409 (errors.py)
+async def get_runtime(task: str, runtimes: RuntimesDep, threads: Threads) -> TaskRuntime:
+    runtime = await threads.read(runtimes.runtime, task)  # BrokenTask: a 409 (errors.py)
     if runtime is None:
         raise HTTPException(404, f"no task {task!r}")
     return runtime
@@ -129,20 +142,20 @@ class TaskRead:
     settings: Settings
     metrics: Metrics
     batchers: Batchers
-    registry: TaskRegistry
+    runtimes: Runtimes
     threads: ReadWriteThreads
 
     async def look_up_again(self) -> TaskRuntime:
         """The task's runtime as Redis has it now (404 when the task is gone), after a StaleRuntime."""
-        return await get_runtime(self.runtime.task.name, self.registry, self.threads)
+        return await get_runtime(self.runtime.task.name, self.runtimes, self.threads)
 
 
 async def serve_read(request: Request, task: str, presented: Presented) -> TaskRead:
     """`Reader`, then the task's runtime, in that order (401/403 before 404), with the app's state."""
     state = request.app.state
     _check(presented, _read_keys(state.settings), "reading")
-    runtime = state.registry.cached_runtime(task) or await get_runtime(task, state.registry, state.threads)
-    return TaskRead(runtime, state.settings, state.metrics, state.batchers, state.registry, state.threads)
+    runtime = state.runtimes.cached_runtime(task) or await get_runtime(task, state.runtimes, state.threads)
+    return TaskRead(runtime, state.settings, state.metrics, state.batchers, state.runtimes, state.threads)
 
 
 Serving = Annotated[TaskRead, Depends(serve_read)]

@@ -21,7 +21,7 @@ from starlette.routing import Match
 
 from services.bus.examples_log import LogError
 from services.engine.runtime import StaleRuntime
-from services.engine.tasks import BrokenTask
+from services.engine.specs import BrokenTask
 
 
 class Error(BaseModel):

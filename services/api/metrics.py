@@ -21,20 +21,20 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from services.bus.versions import directory_bytes
-from services.engine.tasks import TaskRegistry
+from services.engine.runtimes import Runtimes
 
 
 class TaskCollector(Collector):
     """Store sizes, versions, artifacts on disk and jobs by state, read at scrape time."""
 
-    def __init__(self, tasks: TaskRegistry, artifacts_dir: Path) -> None:
-        self.tasks = tasks
+    def __init__(self, runtimes: Runtimes, artifacts_dir: Path) -> None:
+        self.runtimes = runtimes
         self.artifacts_dir = artifacts_dir
 
     def collect(self) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
         sizes = GaugeMetricFamily("openbook_store_examples", "examples in the task's store", labels=["task"])
         versions = InfoMetricFamily("openbook_task_version", "versions a task serves", labels=["task"])
-        for name, runtime in list(self.tasks.runtimes.items()):
+        for name, runtime in list(self.runtimes.loaded.items()):
             sizes.add_metric([name], len(runtime.classifier.store))
             versions.add_metric([name], {"model": runtime.model_version, "store": runtime.offset})
         yield sizes
@@ -42,15 +42,15 @@ class TaskCollector(Collector):
         artifacts = GaugeMetricFamily(
             "openbook_artifacts_bytes", "bytes of the task's checkpoint directories on disk", labels=["task"]
         )
-        for name in list(self.tasks.runtimes):
+        for name in list(self.runtimes.loaded):
             artifacts.add_metric([name], directory_bytes(self.artifacts_dir / name))
         yield artifacts
         jobs = GaugeMetricFamily("openbook_jobs", "training jobs by state", labels=["state"])
         counts: dict[str, int] = {}
         try:
-            for key in self.tasks.client.scan_iter(match="openbook:job:*", count=500):
+            for key in self.runtimes.specs.client.scan_iter(match="openbook:job:*", count=500):
                 # A reply is bytes (services/bus/replies.py)
-                raw_state = cast("bytes | None", self.tasks.client.hget(key, "state"))
+                raw_state = cast("bytes | None", self.runtimes.specs.client.hget(key, "state"))
                 if raw_state is not None:
                     counts[raw_state.decode()] = counts.get(raw_state.decode(), 0) + 1
         except redis.ConnectionError:
@@ -91,8 +91,8 @@ class Metrics:
             "openbook_jobs_submitted", "training jobs submitted", ["task"], registry=self.registry
         )
 
-    def watch(self, tasks: TaskRegistry, artifacts_dir: Path) -> None:
-        self.scraped.register(TaskCollector(tasks, artifacts_dir))
+    def watch(self, runtimes: Runtimes, artifacts_dir: Path) -> None:
+        self.scraped.register(TaskCollector(runtimes, artifacts_dir))
 
     def exposition(self) -> bytes:
         return generate_latest(self.scraped)

@@ -13,6 +13,10 @@ grown spec in the same script (`SpecSwap`). Deleting appends a
 tombstone, so a replica that replays the log ends with the same store as one
 that saw every request; relabelling appends a tombstone and the example under
 its new label, in one script.
+
+A replica reads the entries it has not applied yet before each batch it serves, in the same round trip
+as the task's stored spec and generation (`read_with_spec`): it serves every example acknowledged
+before the batch, by any replica, and never a task changed or deleted meanwhile.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Literal, cast
 import redis
 from openbook.prompting import TextInput
 
-from services.bus.keys import TASKS_KEY
+from services.bus.keys import GENERATIONS_KEY, TASKS_KEY
 from services.bus.replies import StreamEntry
 
 MAX_ID = 2**63 - 1
@@ -197,6 +201,15 @@ def _payload(example: NewExample) -> str:
     return json.dumps({"text": text, "label": example.label}, ensure_ascii=False, sort_keys=True)
 
 
+@dataclass(frozen=True)
+class SpecAndEntries:
+    """The task as Redis holds it at one moment: its spec, its generation, and log entries."""
+
+    spec: bytes | None  # the stored spec, opaque JSON (None: no such task)
+    generation: bytes  # how many times a task of this name was deleted (keys.GENERATIONS_KEY)
+    entries: list[LogEntry]  # the log's entries after the offset asked for, oldest first
+
+
 class ExampleLog:
     def __init__(self, client: redis.Redis, task: str, *, durability_timeout_ms: int = 5000) -> None:
         self.client = client
@@ -290,6 +303,17 @@ class ExampleLog:
     def examples(self) -> Folded:
         """The whole log folded: the examples it holds now, and the offset of its last entry."""
         return fold(self.read())
+
+    def read_with_spec(self, after: str = "0-0") -> SpecAndEntries:
+        """The task's stored spec and generation, and the entries strictly after `after`: one round trip
+        (a pipeline, not a transaction: the three reads are sent together, answered in order)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(TASKS_KEY, self.task)
+        pipe.hget(GENERATIONS_KEY, self.task)
+        pipe.xrange(self.stream_key, min=f"({after}", max="+")
+        spec, generation, raw = pipe.execute()
+        entries = [_entry(offset, fields) for offset, fields in cast(list[StreamEntry], raw)]
+        return SpecAndEntries(spec, generation or b"0", entries)
 
     def __len__(self) -> int:
         return int(self.client.hlen(self.ids_key))

@@ -18,14 +18,16 @@ a few hundred prompts (H100, fp32: 1 / 32 / 256 / 1024 prompts in 31 / 45 /
 42 / 62 ms), so there the bound that matters is tokens, i.e. memory, not a
 count of texts; on a CPU the forward costs in proportion to its tokens
 anyway, and `max_texts` alone bounds it (`max_tokens=None`: nothing is
-counted). A request's longest prompt is measured with the task's prompt
-encoder (the very layout the forward pads), in a worker thread started when
-the request arrives, so the tokenizer never runs on the event loop; the
-template and special tokens count, and truncation to max_length is applied.
-That tokenizes each text twice (here and in the forward), a fraction of a
-millisecond per request. The runtime's classifier still splits a forward into chunks of its
-`batch_size` (32) prompts, sorted by length; a budget of hundreds of prompts
-becomes one GPU forward only where that is raised to match.
+counted). A request's texts are tokenized by the task's prompt encoder in a
+worker thread started when the request arrives, so the tokenizer never runs
+on the event loop, and its longest prompt is measured on those tokens (the
+very layout the forward pads: the template and special tokens count, and
+truncation to max_length is applied). The forward reads the same tokens, so
+a text is tokenized once (`PromptEncoder.tokenize`); only a classifier
+swapped meanwhile for one on another tokenizer tokenizes them again. The
+runtime's classifier still splits a forward into chunks of its `batch_size`
+(32) prompts, sorted by length; a budget of hundreds of prompts becomes one
+GPU forward only where that is raised to match.
 
 Why wait like this: under load, the clients of one forward send their next
 requests as soon as their answers arrive, so the wave comes back spread over
@@ -55,24 +57,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from openbook.mixed import MixedForward
-from openbook.prompting import TextInput
+from openbook.prompting import TextInput, join_texts
 
 from services.engine.runtime import Result, TaskRuntime, predict_together
 
 Offload = Callable[..., Awaitable[Any]]  # runs a blocking call in a worker thread: offload(fn, *args)
 
 
-def longest_prompt(runtime: TaskRuntime, texts: Sequence[TextInput]) -> int:
-    """Tokens in the longest of the prompts the task's encoder builds for `texts` (blocking: tokenizes)."""
-    return int(runtime.classifier.encoder.encode(texts).attention_mask.sum(dim=1).max())
+def tokenize(runtime: TaskRuntime, texts: Sequence[TextInput]) -> tuple[Sequence[TextInput], int]:
+    """`texts` tokenized by the task's prompt encoder, for the forward to read, and the tokens in the
+    longest of their prompts (blocking)."""
+    encoder = runtime.classifier.encoder
+    tokenized = encoder.tokenize(texts)
+    return tokenized, int(encoder.prompt_lengths(tokenized).max())
 
 
 @dataclass
 class _Request:
     runtime: TaskRuntime
-    texts: Sequence[TextInput]
+    texts: Sequence[TextInput]  # tokenized once counted (`tokenize`)
     future: asyncio.Future[Result]
-    longest: asyncio.Future[int] | None = None  # tokens in its longest prompt, being counted; None: not
+    # the texts tokenized and the tokens in the longest prompt, being counted; None: nothing is counted
+    tokenized: asyncio.Future[tuple[Sequence[TextInput], int]] | None = None
 
 
 @dataclass
@@ -117,10 +123,10 @@ class MicroBatcher:
         if runtime is None:
             raise ValueError("a shared queue needs the runtime of each request's task")
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        longest = None
+        tokenized = None
         if self.max_tokens is not None:  # counted while the request waits in the queue
-            longest = asyncio.ensure_future(self.offload(longest_prompt, runtime, texts))
-        await self.queue.put(_Request(runtime, texts, future, longest))
+            tokenized = asyncio.ensure_future(self.offload(tokenize, runtime, texts))
+        await self.queue.put(_Request(runtime, texts, future, tokenized))
         return await future
 
     def retire(self) -> None:
@@ -140,9 +146,9 @@ class MicroBatcher:
     async def _offer(self, batch: _Batch, request: _Request) -> bool:
         """Add `request` to `batch` if it fits (an empty batch takes any); False: it opens the next batch."""
         longest = 0
-        if request.longest is not None:
+        if request.tokenized is not None:
             try:
-                longest = await request.longest
+                request.texts, longest = await request.tokenized
             except Exception as error:  # texts the encoder refuses could not be classified: fail alone
                 if not request.future.done():
                     request.future.set_exception(error)
@@ -205,7 +211,7 @@ class MicroBatcher:
         for request in batch:
             by_task.setdefault(id(request.runtime), []).append(request)
         groups = list(by_task.values())
-        parts = [(group[0].runtime, [text for r in group for text in r.texts]) for group in groups]
+        parts = [(group[0].runtime, join_texts([r.texts for r in group])) for group in groups]
         try:
             if len(parts) == 1 or self.mixer is None:
                 results: list[Result | Exception] = [await self.offload(parts[0][0].predict, parts[0][1])]

@@ -2,7 +2,7 @@
 upload of examples that creates the labels it names (routes/examples.py).
 
 A label added is served at once: the stored spec grows (services/bus/task_labels.py), and each
-replica, on its next request for the task, grows its classifier in place (TaskRegistry.runtime):
+replica, on its next request for the task, grows its classifier in place (Runtimes.runtime):
 the served checkpoint and the store stay, the LM scores the new label by its word, and its examples
 enter the store as they come. The next training trains the label like any other.
 
@@ -14,16 +14,14 @@ another model. A label added since the served checkpoint, with no examples yet, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
 from openbook.label_names import LabelNameError, readable_word
 from openbook.labels import LabelError, add_labels
 
 from services.bus.examples_log import Appended, NewExample, SpecChanged, SpecSwap
-from services.bus.keys import TASKS_KEY
 from services.bus.task_labels import served_labels, swap_spec
+from services.engine.runtimes import Runtimes
 from services.engine.task_spec import MAX_LABELS, Task
-from services.engine.tasks import TaskRegistry, read_spec
 
 ATTEMPTS = 8  # concurrent changes of one task's spec are rare; each retry decides again
 
@@ -52,23 +50,23 @@ class TooManyLabels(ValueError):
     """The labels added would take the task over MAX_LABELS."""
 
 
-def add_task_labels(registry: TaskRegistry, name: str, labels: dict[str, str]) -> Task:
+def add_task_labels(runtimes: Runtimes, name: str, labels: dict[str, str]) -> Task:
     """Add `labels` (label -> word) to task `name`, all or none; returns the stored spec (blocking)."""
     for _ in range(ATTEMPTS):
-        raw, grown = grown_spec(registry, name, labels)
-        if swap_spec(registry.client, raw, grown):
-            registry.runtime(name)  # this replica follows at once: the labels' examples are taken now
+        raw, grown = grown_spec(runtimes, name, labels)
+        if swap_spec(runtimes.specs.client, raw, grown):
+            runtimes.runtime(name)  # this replica follows at once: the labels' examples are taken now
             return grown
     raise SpecBusy(f"the spec of task {name!r} kept changing; try again")
 
 
 def grown_spec(
-    registry: TaskRegistry, name: str, labels: dict[str, str], stored: tuple[bytes, Task] | None = None
+    runtimes: Runtimes, name: str, labels: dict[str, str], stored: tuple[bytes, Task] | None = None
 ) -> tuple[bytes, Task]:
     """The task's stored spec (raw, for a compare-and-set; `stored` if given, as read) and the spec with
     `labels` added, once every check has passed; nothing is written. LabelConflict if one exists,
     TooManyLabels, BadWord if the classifier that will serve them cannot score a word."""
-    raw, task = stored or _stored(registry, name)
+    raw, task = stored or _stored(runtimes, name)
     there = [label for label in labels if label in task.labels]
     if there:
         raise LabelConflict(
@@ -80,7 +78,7 @@ def grown_spec(
             f"task {name!r} has {len(task.labels)} labels; {len(labels)} more would take it over the most "
             f"a task may have, {MAX_LABELS}"
         )
-    runtime = registry.runtime(name)  # level with the spec: its classifier has the labels read above
+    runtime = runtimes.runtime(name)  # level with the spec: its classifier has the labels read above
     if runtime is None:
         raise NoSuchTask(name)
     try:  # the words checked on the classifier that will serve them, before anything is written
@@ -90,9 +88,7 @@ def grown_spec(
     return raw, task.model_copy(update={"labels": {**task.labels, **labels}})
 
 
-def append_creating_labels(
-    registry: TaskRegistry, name: str, examples: Sequence[NewExample]
-) -> list[Appended]:
+def append_creating_labels(runtimes: Runtimes, name: str, examples: Sequence[NewExample]) -> list[Appended]:
     """Append `examples` to task `name`'s log, adding first the labels they name that the task lacks,
     each scored by its readable word (openbook.label_names), in one atomic write: the labels and the
     examples are stored together or not at all (blocking).
@@ -101,19 +97,19 @@ def append_creating_labels(
     in it, or whose word another label has), TooManyLabels, BadWord, SpecBusy, NoSuchTask.
     """
     for _ in range(ATTEMPTS):
-        raw, task = _stored(registry, name)
+        raw, task = _stored(runtimes, name)
         missing = list(dict.fromkeys(e.label for e in examples if e.label not in task.labels))
-        runtime = registry.runtime(name)
+        runtime = runtimes.runtime(name)
         if runtime is None:
             raise NoSuchTask(name)
         if not missing:
             return runtime.log.append(examples)
-        _, grown = grown_spec(registry, name, _new_label_words(task, missing), (raw, task))
+        _, grown = grown_spec(runtimes, name, _new_label_words(task, missing), (raw, task))
         try:
             appended = runtime.log.append(examples, spec_swap=SpecSwap(raw, grown.model_dump_json()))
         except SpecChanged:
             continue  # decided again on the spec as it is now
-        registry.runtime(name)  # this replica follows at once, before it takes the examples
+        runtimes.runtime(name)  # this replica follows at once, before it takes the examples
         return appended
     raise SpecBusy(f"the spec of task {name!r} kept changing; try again")
 
@@ -146,16 +142,16 @@ def _new_label_words(task: Task, names: Sequence[str]) -> dict[str, str]:
     return words
 
 
-def remove_task_label(registry: TaskRegistry, name: str, label: str) -> Task:
+def remove_task_label(runtimes: Runtimes, name: str, label: str) -> Task:
     """Remove `label` from task `name` if nothing depends on it; returns the stored spec (blocking)."""
     for _ in range(ATTEMPTS):
-        raw, task = _stored(registry, name)
+        raw, task = _stored(runtimes, name)
         if label not in task.labels:
             raise NoSuchLabel(f"task {name!r} has no label {label!r}; labels: {list(task.labels)}")
         if len(task.labels) <= 2:
             raise LabelConflict(f"task {name!r} would be left with fewer than 2 labels")
         try:
-            version, trained = served_labels(registry.client, name)
+            version, trained = served_labels(runtimes.specs.client, name)
         except (OSError, ValueError, KeyError) as error:
             raise LabelConflict(f"the served checkpoint's labels cannot be read: {error}") from None
         if label in trained:
@@ -163,7 +159,7 @@ def remove_task_label(registry: TaskRegistry, name: str, label: str) -> Task:
                 f"the served checkpoint {version} was trained with label {label!r}: its head scores "
                 "the label, so the label stays while a checkpoint trained with it is served"
             )
-        runtime = registry.runtime(name)
+        runtime = runtimes.runtime(name)
         if runtime is None:
             raise NoSuchTask(name)
         runtime.catch_up()
@@ -173,14 +169,14 @@ def remove_task_label(registry: TaskRegistry, name: str, label: str) -> Task:
         if used:
             raise LabelConflict(f"{used} example(s) of task {name!r} have label {label!r}: delete them first")
         shrunk = task.model_copy(update={"labels": {k: v for k, v in task.labels.items() if k != label}})
-        if swap_spec(registry.client, raw, shrunk, log_key=runtime.log.stream_key, log_offset=offset):
-            registry.runtime(name)
+        if swap_spec(runtimes.specs.client, raw, shrunk, log_key=runtime.log.stream_key, log_offset=offset):
+            runtimes.runtime(name)
             return shrunk
     raise SpecBusy(f"the spec or the examples of task {name!r} kept changing; try again")
 
 
-def _stored(registry: TaskRegistry, name: str) -> tuple[bytes, Task]:
-    raw = cast("bytes | None", registry.client.hget(TASKS_KEY, name))  # see services/bus/replies.py
-    if raw is None:
+def _stored(runtimes: Runtimes, name: str) -> tuple[bytes, Task]:
+    stored = runtimes.specs.stored(name)  # BrokenTask when it no longer validates
+    if stored is None:
         raise NoSuchTask(name)
-    return raw, read_spec(name, raw)  # BrokenTask when it no longer validates
+    return stored

@@ -5,9 +5,10 @@ from its last applied offset before answering, so its store holds every
 example acknowledged so far. The classifier and its store are not
 thread-safe: one lock per task serialises inference and replay, which run in
 worker threads, off the event loop. A published checkpoint is swapped in
-under the same lock (`TaskRuntime.adopt`). Its fields change only through its own methods: the registry
-(tasks.py) and the checkpoint follower (swap.py) call `bind_spec`, `take_settings`, `grow_labels`,
-`readopt` and `record_refusal`, never assign them (tests/services/test_layers.py).
+under the same lock (`TaskRuntime.adopt`). Its fields change only through its
+own methods: the replica's runtimes (runtimes.py) and the checkpoint follower
+(swap.py) call `bind_spec`, `take_settings`, `grow_labels`, `readopt` and
+`record_refusal`, never assign them (tests/services/test_layers.py).
 
 LoRA tasks on one shared backbone can answer in one forward (`openbook.mixed`): `predict_together`
 takes the lock of every task in the batch, in one order, checks and catches each up as `predict`
@@ -36,8 +37,7 @@ from openbook.mixed import MixedForward
 from openbook.prompting import TextInput
 from openbook.quality import Scored, leave_one_out
 
-from services.bus.examples_log import ExampleLog, LogEntry, fold
-from services.bus.keys import GENERATIONS_KEY, TASKS_KEY
+from services.bus.examples_log import ExampleLog, LogEntry, SpecAndEntries, fold
 from services.bus.versions import Published
 from services.engine.lambda_refresh import LAMBDA_WAIT_S, LambdaRefresh
 from services.engine.replay import replay
@@ -99,7 +99,8 @@ class TaskRuntime:
         self.lam_refresh = LambdaRefresh(self.task.name, self.lock, self._choosing_lambda)
 
     def bind_spec(self, raw: bytes) -> None:
-        """Serve the spec Redis holds as `raw` (the registry's lookup): `predict` checks it still does."""
+        """Serve the spec Redis holds as `raw` (as `Runtimes.runtime` read it): `predict` checks it still
+        does."""
         self.spec = raw
 
     def take_settings(self, task: Task) -> None:
@@ -116,7 +117,7 @@ class TaskRuntime:
 
     def readopt(self, task: Task, device: str) -> None:
         """The task lost labels while a checkpoint is served: adopt that checkpoint again, fitted to the
-        labels left. Raises what `adopt` raises; the registry then builds a fresh runtime."""
+        labels left. Raises what `adopt` raises; `Runtimes` then builds a fresh runtime."""
         assert self.published is not None, "an untrained runtime has no checkpoint to adopt again"
         self.task = task
         self.adopt(self.published, device)
@@ -129,11 +130,10 @@ class TaskRuntime:
         """Apply the log entries after `offset` (blocking: call from a worker thread), then wait up to
         `lambda_wait_s` for an untrained task's λ to catch up with them (lambda_refresh.py)."""
         with self.lock:
-            self._apply_log()
+            self._apply_log(self.log.read(after=self.offset))
         self.lam_refresh.settle(lambda_wait_s)
 
-    def _apply_log(self) -> None:  # the caller holds the lock
-        entries = self.log.read(after=self.offset)
+    def _apply_log(self, entries: Sequence[LogEntry]) -> None:  # the log after `offset`; the lock is held
         classifier = self.classifier
         replay(classifier, entries)  # the keys, with the label scores λ reads where they come free
         self._remember(entries)
@@ -162,11 +162,11 @@ class TaskRuntime:
     def predict(self, texts: Sequence[TextInput]) -> tuple[list[Prediction], str, str]:
         """Catch up with the log, then predict: with the model and store versions that made them.
 
-        One log read per (micro-)batch, under the same lock as the forward, so every request in the
-        batch sees each example acknowledged before the batch started. Before it, one read of the task's
-        spec and generation: if the task changed or was deleted since this runtime was looked up, it
-        raises StaleRuntime and serves nothing. With Redis unreachable it serves from memory: everything
-        applied so far.
+        One read per (micro-)batch, under the same lock as the forward: of the task's spec and generation
+        and of the log's new entries, in one round trip. Every request in the batch sees each example
+        acknowledged before the batch started, by any replica; if the task changed or was deleted since
+        this runtime was looked up, it raises StaleRuntime and serves nothing. With Redis unreachable it
+        serves from memory: everything applied so far.
         """
         with self.lock:
             self._ready_to_serve()
@@ -174,21 +174,18 @@ class TaskRuntime:
 
     def _ready_to_serve(self) -> None:  # the caller holds the lock
         with contextlib.suppress(redis.ConnectionError):
-            if not self._is_current():
+            read = self.log.read_with_spec(after=self.offset)
+            if not self._is_current(read):
                 raise StaleRuntime(self.task.name)
-            self._apply_log()
+            self._apply_log(read.entries)
 
     def mixes(self) -> bool:
         """Whether this task's requests may share a forward with other LoRA tasks on its backbone."""
         return self.mixer is not None and self.mixer.mixes(self.classifier)
 
-    def _is_current(self) -> bool:
-        """Whether Redis holds the very spec and generation this runtime serves (one round trip)."""
-        pipe = self.log.client.pipeline(transaction=False)
-        pipe.hget(TASKS_KEY, self.task.name)
-        pipe.hget(GENERATIONS_KEY, self.task.name)
-        raw, generation = pipe.execute()
-        return raw is not None and raw == self.spec and (generation or b"0") == self.generation
+    def _is_current(self, read: SpecAndEntries) -> bool:
+        """Whether Redis held, at `read`, the very spec and generation this runtime serves."""
+        return read.spec is not None and read.spec == self.spec and read.generation == self.generation
 
     def leave_one_out(self) -> tuple[Scored, str, str]:
         """Every labelled example scored with itself kept out of the store: (scores, model version, store
@@ -201,7 +198,7 @@ class TaskRuntime:
         for _ in range(LOO_ATTEMPTS):
             with self.lock:
                 with contextlib.suppress(redis.ConnectionError):  # Redis away: what the store holds so far
-                    self._apply_log()
+                    self._apply_log(self.log.read(after=self.offset))
                 classifier, key = self.classifier, (self.model_version, self.offset)
                 cache = self.loo_cache
                 if cache is not None and cache[0] is classifier and cache[1] == key:
@@ -243,7 +240,7 @@ class TaskRuntime:
         classifier, _ = load_classifier(published.path, device=device, backbone=onto)  # verifies every file
         if onto is None and self.prepare_backbone is not None:  # fine-tuned: its own backbone
             self.prepare_backbone(classifier.backbone)
-        classifier.batch_size = self.classifier.batch_size  # the replica's, as the registry set it
+        classifier.batch_size = self.classifier.batch_size  # the replica's, as `TaskSpecs.build` set it
         # Labels added since the checkpoint was trained are scored by their words until the next
         # training (openbook.labels); a checkpoint with a label the task no longer has is refused.
         classifier = fit_to_labels(classifier, self.task.labels)

@@ -212,18 +212,18 @@ class Classifier:
 
     def _batches(
         self, texts: Sequence[TextInput], progress: bool | str
-    ) -> Iterator[tuple[np.ndarray, list[TextInput], EncodedBatch]]:
-        """(rows, texts, encoded batch) of `batch_size` texts at a time, in order of length."""
+    ) -> Iterator[tuple[np.ndarray, Sequence[TextInput], EncodedBatch]]:
+        """(rows, texts, encoded batch) of `batch_size` texts at a time, in order of length; the texts
+        tokenized once, up front, unless they come tokenized (`encoder.tokenize`)."""
         if not texts:
             raise PromptError("no texts given")
-        for position, text in enumerate(texts):
-            self.template.check_input(text, position)
+        tokenized = self.encoder.tokenize(texts)
         order = np.argsort([_length(text) for text in texts], kind="stable")
         starts = range(0, len(texts), self.batch_size)
         bar = tqdm(starts, desc=progress if isinstance(progress, str) else "embed", disable=not progress)
         for start in bar:
             rows = order[start : start + self.batch_size]
-            chunk = [texts[i] for i in rows]
+            chunk = tokenized.select(rows)
             yield rows, chunk, self.encoder.encode(chunk)
 
     @staticmethod
@@ -322,6 +322,8 @@ class Classifier:
         return replace(self.knn, lam=self.lam_on_store.chosen(self))
 
     def predict(self, texts: Sequence[TextInput], *, progress: bool = False) -> list[Prediction]:
+        """The predictions for `texts`. Texts the encoder tokenized already (`encoder.tokenize`: a server
+        sizes its batches by them) are not tokenized again."""
         return self.explain(self.embed(texts, progress=progress))
 
     def explain(self, embeddings: Embeddings) -> list[Prediction]:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from openbook.prompting import PromptEncoder, PromptError, Template, Verbalizer
+from openbook.prompting import PromptEncoder, PromptError, Template, TokenizedTexts, Verbalizer, join_texts
 
 
 def test_causal_backbone_needs_slot_at_end(causal_backbone):
@@ -123,6 +123,8 @@ def test_a_blank_text_with_nothing_else_to_read_is_refused(causal_backbone):
         pytest.skip("this tokenizer starts every prompt with a special token")
     with pytest.raises(PromptError, match="a blank text leaves this template an empty prompt"):
         encoder.encode(["fine", " "])
+    with pytest.raises(PromptError, match="a blank text leaves this template an empty prompt"):
+        encoder.prompt_lengths(["fine", " "])  # as a server counts it, before the forward
 
 
 @pytest.mark.parametrize("bad", [5, ("a", "b"), None])
@@ -356,3 +358,78 @@ def test_a_template_with_no_room_for_one_demonstration_is_refused(causal_backbon
         causal_backbone.encoder(template, verbalizer, demonstrations="vectors")
     texts = causal_backbone.encoder(template, verbalizer, demonstrations="text")  # drops what does not fit
     assert texts.text_budget >= 1
+
+
+def _same_batch(a, b) -> None:
+    for name in ("input_ids", "attention_mask", "position_ids", "slot_index", "truncated", "template_mask"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None and y is None) or torch.equal(x, y), name
+
+
+LONG = " ".join(["the plot was okay , not good , not bad"] * 8)  # over max_length: cut to fit
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_tokenized_texts_encode_as_the_texts_do_and_are_not_tokenized_again(backbone, pair, count_tokenized):
+    template = Template("{text_a} ? {text_b} , {mask}" if pair else "Review: {text} It was {mask}")
+    encoder = backbone.encoder(template, Verbalizer.parse("0=bad,1=good"))
+    texts = [("yes", "a good film"), (LONG, "no"), ("what is it", LONG)] if pair else ["yes", LONG, "a film"]
+    expected = encoder.encode(texts)
+    seen = count_tokenized(backbone.tokenizer)
+    tokenized = encoder.tokenize(texts)
+    assert list(tokenized) == texts and len(tokenized) == 3 and tokenized[1] == texts[1]
+    assert sum(seen.values()) == 3 * (2 if pair else 1)  # each field of each text, once
+    seen.clear()
+    _same_batch(encoder.encode(tokenized), expected)
+    _same_batch(encoder.encode(tokenized[1:]), encoder.encode(texts[1:]))  # a slice keeps its tokens
+    _same_batch(encoder.encode(tokenized.select([2, 0])), encoder.encode([texts[2], texts[0]]))
+    seen.clear()
+    encoder.encode(tokenized.select([2, 0]))
+    assert encoder.tokenize(tokenized) is tokenized and sum(seen.values()) == 0
+    # what the prompts take, before padding: the encoder's own rows, the cut one at max_length
+    lengths = encoder.prompt_lengths(tokenized)
+    assert lengths.tolist() == expected.attention_mask.sum(dim=1).tolist()
+    assert lengths[1] == encoder.max_length and bool(expected.truncated[1])
+
+
+def test_an_encoder_with_demonstrations_reads_the_plain_encoders_tokens(causal_backbone, count_tokenized):
+    template, verbalizer = Template("{text} It was {mask}"), Verbalizer.parse("0=bad,1=good")
+    plain = causal_backbone.encoder(template, verbalizer)
+    demo = causal_backbone.encoder(template, verbalizer, demonstrations="text")
+    texts, demos = ["a good film", LONG], [[("great fun", 1)], [("boring", 0)]]
+    expected = demo.encode(texts, demos=demos)
+    tokenized = plain.tokenize(texts)
+    seen = count_tokenized(causal_backbone.tokenizer)
+    _same_batch(demo.encode(tokenized, demos=demos), expected)
+    assert seen == {"great fun": 1, "boring": 1}  # the demonstrations' texts only
+    with pytest.raises(ValueError, match="as long as what is retrieved"):
+        demo.prompt_lengths(tokenized)
+
+
+def test_texts_tokenized_for_another_template_or_tokenizer_are_tokenized_again(
+    causal_backbone, masked_backbone, count_tokenized
+):
+    verbalizer = Verbalizer.parse("0=bad,1=good")
+    texts = ["a good film", "it was terrible and boring"]
+    first = causal_backbone.encoder(Template("{text} It was {mask}"), verbalizer)
+    spaced = causal_backbone.encoder(Template("Review: {text} It was {mask}"), verbalizer)  # " a good film"
+    masked = masked_backbone.encoder(Template("{text} It was {mask}"), verbalizer)
+    tokenized = first.tokenize(texts)
+    for other in (spaced, masked):
+        seen = count_tokenized(other.tokenizer)
+        _same_batch(other.encode(tokenized), other.encode(texts))
+        assert seen["a good film"] == 2  # tokenized anew each time: the first encoder's ids do not fit
+
+
+def test_joined_texts_keep_their_tokens_only_where_one_encoder_made_them_all(causal_backbone):
+    verbalizer = Verbalizer.parse("0=bad,1=good")
+    encoder = causal_backbone.encoder(Template("{text} It was {mask}"), verbalizer)
+    other = causal_backbone.encoder(Template("Review: {text} It was {mask}"), verbalizer)
+    a, b = encoder.tokenize(["a good film"]), encoder.tokenize(["boring", LONG])
+    joined = join_texts([a, b])
+    assert isinstance(joined, TokenizedTexts) and list(joined) == ["a good film", "boring", LONG]
+    _same_batch(encoder.encode(joined), encoder.encode(list(joined)))
+    assert join_texts([a]) is a
+    for parts in ([a, other.tokenize(["boring"])], [a, ["boring"]]):
+        mixed = join_texts(parts)
+        assert not isinstance(mixed, TokenizedTexts) and mixed == ["a good film", "boring"]

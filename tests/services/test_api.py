@@ -243,7 +243,7 @@ def test_a_restarted_api_loads_and_replays_tasks_before_it_is_ready(make_client)
                 break
             time.sleep(0.1)
         assert restarted.get("/readyz").status_code == 200
-        runtime = restarted.app.state.registry.runtimes["reviews"]  # loaded without any request for it
+        runtime = restarted.app.state.runtimes.loaded["reviews"]  # loaded without any request for it
         assert len(runtime.classifier.store) == 1 and runtime.texts == {1: "a good film"}
 
 
@@ -252,16 +252,18 @@ def test_concurrent_first_requests_build_one_runtime(server: EmbeddedRedis, caus
     # built and every caller gets it (a second one would orphan the first one's micro-batcher).
     import redis
 
+    from services.engine.backbones import Backbones
+    from services.engine.runtimes import Runtimes
+    from services.engine.specs import TaskSpecs
     from services.engine.task_spec import Task
-    from services.engine.tasks import TaskRegistry
 
     client = redis.Redis.from_url(server.url)
-    registry = TaskRegistry(client, max_length=48, device="cpu", default_backbone=str(causal_dir))
-    registry.create(Task(**{**TASK, "backbone": str(causal_dir)}))
-    registry.runtimes.clear()
+    specs = TaskSpecs(client, Backbones(max_length=48, device="cpu", default_backbone=str(causal_dir)))
+    specs.create(Task(**{**TASK, "backbone": str(causal_dir)}))
+    cache = Runtimes(specs)
     with ThreadPoolExecutor(4) as pool:
-        runtimes = list(pool.map(lambda _: registry.runtime("reviews"), range(4)))
-    assert all(r is runtimes[0] for r in runtimes) and registry.runtimes["reviews"] is runtimes[0]
+        runtimes = list(pool.map(lambda _: cache.runtime("reviews"), range(4)))
+    assert all(r is runtimes[0] for r in runtimes) and cache.loaded["reviews"] is runtimes[0]
 
 
 def test_a_task_chooses_how_its_neighbours_are_scored(api: TestClient) -> None:
@@ -271,7 +273,7 @@ def test_a_task_chooses_how_its_neighbours_are_scored(api: TestClient) -> None:
     examples = [{"text": "a good film", "label": "1"}, {"text": "a bad film", "label": "0"}]
     api.post("/v1/tasks/plain/examples", json={"examples": examples})
     api.post("/v1/tasks/reviews/examples", json={"examples": examples})
-    runtimes = api.app.state.registry.runtimes
+    runtimes = api.app.state.runtimes.loaded
     assert runtimes["plain"].classifier.knn.similarity == "cosine"
     assert runtimes["reviews"].classifier.knn.similarity == "centred"
     body = {"texts": ["a good film"], "neighbours": True}

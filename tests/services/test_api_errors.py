@@ -77,7 +77,7 @@ def test_bad_input_is_a_4xx_in_the_validation_shape(api: TestClient, path: str, 
 
 
 def test_a_backbone_is_only_one_the_service_knows(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    import services.engine.tasks
+    import services.engine.backbones
 
     loads: list[str] = []
 
@@ -85,7 +85,7 @@ def test_a_backbone_is_only_one_the_service_knows(api: TestClient, monkeypatch: 
         loads.append(config.name)
         raise OSError(f"{config.name} is not a model")  # what a hub miss or a stray path ends in
 
-    monkeypatch.setattr(services.engine.tasks, "load_backbone", never_load)
+    monkeypatch.setattr(services.engine.backbones, "load_backbone", never_load)
     for backbone in ("no-such-model-anywhere", "/etc", "/etc/../etc", "../../models/tiny", "gpt2"):
         started = time.perf_counter()
         response = api.post("/v1/tasks", json={**TASK, "name": "other", "backbone": backbone})

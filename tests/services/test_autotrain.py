@@ -178,13 +178,13 @@ def test_a_patch_keeps_the_served_checkpoint(make_client, server, tmp_path) -> N
             return api.post("/v1/tasks/reviews/classify", json={"texts": ["fine"]}).json()["model_version"]
 
         wait_for(lambda: served() == version)
-        runtime = api.app.state.registry.runtimes["reviews"]
+        runtime = api.app.state.runtimes.loaded["reviews"]
         classifier = runtime.classifier
         patched = api.patch("/v1/tasks/reviews", json={"training": {"auto": True, "every": 50}})
         assert patched.status_code == 200
         assert served() == version
         assert api.get("/v1/tasks/reviews").json()["training"]["auto"] is True
-        kept = api.app.state.registry.runtimes["reviews"]
+        kept = api.app.state.runtimes.loaded["reviews"]
         assert kept is runtime and kept.classifier is classifier and kept.task.training.every == 50
 
 

@@ -11,27 +11,28 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
-import torch
 
 from services.api.settings import Settings
-from services.engine.batching import MicroBatcher, longest_prompt
+from services.engine.batching import MicroBatcher, tokenize
 from tests.services.harness import TASK
 
 
 class WordEncoder:
-    """Stands in for a PromptEncoder: a text's prompt has one token per word; `bad` cannot be encoded."""
+    """Stands in for a PromptEncoder: a text's prompt has one token per word; `bad` cannot be tokenized."""
 
     def __init__(self) -> None:
         self.threads: set[int] = set()
 
-    def encode(self, texts: list[str]) -> SimpleNamespace:
+    def tokenize(self, texts: list[str]) -> list[str]:
         self.threads.add(threading.get_ident())
         if "bad" in texts:
-            raise ValueError("cannot encode 'bad'")
-        lengths = torch.tensor([len(text.split()) for text in texts])
-        width = int(lengths.max())
-        return SimpleNamespace(attention_mask=(torch.arange(width)[None, :] < lengths[:, None]).long())
+            raise ValueError("cannot tokenize 'bad'")
+        return list(texts)
+
+    def prompt_lengths(self, texts: list[str]) -> np.ndarray:
+        return np.array([len(text.split()) for text in texts])
 
 
 class RecordingRuntime:
@@ -218,7 +219,7 @@ def test_the_cpu_defaults_batch_as_before_and_cuda_defaults_count_tokens(monkeyp
     assert runtime.forwards == [["a", "b", "c", "d"], ["e", "f", "g", "h", "i"]]
 
 
-def test_longest_prompt_counts_the_padded_width_of_the_real_encoder(
+def test_the_longest_prompt_is_the_padded_width_of_the_real_encoder(
     fresh_classifier, causal_dir: Path
 ) -> None:
     classifier, _ = fresh_classifier(causal_dir, "prompt-ft")
@@ -226,8 +227,9 @@ def test_longest_prompt_counts_the_padded_width_of_the_real_encoder(
     texts = ["yes", "the movie was great and fun", "the plot was okay , not good , not bad " * 20]
     alone = [int(classifier.encoder.encode([t]).attention_mask.sum()) for t in texts]
     assert alone[0] < alone[1] < alone[2] == classifier.encoder.max_length  # the long one is cut to fit
-    assert longest_prompt(runtime, texts[:2]) == alone[1]  # padding does not count, the longest does
-    assert longest_prompt(runtime, texts) == alone[2]
+    tokenized, longest = tokenize(runtime, texts[:2])  # type: ignore[arg-type]
+    assert longest == alone[1] and list(tokenized) == texts[:2]  # padding does not count, the longest does
+    assert tokenize(runtime, texts)[1] == alone[2]  # type: ignore[arg-type]
 
 
 def test_a_retired_batcher_answers_what_it_holds_then_stops() -> None:
@@ -286,3 +288,19 @@ def test_the_api_counts_with_the_task_encoder_and_answers_each_request_its_own(m
         assert [p["probabilities"] for p in got] == [
             pytest.approx(p["probabilities"], abs=1e-5) for p in expected
         ]
+
+
+def test_a_classified_text_is_tokenized_once_when_its_prompt_is_counted(make_client, count_tokenized) -> None:
+    # With a token budget the batcher tokenizes each request to size its forward; the forward reads
+    # those tokens, so no text is tokenized twice, whichever forward it shared.
+    batches = [["a good film"], ["it was terrible and boring " * 6, "yes"], ["no"], ["great fun", "so so"]]
+    with make_client(batch_max_tokens=60) as client:
+        assert client.post("/v1/tasks", json=TASK).status_code == 201
+        classify = lambda batch: client.post("/v1/tasks/reviews/classify", json={"texts": batch})  # noqa: E731
+        assert classify(["warm up"]).status_code == 200  # the task's runtime is built
+        runtime = client.app.state.runtimes.loaded["reviews"]
+        seen = count_tokenized(runtime.classifier.encoder.tokenizer)
+        with ThreadPoolExecutor(len(batches)) as pool:
+            assert all(r.status_code == 200 for r in pool.map(classify, batches))
+    texts = [text.strip() for batch in batches for text in batch]
+    assert {text: seen[text] for text in texts} == dict.fromkeys(texts, 1)

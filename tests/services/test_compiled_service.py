@@ -18,7 +18,7 @@ def test_a_compiling_replica_answers_as_an_eager_one(make_client) -> None:
             response = api.post("/v1/tasks/reviews/classify", json={"texts": TEXTS})
             assert response.status_code == 200, response.text
             answers[compile_] = response.json()["predictions"]
-            compiled = api.app.state.registry.runtimes["reviews"].classifier.backbone.compiled
+            compiled = api.app.state.runtimes.loaded["reviews"].classifier.backbone.compiled
             assert (compiled is not None) == compile_
             if compile_:
                 assert compiled.row_sizes == [1, 4]  # up to the replica's batch_max_texts

@@ -54,14 +54,14 @@ def test_a_label_added_to_a_trained_task_is_served_at_once_everywhere_and_traine
         for app in (api, replica):
             wait_for(lambda app=app: classify(app, "fun")["model_version"] == version)
 
-        runtime = api.app.state.registry.runtimes["reviews"]
+        runtime = api.app.state.runtimes.loaded["reviews"]
         classifier_before = runtime.classifier
         added = api.post("/v1/tasks/reviews/labels", json={"label": "2", "word": "what"})
         assert added.status_code == 201, added.text
         assert added.json()["labels"] == {"0": "bad", "1": "good", "2": "what"}
         assert api.get("/v1/tasks/reviews").json()["labels"] == added.json()["labels"]
         # grown in place: the same runtime and store, no reload of the checkpoint
-        assert api.app.state.registry.runtimes["reviews"] is runtime
+        assert api.app.state.runtimes.loaded["reviews"] is runtime
         assert (
             runtime.classifier.store is classifier_before.store
             and runtime.classifier is not classifier_before

@@ -84,7 +84,7 @@ def test_a_task_scored_by_label_vectors_keeps_them_through_training(
         for name, labels, scoring in (("two", 2, "exact"), ("many", 17, "vectors")):  # the default, auto
             assert client.create_task(name, "{text} Intent: {mask}", NAMES[:labels]).label_scoring == "auto"
             client.classify(name, ["please book flight"])
-            assert app.state.registry.runtimes[name].classifier.label_scoring == scoring
+            assert app.state.runtimes.loaded[name].classifier.label_scoring == scoring
         body = {
             "name": "fast",
             "template": "{text} Intent: {mask}",
@@ -99,7 +99,7 @@ def test_a_task_scored_by_label_vectors_keeps_them_through_training(
         )
         for first in range(0, len(examples), BATCH):
             client.add_examples("vectors", examples[first : first + BATCH])
-        runtime = app.state.registry.runtimes["vectors"]
+        runtime = app.state.runtimes.loaded["vectors"]
         assert runtime.classifier.label_scoring == "vectors" and not runtime.classifier.scores_words_by_tree
         answer = client.classify("vectors", ["please book flight"])
         assert len(answer.predictions[0].probabilities) == 150
@@ -109,4 +109,4 @@ def test_a_task_scored_by_label_vectors_keeps_them_through_training(
         assert worker.run_once(block_ms=100) == job.id
         (version,) = client.versions("vectors").versions
         wait_for(lambda: client.classify("vectors", ["x"]).model_version == version.version)
-        assert app.state.registry.runtimes["vectors"].classifier.label_scoring == "vectors"
+        assert app.state.runtimes.loaded["vectors"].classifier.label_scoring == "vectors"

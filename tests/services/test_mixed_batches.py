@@ -39,10 +39,10 @@ def test_lora_tasks_share_a_forward_and_each_request_gets_its_own_tasks_answer(
             train = {"method": "lora", "steps": 4, "batch_size": 4, "lr": 1e-2, "eval_every": 2}
             assert api.post(f"/v1/tasks/{name}/train", json=train).status_code == 202
             assert worker.run_once(block_ms=100) is not None
-        registry = api.app.state.registry
+        loaded = api.app.state.runtimes.loaded
         for name in LABELS:
-            wait_for(lambda name=name: registry.runtimes[name].model_version != "base")
-        runtimes = {name: registry.runtimes[name] for name in LABELS}
+            wait_for(lambda name=name: loaded[name].model_version != "base")
+        runtimes = {name: loaded[name] for name in LABELS}
         mixer = runtimes["reviews"].mixer
         assert mixer is not None and mixer is runtimes["verdicts"].mixer
         assert all(runtime.mixes() for runtime in runtimes.values())
@@ -73,11 +73,11 @@ def test_lora_tasks_share_a_forward_and_each_request_gets_its_own_tasks_answer(
             if mixed_forwards:
                 break
         assert mixed_forwards, "no forward served two LoRA tasks at once"
-        assert not registry.runtimes["plain"].mixes()
+        assert not loaded["plain"].mixes()
 
 
 def test_mixed_batches_can_be_turned_off(make_client) -> None:
     with make_client(mixed_batches=False) as api:
         assert api.post("/v1/tasks", json=TASK).status_code == 201
         assert api.post("/v1/tasks/reviews/classify", json={"texts": ["fun"]}).status_code == 200
-        assert api.app.state.registry.runtimes["reviews"].mixer is None
+        assert api.app.state.runtimes.loaded["reviews"].mixer is None

@@ -13,7 +13,7 @@ RAW = [
     f"{WORKER};TaskRuntime.predict (services/api/tasks.py:5);Classifier.predict (openbook/classifier.py:6)"
     ";Backbone.forward (openbook/backbone.py:7);linear (torch/nn/functional.py:8) 25",
     f"{WORKER};TaskRuntime.predict (services/api/tasks.py:5);Classifier.score (openbook/classifier.py:9) 5",
-    f"{WORKER};TaskRegistry.runtime (services/api/tasks.py:10);TaskRegistry.build (tasks.py:11) 7",
+    f"{WORKER};Runtimes.runtime (services/engine/runtimes.py:10);TaskSpecs.build (specs.py:11) 7",
     "thread (0): MainThread;measure_throughput (services/bench.py:1);Backbone.forward (backbone.py:7) 40",
     "",
 ]

@@ -66,12 +66,12 @@ def test_relabelling_refuses_what_it_cannot_do_and_writes_nothing(make_client) -
     with make_client() as api:
         api.post("/v1/tasks", json=TASK)
         api.post("/v1/tasks/clusters/examples", json={"examples": _examples()})
-        entries = api.app.state.registry.runtimes["clusters"].log.read()
+        entries = api.app.state.runtimes.loaded["clusters"].log.read()
         assert api.patch("/v1/tasks/clusters/examples/999", json={"label": "a"}).status_code == 404
         assert api.patch("/v1/tasks/clusters/examples/0", json={"label": "zzz"}).status_code == 422
         assert api.patch("/v1/tasks/clusters/examples/0", json={}).status_code == 422
         assert api.patch("/v1/tasks/clusters/examples/0", json={"label": "a"}).status_code == 200  # as it is
-        assert api.app.state.registry.runtimes["clusters"].log.read() == entries
+        assert api.app.state.runtimes.loaded["clusters"].log.read() == entries
 
 
 def test_abstention_follows_the_threshold_of_the_request_then_the_task(make_client) -> None:

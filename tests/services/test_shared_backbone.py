@@ -29,11 +29,11 @@ def test_frozen_backbone_tasks_share_one_backbone_and_answer_as_alone(
             train = {"method": method, "steps": 4, "batch_size": 4, "lr": 1e-3, "eval_every": 2}
             assert api.post(f"/v1/tasks/{name}/train", json=train).status_code == 202
             assert worker.run_once(block_ms=100) is not None
-        registry = api.app.state.registry
+        runtimes = api.app.state.runtimes
         for name in METHODS:
-            wait_for(lambda name=name: registry.runtimes[name].model_version != "base")
-        shared = registry.backbone(str(causal_dir))
-        served = {name: registry.runtimes[name].classifier for name in METHODS}
+            wait_for(lambda name=name: runtimes.loaded[name].model_version != "base")
+        shared = runtimes.backbones.backbone(str(causal_dir))
+        served = {name: runtimes.loaded[name].classifier for name in METHODS}
 
         assert served["probe"].backbone is shared and served["prompted"].backbone is shared
         weights = {name: c.backbone.input_embeddings.weight.data_ptr() for name, c in served.items()}
@@ -45,7 +45,7 @@ def test_frozen_backbone_tasks_share_one_backbone_and_answer_as_alone(
 
         for name in METHODS:
             got = api.post(f"/v1/tasks/{name}/classify", json={"texts": TEXTS}).json()
-            published = current_checkpoint(registry.client, name)
+            published = current_checkpoint(api.app.state.redis, name)
             assert published is not None
             alone, _ = load_classifier(published.path)  # on a backbone of its own
             for answer, expected in zip(got["predictions"], alone.predict(TEXTS), strict=True):

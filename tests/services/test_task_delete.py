@@ -86,7 +86,7 @@ def test_a_deleted_task_does_not_come_back_after_a_restart(server, causal_dir, t
             ).json()
             assert served["model_version"] == "base" and served["predictions"][0]["neighbours"] == []
             time.sleep(0.1)
-        assert restarted.app.state.registry.runtimes["reviews"].swap_error is None
+        assert restarted.app.state.runtimes.loaded["reviews"].swap_error is None
 
 
 def test_a_job_of_a_deleted_task_does_not_publish_into_its_successor(
@@ -190,10 +190,10 @@ def test_classify_serves_from_the_cache_and_never_serves_a_task_changed_or_delet
     # micro-batch checks the task once. A change made on A is seen by B's next classify all the same.
     with api_client(server, causal_dir, tmp_path) as a, api_client(server, causal_dir, tmp_path) as b:
         create_with_examples(a)
-        registry = b.app.state.registry
+        runtimes = b.app.state.runtimes
         lookups: list[str] = []
-        look_up = registry.runtime
-        registry.runtime = lambda name: (lookups.append(name), look_up(name))[1]
+        look_up = runtimes.runtime
+        runtimes.runtime = lambda name: (lookups.append(name), look_up(name))[1]
         classify = lambda: b.post("/v1/tasks/reviews/classify", json={"texts": ["great fun"]})  # noqa: E731
         assert classify().status_code == 200 and lookups == ["reviews"]  # built on first use
         for _ in range(3):

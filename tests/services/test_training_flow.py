@@ -52,7 +52,7 @@ def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal
     with _api_with_examples(server, causal_dir) as api:
         before = api.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"]}).json()
         assert before["model_version"] == "base"
-        assert api.app.state.registry.runtimes["reviews"].classifier.batch_size == 5
+        assert api.app.state.runtimes.loaded["reviews"].classifier.batch_size == 5
 
         job = api.post("/v1/tasks/reviews/train", json=TRAIN)
         assert job.status_code == 202, job.text
@@ -89,7 +89,7 @@ def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal
         after = api.post(
             "/v1/tasks/reviews/classify", json={"texts": ["fun film"], "neighbours": True}
         ).json()
-        runtime = api.app.state.registry.runtimes["reviews"]
+        runtime = api.app.state.runtimes.loaded["reviews"]
         assert after["model_version"] == version and len(runtime.classifier.store) == len(EXAMPLES)
         assert runtime.classifier.batch_size == 5  # the swapped-in classifier chunks as the batcher does
         assert after["predictions"][0]["neighbours"]  # the re-embedded store answers
@@ -116,7 +116,7 @@ def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal
         assert good is not None and good.version == version
         bad = Published("corrupt", good.path, "0" * 64, good.log_offset)
         publish_checkpoint(client, Job("by-hand", "reviews", "retroprompt", {}), bad)
-        wait_for(lambda: api.app.state.registry.runtimes["reviews"].swap_error)
+        wait_for(lambda: api.app.state.runtimes.loaded["reviews"].swap_error)
         assert (
             api.post("/v1/tasks/reviews/classify", json={"texts": ["x"]}).json()["model_version"] == version
         )
@@ -131,12 +131,12 @@ def test_textual_demonstrations_read_the_examples_texts_after_the_swap(server, c
         record = api.get(f"/v1/jobs/{job.json()['id']}").json()
         assert record["state"] == "succeeded", record
         version = record["published"]["version"]
-        wait_for(lambda: api.app.state.registry.runtimes["reviews"].model_version == version)
+        wait_for(lambda: api.app.state.runtimes.loaded["reviews"].model_version == version)
         body = {"examples": [{"text": "lovely", "label": "1", "id": 99}]}  # replayed after the swap
         assert api.post("/v1/tasks/reviews/examples", json=body).status_code == 201
         answer = api.post("/v1/tasks/reviews/classify", json={"texts": ["fun film"]})
         assert answer.status_code == 200 and answer.json()["model_version"] == version
-        runtime = api.app.state.registry.runtimes["reviews"]
+        runtime = api.app.state.runtimes.loaded["reviews"]
         store = runtime.classifier.store
         assert runtime.classifier.demos is not None and runtime.classifier.demos.mode == "text"
         assert dict(zip(store.ids().tolist(), store.texts_of(store.ids()), strict=True)) == runtime.texts

@@ -13,7 +13,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from services.api import schemas
 from services.api.checks import check_batch, check_label, check_text
-from services.api.deps import MetricsDep, Reader, Registry, Runtime, SettingsDep, Threads, Writer
+from services.api.deps import MetricsDep, Reader, Runtime, RuntimesDep, SettingsDep, Threads, Writer
 from services.api.errors import declare, unprocessable
 from services.api.serving.examples import record_examples
 from services.bus.examples_log import ConflictError, NewExample, UnknownLabel
@@ -26,7 +26,7 @@ router = APIRouter(prefix="/v1/tasks/{task}/examples")
 async def add_examples(
     body: schemas.ExamplesIn,
     runtime: Runtime,
-    registry: Registry,
+    runtimes: RuntimesDep,
     settings: SettingsDep,
     threads: Threads,
     metrics: MetricsDep,
@@ -46,7 +46,7 @@ async def add_examples(
 
     try:
         appended, job = await threads.write(
-            record_examples, runtime, registry, new, pool_ids, body.create_labels
+            record_examples, runtime, runtimes, new, pool_ids, body.create_labels
         )
     except (ConflictError, LabelConflict, SpecBusy) as error:
         raise HTTPException(409, str(error)) from None

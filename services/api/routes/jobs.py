@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 
 from services.api import schemas
-from services.api.deps import MetricsDep, Reader, Registry, Runtime, Threads, Writer
+from services.api.deps import MetricsDep, Reader, RedisDep, Runtime, Threads, Writer
 from services.api.errors import declare, unprocessable
 from services.bus.jobs import JobQueue, TaskGone
 from services.engine.task_spec import BadTraining, check_training
@@ -23,13 +23,13 @@ router = APIRouter()
     responses=declare(400, 401, 403, 404, 409, 413, 503),
 )
 async def start_training(
-    body: schemas.TrainIn, runtime: Runtime, registry: Registry, threads: Threads, metrics: MetricsDep
+    body: schemas.TrainIn, runtime: Runtime, client: RedisDep, threads: Threads, metrics: MetricsDep
 ) -> schemas.JobOut:
     try:
         method = check_training(body, runtime.task.method, runtime.classifier.backbone)
     except BadTraining as error:
         raise unprocessable(("body", error.field) if error.field else ("body",), str(error)) from None
-    queue = JobQueue(registry.client)
+    queue = JobQueue(client)
     try:
         job_id = await threads.write(
             functools.partial(queue.submit, runtime.task.name, method, body.train_config(), force=body.force)
@@ -41,8 +41,8 @@ async def start_training(
 
 
 @router.get("/v1/jobs/{job_id}", dependencies=[Reader], responses=declare(401, 403, 404, 503))
-async def get_job(job_id: str, registry: Registry, threads: Threads) -> schemas.JobOut:
-    record = await threads.read(JobQueue(registry.client).get, job_id)
+async def get_job(job_id: str, client: RedisDep, threads: Threads) -> schemas.JobOut:
+    record = await threads.read(JobQueue(client).get, job_id)
     if record is None:
         raise HTTPException(404, f"no job {job_id!r}")
     return schemas.JobOut.model_validate(record)
@@ -50,8 +50,8 @@ async def get_job(job_id: str, registry: Registry, threads: Threads) -> schemas.
 
 @router.get("/v1/tasks/{task}/jobs", dependencies=[Reader], responses=declare(401, 403, 404, 409, 503))
 async def list_jobs(
-    runtime: Runtime, registry: Registry, threads: Threads, limit: Annotated[int, Query(ge=1, le=200)] = 20
+    runtime: Runtime, client: RedisDep, threads: Threads, limit: Annotated[int, Query(ge=1, le=200)] = 20
 ) -> list[schemas.JobOut]:
     """The task's jobs, newest first: manual and automatic (`trigger`) alike."""
-    records = await threads.read(JobQueue(registry.client).of_task, runtime.task.name, limit)
+    records = await threads.read(JobQueue(client).of_task, runtime.task.name, limit)
     return [schemas.JobOut.model_validate(record) for record in records]

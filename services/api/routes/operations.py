@@ -9,10 +9,10 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from services.api.deps import ApiWorkers, MetricsDep, Registry, Threads, require_metrics_key
+from services.api.deps import ApiWorkers, MetricsDep, RedisDep, RuntimesDep, Threads, require_metrics_key
 from services.api.schemas import Readiness
 from services.bus.workers import trainer_status
-from services.engine.tasks import TaskRegistry
+from services.engine.runtimes import Runtimes
 from services.engine.threads import ReadWriteThreads
 
 router = APIRouter()
@@ -35,10 +35,12 @@ async def livez() -> dict:
         503: {"model": Readiness, "description": "Loading, Redis unreachable, or an api worker not ready"},
     },
 )
-async def readyz(registry: Registry, threads: Threads, worker_set: ApiWorkers) -> JSONResponse:
+async def readyz(
+    runtimes: RuntimesDep, client: RedisDep, threads: Threads, worker_set: ApiWorkers
+) -> JSONResponse:
     """Ready: Redis answers, every task is loaded, every store has caught up with its log, and so has
     every api worker behind this port (`api_workers`, each with its pid)."""
-    body = await _own_readiness(registry, threads)
+    body = await _own_readiness(runtimes, client, threads)
     ready = body["status"] == "ready"
     # A worker's own check is the full one above; the others' is what they announced (loaded and
     # replayed), each catching up with the log again at its next batch.
@@ -53,17 +55,17 @@ async def readyz(registry: Registry, threads: Threads, worker_set: ApiWorkers) -
     return JSONResponse(body, 200 if body["status"] == "ready" else 503)
 
 
-async def _own_readiness(registry: TaskRegistry, threads: ReadWriteThreads) -> dict:
+async def _own_readiness(runtimes: Runtimes, client: redis.Redis, threads: ReadWriteThreads) -> dict:
     # A task that cannot be served (its stored spec no longer valid, or a log entry its store cannot
     # take) is listed under `broken` with why, and does not hold readiness back: the others are served.
-    if not registry.warmed.is_set():
+    if not runtimes.warmed.is_set():
         return {"status": "not ready", "reason": "loading tasks and replaying their logs"}
     try:
-        unreplayable = await threads.read(registry.catch_up_all)
-        _, broken = await threads.read(registry.survey)
-        training = await threads.read(trainer_status, registry.client)  # live workers, or a warning
+        unreplayable = await threads.read(runtimes.catch_up_all)
+        _, broken = await threads.read(runtimes.survey)
+        training = await threads.read(trainer_status, client)  # live workers, or a warning
     except redis.ConnectionError as error:
         return {"status": "not ready", "reason": f"Redis unreachable: {error}"}
     broken |= unreplayable
-    tasks = len(registry.runtimes) - len(unreplayable)
+    tasks = len(runtimes.loaded) - len(unreplayable)
     return {"status": "ready", "tasks": tasks, "broken": broken, **training}

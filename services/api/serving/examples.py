@@ -12,12 +12,12 @@ from services.bus.examples_log import Appended, NewExample
 from services.engine.autotrain import queue_if_due
 from services.engine.labels import append_creating_labels
 from services.engine.runtime import TaskRuntime
-from services.engine.tasks import TaskRegistry
+from services.engine.runtimes import Runtimes
 
 
 def record_examples(
     runtime: TaskRuntime,
-    registry: TaskRegistry,
+    runtimes: Runtimes,
     new: list[NewExample],
     pool_ids: list[int],
     create_labels: bool,
@@ -29,12 +29,12 @@ def record_examples(
     log and `append_creating_labels` raise (routes/examples.py answers each).
     """
     if create_labels:
-        appended = append_creating_labels(registry, runtime.task.name, new)
-        runtime = registry.runtime(runtime.task.name) or runtime  # grown to the labels created
+        appended = append_creating_labels(runtimes, runtime.task.name, new)
+        runtime = runtimes.runtime(runtime.task.name) or runtime  # grown to the labels created
     else:
         appended = runtime.log.append(new)
     # Only the ids the client chose: an id the log assigned says nothing about the pool. A retry removes
     # what a failed removal left behind.
     unlabelled_pool(runtime).remove(pool_ids)
     runtime.catch_up()  # the next classify here already sees them
-    return appended, queue_if_due(registry.client, runtime.task.name)  # a retry finds it done
+    return appended, queue_if_due(runtime.log.client, runtime.task.name)  # a retry finds it done

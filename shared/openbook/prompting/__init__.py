@@ -1,6 +1,6 @@
 """Cloze prompts: templates with a slot, verbalizers, presets and the token layout."""
 
-from openbook.prompting.encoder import EncodedBatch, PromptEncoder
+from openbook.prompting.encoder import EncodedBatch, PromptEncoder, TokenizedTexts, join_texts
 from openbook.prompting.presets import PRESETS, Preset, get_preset
 from openbook.prompting.templates import PromptError, Template, TextInput, Verbalizer
 
@@ -12,6 +12,8 @@ __all__ = [
     "PromptError",
     "Template",
     "TextInput",
+    "TokenizedTexts",
     "Verbalizer",
     "get_preset",
+    "join_texts",
 ]

@@ -31,13 +31,18 @@ room the input's prompt leaves within max_length: while even one token per
 demonstration text would not fit, the last demonstration is dropped; then the
 demonstration texts are shortened, longest first. The input is never cut for
 them.
+
+A text is tokenized once (`tokenize`, field by field): the result, `TokenizedTexts`, is still a
+sequence of the texts, so it goes wherever texts go, and every encoder on the same tokenizer and
+template fields lays it out without tokenizing it again (a server sizes its batch by the prompts'
+lengths, `prompt_lengths`, and the forward reads the same tokens).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 import torch
@@ -73,6 +78,61 @@ class EncodedBatch:
             self.truncated,
             move(self.template_mask),
         )
+
+
+@dataclass(frozen=True, eq=False)
+class TokenizedTexts(Sequence[TextInput]):
+    """Texts and their token ids, field by field, as `PromptEncoder.tokenize` cut them; a sequence of
+    the texts still. An encoder on `tokenizer` whose template has these text `fields` reads the ids; any
+    other tokenizes the texts anew."""
+
+    texts: tuple[TextInput, ...]
+    ids: tuple[tuple[list[int], ...], ...]  # per text, the token ids of each of its fields
+    tokenizer: Any
+    fields: tuple[tuple[str, bool], ...]  # the template's text fields, in order: (name, leading space)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __iter__(self) -> Iterator[TextInput]:
+        return iter(self.texts)
+
+    @overload
+    def __getitem__(self, index: int) -> TextInput: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> TokenizedTexts: ...
+
+    def __getitem__(self, index: int | slice) -> TextInput | TokenizedTexts:
+        if isinstance(index, slice):
+            return self.select(range(len(self))[index])
+        return self.texts[index]
+
+    def select(self, rows: Sequence[int] | np.ndarray) -> TokenizedTexts:
+        """The texts at `rows`, in that order, with their ids."""
+        return TokenizedTexts(
+            tuple(self.texts[i] for i in rows), tuple(self.ids[i] for i in rows), self.tokenizer, self.fields
+        )
+
+
+def join_texts(parts: Sequence[Sequence[TextInput]]) -> Sequence[TextInput]:
+    """The texts of `parts`, one part after another: tokenized where one tokenizer and the same template
+    fields tokenized every part, else the plain texts (tokenized when they are encoded)."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    if isinstance(first, TokenizedTexts) and all(
+        isinstance(part, TokenizedTexts) and part.tokenizer is first.tokenizer and part.fields == first.fields
+        for part in parts
+    ):
+        tokenized = cast(Sequence[TokenizedTexts], parts)
+        return TokenizedTexts(
+            tuple(text for part in tokenized for text in part.texts),
+            tuple(ids for part in tokenized for ids in part.ids),
+            first.tokenizer,
+            first.fields,
+        )
+    return [text for part in parts for text in part]
 
 
 @dataclass(frozen=True)
@@ -132,6 +192,7 @@ class PromptEncoder:
         )
         self._separator = list(tokenizer(DEMO_SEPARATOR, add_special_tokens=False)["input_ids"])
         self._text_pieces = [p for p in self._pieces if p.kind == "text"]
+        self._fields = tuple((p.field, p.leading_space) for p in self._text_pieces)  # what tokenizing needs
         fixed = len(self.prefix) + len(self.suffix) + sum(len(p.ids) for p in self._pieces)
         fixed += 1 if kind == "masked" else 0
         self.demo_classes = 0  # the classes whose pairs a `vectors` row shows
@@ -187,15 +248,50 @@ class PromptEncoder:
             raise PromptError(f"label word {word!r} tokenizes to nothing")
         return list(ids)
 
+    def tokenize(self, texts: Sequence[TextInput]) -> TokenizedTexts:
+        """`texts` checked against the template and tokenized, field by field: what `encode` lays out.
+
+        Texts already tokenized on this tokenizer for these template fields are returned as they are.
+        """
+        if (
+            isinstance(texts, TokenizedTexts)
+            and texts.tokenizer is self.tokenizer
+            and texts.fields == self._fields
+        ):
+            return texts
+        plain = tuple(texts)  # texts another encoder tokenized are tokenized again
+        for position, text in enumerate(plain):
+            self.template.check_input(text, position)
+        flat = self._tokenize_fields(plain)
+        per_text = len(self._text_pieces)
+        ids = tuple(tuple(flat[i * per_text : (i + 1) * per_text]) for i in range(len(plain)))
+        return TokenizedTexts(plain, ids, self.tokenizer, self._fields)
+
+    def prompt_lengths(self, texts: Sequence[TextInput]) -> np.ndarray:
+        """(N,) tokens in each text's prompt as `encode` lays it out, before padding; `texts` tokenized if
+        they are not yet. For an encoder without demonstrations only: theirs depend on what is retrieved."""
+        if self.demonstrations != "none":
+            raise ValueError("a prompt with demonstrations is as long as what is retrieved into it")
+        tokenized = self.tokenize(texts)
+        in_texts = np.fromiter(
+            (sum(map(len, ids)) for ids in tokenized.ids), dtype=np.int64, count=len(tokenized)
+        )  # (N,)
+        fixed = self.max_length - self.text_budget  # the template's own tokens, the slot, the specials
+        lengths = fixed + np.minimum(in_texts, self.text_budget)  # truncation cuts the texts to the budget
+        if not lengths.all():
+            raise PromptError("a blank text leaves this template an empty prompt")
+        return lengths
+
     def encode(
         self,
         texts: Sequence[TextInput],
         demos: Sequence[Sequence[Demo]] | None = None,
         classes: np.ndarray | None = None,
     ) -> EncodedBatch:
-        """Encode `texts`; with the `text` layout, `demos[b]` are row b's demonstrations, in prompt order;
-        with the `vectors` layout, `classes[b]` (B, K) are the label indices whose pairs row b shows, in
-        prompt order (None: every class, in label order, where the encoder shows them all)."""
+        """Encode `texts` (tokenized by `tokenize` unless they are already); with the `text` layout,
+        `demos[b]` are row b's demonstrations, in prompt order; with the `vectors` layout, `classes[b]`
+        (B, K) are the label indices whose pairs row b shows, in prompt order (None: every class, in label
+        order, where the encoder shows them all)."""
         if not texts:
             raise PromptError("no texts to encode")
         if (demos is not None) != (self.demonstrations == "text") or (demos and len(demos) != len(texts)):
@@ -206,17 +302,13 @@ class PromptEncoder:
             blocks, offsets = self._vector_blocks(self._checked_classes(classes, len(texts)))
         elif classes is not None:
             raise ValueError("only an encoder with the vectors layout takes the classes to show")
-        for position, text in enumerate(texts):
-            self.template.check_input(text, position)
+        tokenized = self.tokenize(texts)
         per_row = len(self._text_pieces)
-        flat_ids = self._tokenize_fields(texts)
         demo_ids = self._tokenize_fields([text for row in demos or [] for text, _ in row])
         demo_rows = iter(demo_ids[i : i + per_row] for i in range(0, len(demo_ids), per_row))
         rows, slots, demo_starts, literals, truncated = [], [], [], [], []
         for r in range(len(texts)):
-            text_ids, cut = _truncate_longest_first(
-                flat_ids[r * per_row : (r + 1) * per_row], self.text_budget
-            )
+            text_ids, cut = _truncate_longest_first(list(tokenized.ids[r]), self.text_budget)
             block = blocks[r]
             if demos is not None:
                 row_demos = [(next(demo_rows), label) for _, label in demos[r]]
