@@ -27,8 +27,8 @@ def run_bench_job(argv: list[str]) -> int:
     from openbook.models import DEFAULT_BACKBONE
     from openbook.prompting import get_preset
 
-    from services.learning_curve.run import service_stack
-    from services.learning_curve.service import TERMINAL, job_summary
+    from services.bench_client import TERMINAL, job_summary
+    from services.bench_stack import service_stack
 
     parser = argparse.ArgumentParser(prog="openbook bench job", description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="trec", help="a preset task of the k-shot data (default: trec)")

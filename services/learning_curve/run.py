@@ -16,13 +16,11 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import redis
 import torch
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.devices import default_dtype, resolve_dtype
@@ -33,12 +31,9 @@ from openbook.training import TrainConfig
 from openbook.version import __version__
 from tqdm.auto import tqdm
 
-from services.api.settings import Settings
-from services.bench_stack import Served
-from services.bus.server import EmbeddedRedis, free_port
+from services.bench_stack import service_stack
 from services.bus.task_spec import Task
 from services.learning_curve.baselines import BASELINES, Baselines, unavailable
-from services.learning_curve.client import CurveClient
 from services.learning_curve.report import (
     SERVICE,
     CurveRecord,
@@ -57,7 +52,6 @@ from services.learning_curve.schedule import (
 )
 from services.learning_curve.service import Waiting, label_and_score
 from services.learning_curve.setup import check_same_setup, merge_results, peer_configs_of
-from services.trainer.worker import Worker
 
 
 @dataclass(frozen=True)
@@ -147,46 +141,6 @@ def source(out: Path | None = None, root: Path | None = None) -> dict:
         )
         dirty = bool(status.stdout.strip())
     return {"openbook": __version__, "commit": commit, "dirty": dirty}
-
-
-@contextlib.contextmanager
-def service_stack(
-    directory: Path,
-    *,
-    backbone: str,
-    max_length: int = 128,
-    device: str = "cpu",
-    untrained_gate: bool = False,
-) -> Iterator[CurveClient]:
-    """The embedded Redis, the api on a local port and a worker thread; a client of the api."""
-    with EmbeddedRedis(directory / "redis") as bus:
-        settings = Settings(
-            redis_url=bus.url,
-            data_dir=directory,
-            default_backbone=backbone,
-            max_length=max_length,
-            device=device,
-            port=free_port(),
-        )
-        served = Served(settings)
-        worker = Worker(
-            redis.Redis.from_url(bus.url),
-            settings.artifacts,
-            device=device,
-            max_length=max_length,
-            untrained_gate=untrained_gate,
-        )
-        stop = threading.Event()
-        training = threading.Thread(target=worker.run_forever, args=(stop,), daemon=True)
-        training.start()
-        client = CurveClient(served.base, max_batch=settings.max_batch)
-        try:
-            yield client
-        finally:
-            client.close()
-            stop.set()
-            training.join(timeout=120)
-            served.stop()
 
 
 def _unit_series(s: CurveSettings, order: str, baselines: Sequence[str]) -> list[str]:

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 
 from openbook.prompting import TextInput
 
-from services.learning_curve.client import CurveClient
+from services.bench_client import TERMINAL, BenchClient, job_summary
 from services.learning_curve.schedule import CurveData, fixed_rounds, per_class, pool_ids, round_sizes
 
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 SUGGESTIONS_MAX = 100  # the most suggestions one request may ask for
 
 
@@ -45,22 +44,8 @@ class ServiceRound:
     service: dict  # serving version, gate verdict, jobs, seconds to served, versions that scored
 
 
-def job_summary(job: dict) -> dict:
-    published, gate = job.get("published") or {}, job.get("gate") or {}
-    return {
-        "id": job["id"],
-        "state": job["state"],
-        "trigger": job.get("trigger"),
-        "version": published.get("version"),
-        "verdict": gate.get("verdict"),
-        # the gate's dev scores: candidate, serving, and how many dev examples they rest on
-        "gate": {k: gate.get(k) for k in ("candidate", "serving", "dev")} if gate else None,
-        "error": job.get("error"),
-    }
-
-
 def wait_for_round(
-    client: CurveClient,
+    client: BenchClient,
     task: str,
     known: set[str],
     probe: TextInput,
@@ -96,7 +81,7 @@ def wait_for_round(
 
 
 def await_version(
-    client: CurveClient,
+    client: BenchClient,
     task: str,
     probe: TextInput,
     version: str,
@@ -116,7 +101,7 @@ def await_version(
 
 
 def label_round(
-    client: CurveClient, data: CurveData, task: str, order: str, planned: list[int], size: int
+    client: BenchClient, data: CurveData, task: str, order: str, planned: list[int], size: int
 ) -> tuple[list[int], float]:
     """Post the round's examples; (their ids, when the last POST was acknowledged). The fixed order posts
     `planned`; the uncertainty order asks for `size` suggestions (at most SUGGESTIONS_MAX a request,
@@ -139,7 +124,7 @@ def label_round(
 
 
 def label_and_score(
-    client: CurveClient,
+    client: BenchClient,
     data: CurveData,
     spec: dict,
     seed: int,

@@ -21,9 +21,12 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from openbook.classifier import Classifier
 
 TextInput = str | tuple[str, str]
 CsvQuoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
@@ -234,6 +237,20 @@ def blank_texts(examples: Iterable[Example]) -> int:
     """How many of `examples` have a blank text (whitespace alone, or a pair with such a part)."""
     parts = ((e.text,) if isinstance(e.text, str) else e.text for e in examples)
     return sum(any(not part.strip() for part in text) for text in parts)
+
+
+def example_labels(classifier: Classifier, examples: Sequence[Example]) -> np.ndarray:
+    """The label indices of data examples under the classifier's labels; an unknown label is an error
+    naming its file and line."""
+    from openbook.prompting import PromptError
+
+    indices = []
+    for example in examples:
+        try:
+            indices.append(classifier.verbalizer.index(example.label))
+        except PromptError as error:
+            raise PromptError(f"{example.source}: {error}") from None
+    return np.array(indices, dtype=np.int64)
 
 
 def fixed_sample(examples: Sequence[Example], size: int | None) -> list[Example]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.learning_curve.client import Scored
-from services.learning_curve.service import Waiting, job_summary, wait_for_round
+from services.bench_client import Scored, job_summary
+from services.learning_curve.service import Waiting, wait_for_round
 
 
 class ScriptedService:

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     classifier = classifier_from_args(args, args.task, knn=knn, calibration=args.calibration)
     if args.examples:
         examples = read_split(args.examples)
-        from openbook.experiments.evaluation import example_labels
+        from openbook.data import example_labels
 
         example_labels(classifier, examples)  # an unknown label fails, naming its line, before any forward
         embeddings = classifier.embed([e.text for e in examples])

@@ -42,8 +42,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     import dataclasses
 
     from openbook.checkpoints import examples_sha256, load_classifier
-    from openbook.data import load_kshot
-    from openbook.experiments.evaluation import example_labels
+    from openbook.data import example_labels, load_kshot
     from openbook.fitting import LabelledTexts, fit_and_save
     from openbook.methods import build_method, weights_sha256
 

@@ -15,7 +15,7 @@ import argparse
 import time
 
 import torch
-from openbook.experiments.bench import median_seconds, synchronize, synthetic_sentences
+from openbook.timing import median_seconds, synchronize, synthetic_sentences
 
 
 def run_compile_bench(args: argparse.Namespace) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from openbook.experiments.bench import median_seconds, synthetic_sentences
+from openbook.timing import median_seconds, synthetic_sentences
 
 CLINC150 = Path("k-shot") / "clinc150"
 CAUSAL_TEMPLATE = "Query: {text}\nIntent: {mask}"

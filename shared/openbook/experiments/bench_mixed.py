@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from openbook.experiments.bench import median_seconds, synthetic_sentences
+from openbook.timing import median_seconds, synthetic_sentences
 
 
 def run_mixed_bench(args: argparse.Namespace) -> None:

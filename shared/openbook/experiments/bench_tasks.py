@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from openbook.experiments.bench import synthetic_sentences
+from openbook.timing import synthetic_sentences
 
 
 def resident_bytes() -> int:

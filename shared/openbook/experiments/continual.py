@@ -47,8 +47,8 @@ import numpy as np
 from openbook.atomic import write_text
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
-from openbook.data import Example, fixed_sample, load_kshot
-from openbook.experiments.evaluation import INFERENCE_METHODS, example_labels, method_inputs
+from openbook.data import Example, example_labels, fixed_sample, load_kshot
+from openbook.experiments.evaluation import INFERENCE_METHODS, method_inputs
 from openbook.methods import Method, build_method
 from openbook.prompting import PromptError, Template, Verbalizer
 from openbook.selection import accuracy

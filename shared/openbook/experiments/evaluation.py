@@ -37,7 +37,7 @@ from openbook.atomic import staging_name
 from openbook.backbone import Backbone
 from openbook.calibration import CalibrationMode, calibrated_p_lm
 from openbook.classifier import Classifier, Embeddings
-from openbook.data import Example, KShotSplits, load_kshot
+from openbook.data import Example, KShotSplits, example_labels, load_kshot
 from openbook.knn import DEFAULT_KNN, KnnConfig, knn_search
 from openbook.out_of_scope import out_of_scope_scores, threshold_within_cost
 from openbook.prompting import PromptError, TextInput
@@ -321,17 +321,6 @@ def macro_f1(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
         fn = np.sum((predicted != label) & (gold == label))
         scores.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
     return float(np.mean(scores))
-
-
-def example_labels(classifier: Classifier, examples: list[Example]) -> np.ndarray:
-    """Label indices of data examples; an unknown label is an error naming its file and line."""
-    indices = []
-    for example in examples:
-        try:
-            indices.append(classifier.verbalizer.index(example.label))
-        except PromptError as error:
-            raise PromptError(f"{example.source}: {error}") from None
-    return np.array(indices, dtype=np.int64)
 
 
 def evaluate_task(

@@ -22,8 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 from openbook.calibration import CalibrationMode, mean_prediction_bias
 from openbook.classifier import Classifier, Embeddings
-from openbook.data import Example
-from openbook.experiments.evaluation import example_labels
+from openbook.data import Example, example_labels
 from openbook.selection import lambda_on_store
 
 FIRST_USE_CALIBRATIONS: tuple[CalibrationMode, ...] = ("content-free", "domain")

@@ -26,8 +26,7 @@ import numpy as np
 from openbook.atomic import staged_file
 from openbook.calibration import CalibrationMode, calibrated_p_lm
 from openbook.classifier import Classifier
-from openbook.data import Example
-from openbook.experiments.evaluation import example_labels
+from openbook.data import Example, example_labels
 from openbook.knn import KnnConfig, knn_search
 from openbook.methods import Method
 from openbook.selection import (

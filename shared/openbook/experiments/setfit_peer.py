@@ -45,12 +45,11 @@ from typing import Any
 
 import numpy as np
 from openbook.classifier import Classifier
-from openbook.data import KShotSplits, load_kshot
+from openbook.data import KShotSplits, example_labels, load_kshot
 from openbook.encoders import ENCODERS, check_installed, encoder_dir
 from openbook.experiments.evaluation import (
     EvalRecord,
     MethodResult,
-    example_labels,
     out_of_scope_on_test,
     query_counts,
     scored_queries,

@@ -29,12 +29,11 @@ from pathlib import Path
 
 import numpy as np
 from openbook.classifier import Classifier
-from openbook.data import KShotSplits, load_kshot
+from openbook.data import KShotSplits, example_labels, load_kshot
 from openbook.experiments.evaluation import (
     INFERENCE_METHODS,
     EvalRecord,
     MethodResult,
-    example_labels,
     method_inputs,
     out_of_scope_on_test,
     params_on_test,

@@ -1,4 +1,5 @@
-"""Every HTTP call the learning-curve benchmark makes, in one class: the service's contract in one place.
+"""Every HTTP call the benchmarks make through the service (`openbook bench job`, the lab's learning
+curve), in one class: the service's contract in one place, and how they read a job.
 
 The bodies are plain JSON rather than the typed client's schemas (services/client.py) so that a field
 the api adds or renames changes this file only.
@@ -14,6 +15,24 @@ from typing import Any
 import httpx
 from openbook.prompting import TextInput
 
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})  # a job's states once it has ended
+
+
+def job_summary(job: dict) -> dict:
+    """What a benchmark records of a job: its trigger and outcome, the version it published and the
+    gate's verdict and dev scores."""
+    published, gate = job.get("published") or {}, job.get("gate") or {}
+    return {
+        "id": job["id"],
+        "state": job["state"],
+        "trigger": job.get("trigger"),
+        "version": published.get("version"),
+        "verdict": gate.get("verdict"),
+        # the gate's dev scores: candidate, serving, and how many dev examples they rest on
+        "gate": {k: gate.get(k) for k in ("candidate", "serving", "dev")} if gate else None,
+        "error": job.get("error"),
+    }
+
 
 @dataclass(frozen=True)
 class Scored:
@@ -21,7 +40,7 @@ class Scored:
     model_versions: list[str]  # each response's model_version, in order
 
 
-class CurveClient:
+class BenchClient:
     def __init__(self, base_url: str, *, max_batch: int, timeout: float = 600.0) -> None:
         self.http = httpx.Client(base_url=base_url, timeout=timeout)
         self.max_batch = max_batch  # texts per classify, examples or pool texts per POST
