@@ -1,9 +1,9 @@
-"""`openbook up | serve | worker | report | bench api | bench job | bench learning-curve`, the service
+"""`openbook up | serve | worker | report | bench api | bench job`, the service
 commands; every other command is the library's.
 
 One module per command: `up` (the whole stack, supervised), `serve` (the
 api), `worker` (the trainer), `report` (a task's quality), `bench_api`,
-`bench_job` and `bench_learning_curve`. Each imports what it needs only when it runs, so
+and `bench_job`. Each imports what it needs only when it runs, so
 `openbook --help` stays quick.
 """
 
@@ -32,10 +32,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from services.cli.bench_job import run_bench_job
 
         return run_bench_job(argv[2:])
-    if argv[:2] == ["bench", "learning-curve"]:
-        from services.cli.bench_learning_curve import run_bench_learning_curve
-
-        return run_bench_learning_curve(argv[2:])
     if not argv or argv[0] not in SERVICE_COMMANDS:
         from openbook.cli import main as library_main
 
@@ -43,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 "service commands: openbook up [--demo] [--api-workers N] [--front-workers F] | serve"
                 " [--api-workers N] [--front-workers F] | worker | report | bench api | bench job"
-                " | bench learning-curve\n"
+                "\n"
             )
         return library_main(argv)
     parser = argparse.ArgumentParser(prog=f"openbook {argv[0]}")

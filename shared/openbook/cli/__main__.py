@@ -1,4 +1,4 @@
-"""`python -m openbook.cli`: the library's `openbook` command (how `eval --parallel` starts its units)."""
+"""`python -m openbook.cli`: the library's commands alone."""
 
 import sys
 

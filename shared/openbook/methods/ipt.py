@@ -300,7 +300,7 @@ def load_pretrained_table(prompt: InstancePrompt, backbone: Backbone, config: IP
         raise MethodError(
             f"ipt/strategy=pretrained needs a pretrained prompt table for backbone {backbone.config.name!r}, "
             f"corpus {config.corpus!r}, rank {config.rank}, {config.num_prompts} prompts; none at {path}. "
-            f"Build it with: python -m openbook.experiments.ipt_table --data <datasets dir> "
+            f"Build it with (from a checkout): python -m research ipt-table --data <datasets dir> "
             f"--backbone {backbone.config.name} --method {IPT(config).spec}"
         )
     try:
