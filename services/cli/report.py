@@ -21,8 +21,10 @@ from typing import Any
 TARGETS = (0.9, 0.95)  # the dev accuracies whose thresholds the summary names
 
 
-def run_report(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="openbook report", description=__doc__.splitlines()[0])
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "report", help="how good a task (or a checkpoint) is", description=__doc__.splitlines()[0]
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--task", help="a task of the running service")
     source.add_argument("--checkpoint", type=Path, help="a checkpoint directory, read without a service")
@@ -30,7 +32,9 @@ def run_report(argv: Sequence[str]) -> int:
     parser.add_argument("--url", default=os.environ.get("OPENBOOK_URL", "http://127.0.0.1:8000"))
     parser.add_argument("--key", default=os.environ.get("OPENBOOK_API_KEY"), help="the read or write key")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     try:
         report = _from_service(args) if args.task else _from_checkpoint(args.checkpoint)
     except (OSError, ValueError, KeyError, LookupError) as error:

@@ -6,13 +6,14 @@ import argparse
 from pathlib import Path
 
 import pytest
-from openbook.cli import main
 from openbook.cli.common import (
     add_data_argument,
     add_training_arguments,
     data_dir,
     train_config,
 )
+
+from services.cli import main
 
 
 def parse(layout: str | None, *argv: str) -> argparse.Namespace:

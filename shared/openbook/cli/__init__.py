@@ -1,8 +1,9 @@
 """The library's commands: `openbook classify`, `train` and `prepare`.
 
 One module per subcommand, each with `add_parser(commands)` and `run(args, argv)`; what they share is in
-`common.py`. `run_command` runs one as every command line does: a user's error in one line (exit 2),
-an interruption in one line (exit 130).
+`common.py`. The `openbook` program (services/cli/) builds one parser from these and the service's
+commands; `run_command` runs one as every command line does: a user's error in one line (exit 2), an
+interruption in one line (exit 130).
 """
 
 from __future__ import annotations
@@ -44,17 +45,3 @@ def run_command(
         print(f"\n{prog} {args.command}: interrupted", file=sys.stderr)
         return 130
     return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="openbook", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS.values():
-        command.add_parser(commands)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    return run_command("openbook", COMMANDS[args.command], args, argv)
