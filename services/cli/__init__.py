@@ -1,6 +1,6 @@
 """`openbook`: the product's command line, one parser.
 
-The library's commands (`openbook.cli`): classify, train and prepare (a user's own data and models).
+The library's commands (`openbook.cli`): classify, train, eval (a user's own labelled data) and prepare.
 The service's, one module each here: up (the whole stack, supervised), serve (the api), worker
 (the trainer), report (a task's quality) and bench api | job (what the service costs). Each subcommand
 module imports what it needs only when it runs, so `openbook --help` stays quick. The laboratory's

@@ -1,4 +1,4 @@
-"""The library's commands: `openbook classify`, `train` and `prepare`.
+"""The library's commands: `openbook classify`, `train`, `eval` and `prepare`.
 
 One module per subcommand, each with `add_parser(commands)` and `run(args, argv)`; what they share is in
 `common.py`. The `openbook` program (services/cli/) builds one parser from these and the service's
@@ -13,12 +13,13 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from openbook.cli import classify, common, prepare, train
+from openbook.cli import classify, common, evaluate, prepare, train
 from openbook.runtime import configure
 
 COMMANDS = {
     "classify": classify,
     "train": train,
+    "eval": evaluate,
     "prepare": prepare,
 }
 
