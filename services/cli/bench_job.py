@@ -1,13 +1,14 @@
 """`openbook bench job`: what an automatic training job costs, through the service end to end.
 
-The stack runs in this process as `bench learning-curve` runs it: the embedded Redis, the api on a local
-port (real HTTP) and the trainer worker in a thread. A task gets the preset prompt of `--task` and
-automatic training every N examples, N being the size of one seed's k-shot training split (`--shots`
-per class: 10 for clinc150's 1,500 examples); the split is POSTed in requests of `--per-request`, so the
-job queues itself on the last. Reported: the seconds from the first POST to the job's end and to the first
-classify answered by the version it published, what it trained on, and the gate's dev scores (the
-service's own held-out examples, shown to say the job trained). A job still running at `--timeout` is
-reported, and recorded with `--out`, as not done, with its state, stage and progress then.
+The stack runs in this process (`bench_stack.service_stack`, as the lab's learning curve runs it): the
+embedded Redis, the api on a local port (real HTTP) and the trainer worker in a thread. A task gets the
+preset prompt of `--task` and automatic training every N examples, N being the size of one seed's k-shot
+training split (`--shots` per class: 10 for clinc150's 1,500 examples); the split is POSTed in requests
+of `--per-request`, so the job queues itself on the last. Reported: the seconds from the first POST to
+the job's end and to the first classify answered by the version it published, what it trained on, and the
+gate's dev scores (the service's own held-out examples, shown to say the job trained). A job still
+running at `--timeout` is reported, and recorded with `--out`, as not done, with its state, stage and
+progress then.
 """
 
 from __future__ import annotations

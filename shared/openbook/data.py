@@ -67,7 +67,7 @@ def data_root(given: str | os.PathLike[str] | None = None) -> Path:
 class KShotSplits:
     train: list[Example]
     dev: list[Example]
-    test: list[Example] | None  # None: not read (a dev-only evaluation, `openbook eval --no-test`)
+    test: list[Example] | None  # None: not read (a dev-only evaluation: the lab's `eval --no-test`)
     # Test queries that fit none of the task's labels (its `oos_test` split, read with test): scored for
     # refusal only (clinc150's out-of-scope set); empty for a task without one.
     out_of_scope: list[Example] = field(default_factory=list)

@@ -9,7 +9,7 @@ service's tasks (`services/bus/task_spec.task_classifier`) share.
 - lambda, unless one is given, chosen on the stored examples, each scored leave-one-out
   (`selection.lambda_on_store`), which replaced a fixed 0.5 by the same check on dev.
 
-Both choices: docs/experiments/untrained-task-calibration.md (`openbook first-use`).
+Both choices: docs/experiments/untrained-task-calibration.md (`python -m research first-use`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def test_data_defaults_to_its_layout_below_openbook_data(
 ) -> None:
     monkeypatch.setenv("OPENBOOK_DATA", str(tmp_path))
     assert data_dir(parse("k-shot")) == str(tmp_path / "k-shot")
-    assert data_dir(parse("k-shot", "--full")) == str(tmp_path / "full")  # eval --full reads full/
+    assert data_dir(parse("k-shot", "--full")) == str(tmp_path / "full")  # the lab's eval --full reads full/
     assert data_dir(parse(None)) == str(tmp_path)
     assert data_dir(parse("k-shot", "--data", "elsewhere")) == "elsewhere"  # a given --data wins
 

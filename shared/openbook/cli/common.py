@@ -43,7 +43,7 @@ def add_data_argument(parser: argparse.ArgumentParser, layout: str | None, help:
 def data_dir(args: argparse.Namespace) -> str:
     if args.data:
         return args.data
-    layout = "full" if getattr(args, "full", False) else args.data_layout  # eval --full reads full/
+    layout = "full" if getattr(args, "full", False) else args.data_layout  # the lab's eval --full reads full/
     return str(data_root() / layout) if layout else str(data_root())
 
 

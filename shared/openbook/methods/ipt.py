@@ -29,7 +29,7 @@ The paper's three families of generators are the `strategy` option:
   model cache, keyed by the backbone's weights and the corpus; `prepare`
   refuses to start without it. From a shell:
 
-      python -m openbook.experiments.ipt_table --data $OPENBOOK_DATA --method ipt/strategy=pretrained
+      python -m research ipt-table --data $OPENBOOK_DATA --method ipt/strategy=pretrained
 
 Adaptations. The paper does not prescribe how to start the generated prompts;
 here the base vectors start as the word embedding of a line break and the

@@ -1,4 +1,5 @@
-"""`bench learning-curve` end to end on the tiny model: the real stack, automatic training, both orders."""
+"""`python -m research learning-curve` end to end on the tiny model: the real stack, automatic training, both
+orders."""
 
 from __future__ import annotations
 
