@@ -45,8 +45,8 @@ import httpx
 import redis
 import torch
 from openbook.classifier import Classifier
-from openbook.experiments.bench import median_seconds, synchronize, synthetic_sentences
 from openbook.prompting import EncodedBatch
+from openbook.timing import median_seconds, synchronize, synthetic_sentences
 
 from services.api.settings import Settings
 from services.bench_stack import Served, ServedWorkers, make_stand_in

@@ -1,22 +1,29 @@
-"""What `openbook bench api` runs on: an api in-process, N api workers in a process of their own, and a
-small random-weight stand-in for a backbone (services/bench.py)."""
+"""What the benchmarks run on: an api in-process, N api workers in a process of their own, and a small
+random-weight stand-in for a backbone (`openbook bench api`, services/bench.py); the whole stack in
+this process with a client of it (`openbook bench job`, the lab's learning curve)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import redis
 import uvicorn
 from openbook.models import save_random_model
 
 from services.api.app import create_app
 from services.api.settings import Settings
+from services.bench_client import BenchClient
+from services.bus.server import EmbeddedRedis, free_port
 from services.client import wait_ready
+from services.trainer.worker import Worker
 
 
 class Served:
@@ -80,3 +87,43 @@ def make_stand_in(backbone: str, directory: Path) -> str:
     small = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "head_dim": 16}
     small |= {"num_attention_heads": 4, "num_key_value_heads": 2}
     return str(save_random_model(backbone, directory, shape=small))
+
+
+@contextlib.contextmanager
+def service_stack(
+    directory: Path,
+    *,
+    backbone: str,
+    max_length: int = 128,
+    device: str = "cpu",
+    untrained_gate: bool = False,
+) -> Iterator[BenchClient]:
+    """The embedded Redis, the api on a local port and a worker thread; a client of the api."""
+    with EmbeddedRedis(directory / "redis") as bus:
+        settings = Settings(
+            redis_url=bus.url,
+            data_dir=directory,
+            default_backbone=backbone,
+            max_length=max_length,
+            device=device,
+            port=free_port(),
+        )
+        served = Served(settings)
+        worker = Worker(
+            redis.Redis.from_url(bus.url),
+            settings.artifacts,
+            device=device,
+            max_length=max_length,
+            untrained_gate=untrained_gate,
+        )
+        stop = threading.Event()
+        training = threading.Thread(target=worker.run_forever, args=(stop,), daemon=True)
+        training.start()
+        client = BenchClient(served.base, max_batch=settings.max_batch)
+        try:
+            yield client
+        finally:
+            client.close()
+            stop.set()
+            training.join(timeout=120)
+            served.stop()

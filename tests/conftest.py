@@ -1,8 +1,8 @@
 """The builders tests share, as fixtures (test modules import nothing from each other or from here).
 
 Tiny random backbones built from configs and saved/loaded through the real code path; the sentiment toy
-set and its prompt; toy tasks on disk in the k-shot layout; random knowledge stores; and the evaluation
-data under $OPENBOOK_DATA, for the few tests that read it.
+set and its prompt; toy tasks on disk in the k-shot layout; random knowledge stores; a few tiny training
+steps for the command lines; and the evaluation data under $OPENBOOK_DATA, for the few tests that read it.
 """
 
 from __future__ import annotations
@@ -426,3 +426,20 @@ def count_tokenized(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any], Counter[
         return seen
 
     return watch
+
+
+@pytest.fixture
+def training_flags() -> list[str]:
+    """A few tiny training steps, for `openbook train` and for trainable methods in the lab's grids."""
+    return [
+        "--steps",
+        "4",
+        "--eval-every",
+        "2",
+        "--train-batch-size",
+        "4",
+        "--lr",
+        "1e-3",
+        "--max-length",
+        "48",
+    ]

@@ -239,7 +239,7 @@ FIRST_USE_MISSES = {"gemma3-270m": {"It broke the first time I used it."}}
 def fresh_task(request: pytest.FixtureRequest):
     """A fresh task as the service starts one (content-free calibration, the default kNN settings), with
     four examples per label and λ chosen on them (`experiments.first_use_probes`)."""
-    from openbook.experiments.first_use_probes import fresh_task
+    from research.experiments.first_use_probes import fresh_task
 
     classifier, ids = fresh_task(_packaged_backbone(request.param))
     assert dataclasses.replace(classifier.knn, lam=KnnConfig().lam) == KnnConfig()  # the defaults but λ
@@ -250,7 +250,7 @@ def fresh_task(request: pytest.FixtureRequest):
 def test_a_fresh_task_knows_near_paraphrases_of_its_examples(fresh_task):
     """Nothing trained: a near-paraphrase of an example is classified right, its nearest neighbour is that
     example, and P_kNN puts at least 0.8 on its label."""
-    from openbook.experiments.first_use_probes import EXAMPLES, PARAPHRASES
+    from research.experiments.first_use_probes import EXAMPLES, PARAPHRASES
 
     _, classifier, ids = fresh_task
     paraphrased = classifier.predict(PARAPHRASES)
@@ -263,7 +263,7 @@ def test_a_fresh_task_knows_near_paraphrases_of_its_examples(fresh_task):
 @pytest.mark.real_backbone
 def test_a_fresh_task_classifies_plain_probes(fresh_task):
     """Nothing trained: plain probes are classified right, but for the misses reported for the backbone."""
-    from openbook.experiments.first_use_probes import PROBES
+    from research.experiments.first_use_probes import PROBES
 
     name, classifier, _ = fresh_task
     probes = classifier.predict([text for text, _ in PROBES])

@@ -149,6 +149,33 @@ def test_empty_split_file(tmp_path: Path, file_name: str, content: str, line: in
     assert_data_error(write(tmp_path / file_name, content), line, fragment)
 
 
+def test_jsonl_reads_texts_pairs_and_integer_labels_ignoring_other_keys(tmp_path: Path) -> None:
+    rows = '{"id": 7, "text": "a good film", "label": 1}\n\n{"text": "a bad, \\"dull\\" film", "label": "0"}'
+    examples = read_split(write(tmp_path / "mine.jsonl", rows + "\n"))
+    assert [(e.text, e.label, e.source.rsplit(":", 1)[1]) for e in examples] == [
+        ("a good film", "1", "1"),
+        ('a bad, "dull" film', "0", "3"),  # a blank line is skipped, the numbering kept
+    ]
+    pairs = read_split(write(tmp_path / "pairs.jsonl", '{"text": ["a", "b"], "label": "entailment"}\n'))
+    assert pairs[0].text == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "fragment"),
+    [
+        ('{"text": "a", "label": 1}\n{"text": "b"\n', 2, "not a JSON object"),
+        ('{"text": "a", "label": 1}\n["b", 0]\n', 2, 'with "text" and "label"'),
+        ('{"text": ["a", "b", "c"], "label": 1}\n', 1, "a string or a pair of strings"),
+        ('{"text": "a", "label": true}\n', 1, '"label" must be'),
+        ('{"text": "a", "label": ""}\n', 1, "empty label field"),
+        ('{"text": "a", "label": 1}\n{"text": ["b", "c"], "label": 0}\n', 2, "not both"),
+        ("\n", 1, "empty file"),
+    ],
+)
+def test_jsonl_errors_name_the_line(tmp_path: Path, content: str, line: int, fragment: str) -> None:
+    assert_data_error(write(tmp_path / "mine.jsonl", content), line, fragment)
+
+
 def test_unsupported_extension(tmp_path: Path) -> None:
     assert_data_error(write(tmp_path / "train.txt", "1 text\n"), 1, "unsupported")
 

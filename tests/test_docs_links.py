@@ -1,5 +1,6 @@
-"""Every link in the docs resolves: relative markdown links and their #anchors in README.md and docs/**/*.md,
-and the `docs/<file>.md, "Section"` pointers in code comments, docstrings and the Makefile.
+"""Every link in the docs resolves: relative markdown links and their #anchors in README.md, docs/**/*.md and
+research/**/*.md, and the `docs/<file>.md, "Section"` pointers in code comments, docstrings and the
+Makefiles.
 
 Anchors follow GitHub's rule: a heading's text, lowercased, with punctuation dropped (letters, digits,
 spaces, hyphens and underscores kept) and spaces turned into hyphens; a repeated heading gets -1, -2, ...
@@ -15,15 +16,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "research").rglob("*.md")),
+]
 HERE = Path(__file__).resolve()  # its own pointers are examples, some broken on purpose
 CODE = [
     *(
         path
-        for folder in ("shared", "services", "tests", "tools")
+        for folder in ("shared", "services", "research", "tests", "tools")
         for path in sorted((ROOT / folder).rglob("*.py"))
     ),
     ROOT / "Makefile",
+    ROOT / "research" / "research.mk",
 ]
 CODE.remove(HERE)
 

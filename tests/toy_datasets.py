@@ -28,7 +28,7 @@ class ToyDatasets:
         "1": ("who wrote the book", "who is it", "who wrote this"),
         "2": ("where is the city", "where is the river", "where is the light"),
     }
-    # The continual stages' label words, as `openbook continual --labels` takes them.
+    # The continual stages' label words, as `python -m research continual --labels` takes them.
     stage_labels = "toy:0=bad,toy:1=good,qs:0=what,qs:1=who,qs:2=where"
 
     @staticmethod

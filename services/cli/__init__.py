@@ -1,10 +1,11 @@
-"""`openbook up | serve | worker | report | bench api | bench job | bench learning-curve`, the service
-commands; every other command is the library's.
+"""`openbook`: the product's command line, one parser.
 
-One module per command: `up` (the whole stack, supervised), `serve` (the
-api), `worker` (the trainer), `report` (a task's quality), `bench_api`,
-`bench_job` and `bench_learning_curve`. Each imports what it needs only when it runs, so
-`openbook --help` stays quick.
+The library's commands (`openbook.cli`): classify, train, eval (a user's own labelled data) and prepare.
+The service's, one module each here: up (the whole stack, supervised), serve (the api), worker
+(the trainer), report (a task's quality) and bench api | job (what the service costs). Each subcommand
+module imports what it needs only when it runs, so `openbook --help` stays quick. The laboratory's
+commands (the evaluation grids, learning curves, judge splits) are apart, in a checkout:
+`python -m research --help`.
 """
 
 from __future__ import annotations
@@ -15,65 +16,71 @@ import os
 import sys
 from collections.abc import Sequence
 
-SERVICE_COMMANDS = ("up", "serve", "worker")
+from openbook.cli import COMMANDS as LIBRARY_COMMANDS
+from openbook.cli import run_command
+
+from services.cli import bench, report
+
+SERVICE_COMMANDS = ("up", "serve", "worker")  # run by `importlib` (services.cli.<command>.run(args))
+TOOLS = {"report": report, "bench": bench}  # each says its own errors and returns its exit status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="openbook",
+        description="A few-shot text classifier that gets better as people teach it.",
+        epilog="The laboratory's commands (grids, learning curves) run from a checkout: python -m research "
+        "--help.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in LIBRARY_COMMANDS.values():
+        command.add_parser(commands)
+    report.add_parser(commands)
+    _add_service_parsers(commands)
+    bench.add_parser(commands)
+    return parser
+
+
+def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
+    up = commands.add_parser("up", help="the whole stack, supervised: Redis (embedded), the api, the trainer")
+    up.add_argument("--demo", action="store_true", help="create a demo task seeded with examples")
+    serve = commands.add_parser("serve", help="the api (FastAPI), configured from OPENBOOK_*")
+    for parser in (up, serve):
+        parser.add_argument(
+            "--api-workers",
+            type=int,
+            metavar="N",
+            help="N api processes behind the port (sets OPENBOOK_API_WORKERS for the api)",
+        )
+        parser.add_argument(
+            "--front-workers",
+            type=int,
+            metavar="F",
+            help="F front processes on the port that gather single-text classify requests for the api "
+            "behind them (sets OPENBOOK_FRONT_WORKERS)",
+        )
+    commands.add_parser("worker", help="the trainer: takes jobs off the bus until SIGINT or SIGTERM")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:2] == ["bench", "api"]:
-        from services.cli.bench_api import run_bench_api
-
-        return run_bench_api(argv[2:])
-    if argv[:1] == ["report"]:
-        from services.cli.report import run_report
-
-        return run_report(argv[1:])
-    if argv[:2] == ["bench", "job"]:
-        from services.cli.bench_job import run_bench_job
-
-        return run_bench_job(argv[2:])
-    if argv[:2] == ["bench", "learning-curve"]:
-        from services.cli.bench_learning_curve import run_bench_learning_curve
-
-        return run_bench_learning_curve(argv[2:])
-    if not argv or argv[0] not in SERVICE_COMMANDS:
-        from openbook.cli import main as library_main
-
-        if argv and argv[0] in ("-h", "--help"):
-            print(
-                "service commands: openbook up [--demo] [--api-workers N] [--front-workers F] | serve"
-                " [--api-workers N] [--front-workers F] | worker | report | bench api | bench job"
-                " | bench learning-curve\n"
-            )
-        return library_main(argv)
-    parser = argparse.ArgumentParser(prog=f"openbook {argv[0]}")
-    parser.add_argument("--demo", action="store_true", help="up: create a demo task seeded with examples")
-    parser.add_argument(
-        "--api-workers",
-        type=int,
-        metavar="N",
-        help="up, serve: N api processes behind the port (sets OPENBOOK_API_WORKERS for the api)",
-    )
-    parser.add_argument(
-        "--front-workers",
-        type=int,
-        metavar="F",
-        help="up, serve: F front processes on the port that gather single-text classify requests for the"
-        " api behind them (sets OPENBOOK_FRONT_WORKERS)",
-    )
-    args = parser.parse_args(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.command in LIBRARY_COMMANDS:
+        return run_command("openbook", LIBRARY_COMMANDS[args.command], args, argv)
+    if args.command in TOOLS:
+        return TOOLS[args.command].run(args, argv)
     # read where the api builds its settings
     for flag, variable in (
-        (args.api_workers, "OPENBOOK_API_WORKERS"),
-        (args.front_workers, "OPENBOOK_FRONT_WORKERS"),
+        (getattr(args, "api_workers", None), "OPENBOOK_API_WORKERS"),
+        (getattr(args, "front_workers", None), "OPENBOOK_FRONT_WORKERS"),
     ):
         if flag is not None:
             os.environ[variable] = str(flag)
     problem = settings_problem()
     if problem:
-        print(f"openbook {argv[0]}: error: {problem}", file=sys.stderr)
+        print(f"openbook {args.command}: error: {problem}", file=sys.stderr)
         return 2
-    return importlib.import_module(f"services.cli.{argv[0]}").run(args)
+    return importlib.import_module(f"services.cli.{args.command}").run(args)
 
 
 def settings_problem() -> str | None:

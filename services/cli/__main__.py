@@ -1,5 +1,4 @@
-"""`python -m services.cli <command>`: how `openbook up` starts its children, and `bench learning-curve
---parallel` its units."""
+"""`python -m services.cli <command>`: how `openbook up` starts its children."""
 
 import sys
 

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 
 def _counts(text: str) -> list[int]:
     return [int(count) for count in text.split(",")]
 
 
-def run_bench_api(argv: list[str]) -> int:
+def add_parser(benches: argparse._SubParsersAction) -> None:
     from openbook.models import DEFAULT_BACKBONE
 
-    from services.bench import run_api_bench
-
-    parser = argparse.ArgumentParser(prog="openbook bench api", description="service overheads as ratios")
+    parser = benches.add_parser(
+        "api", help="the service's overheads, as ratios", description="service overheads as ratios"
+    )
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
     parser.add_argument(
         "--stand-in",
@@ -44,7 +45,11 @@ def run_bench_api(argv: list[str]) -> int:
         help="front processes before the api workers, comma-separated, e.g. 0,2: each count > 0 measures "
         "latency, throughput and freshness again through `openbook serve` with OPENBOOK_FRONT_WORKERS set",
     )
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from services.bench import run_api_bench
+
     run_api_bench(
         args.backbone,
         max_length=args.max_length,

@@ -1,13 +1,14 @@
 """`openbook bench job`: what an automatic training job costs, through the service end to end.
 
-The stack runs in this process as `bench learning-curve` runs it: the embedded Redis, the api on a local
-port (real HTTP) and the trainer worker in a thread. A task gets the preset prompt of `--task` and
-automatic training every N examples, N being the size of one seed's k-shot training split (`--shots`
-per class: 10 for clinc150's 1,500 examples); the split is POSTed in requests of `--per-request`, so the
-job queues itself on the last. Reported: the seconds from the first POST to the job's end and to the first
-classify answered by the version it published, what it trained on, and the gate's dev scores (the
-service's own held-out examples, shown to say the job trained). A job still running at `--timeout` is
-reported, and recorded with `--out`, as not done, with its state, stage and progress then.
+The stack runs in this process (`bench_stack.service_stack`, as the lab's learning curve runs it): the
+embedded Redis, the api on a local port (real HTTP) and the trainer worker in a thread. A task gets the
+preset prompt of `--task` and automatic training every N examples, N being the size of one seed's k-shot
+training split (`--shots` per class: 10 for clinc150's 1,500 examples); the split is POSTed in requests
+of `--per-request`, so the job queues itself on the last. Reported: the seconds from the first POST to
+the job's end and to the first classify answered by the version it published, what it trained on, and the
+gate's dev scores (the service's own held-out examples, shown to say the job trained). A job still
+running at `--timeout` is reported, and recorded with `--out`, as not done, with its state, stage and
+progress then.
 """
 
 from __future__ import annotations
@@ -18,19 +19,17 @@ import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 
-def run_bench_job(argv: list[str]) -> int:
+def add_parser(benches: argparse._SubParsersAction) -> None:
     from openbook.cli.common import add_label_scoring_argument
-    from openbook.data import DataError, data_root, load_kshot
     from openbook.models import DEFAULT_BACKBONE
-    from openbook.prompting import get_preset
 
-    from services.learning_curve.run import service_stack
-    from services.learning_curve.service import TERMINAL, job_summary
-
-    parser = argparse.ArgumentParser(prog="openbook bench job", description=__doc__.splitlines()[0])
+    parser = benches.add_parser(
+        "job", help="what an automatic training job costs, end to end", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--task", default="trec", help="a preset task of the k-shot data (default: trec)")
     parser.add_argument("--seed", type=int, default=13, help="whose k-shot training split is labelled")
     parser.add_argument("--shots", type=int, default=16, help="examples per class of that split")
@@ -49,7 +48,15 @@ def run_bench_job(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the job may take")
     parser.add_argument("--out", help="a directory to add this run's record to (job.json: one per run)")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from openbook.data import DataError, data_root, load_kshot
+    from openbook.prompting import get_preset
+
+    from services.bench_client import TERMINAL, job_summary
+    from services.bench_stack import service_stack
+
     try:
         data = Path(args.data) if args.data else data_root() / "k-shot"
         train = load_kshot(data, args.task, args.seed, args.shots, test=False).train
@@ -135,7 +142,7 @@ def run_bench_job(argv: list[str]) -> int:
     return 0
 
 
-def _record(args: argparse.Namespace, argv: list[str], outcome: dict) -> None:
+def _record(args: argparse.Namespace, argv: Sequence[str], outcome: dict) -> None:
     """This run's record, added to OUT/job.json (one per run), where `--out` is given. The method is kept
     with every option it ran with (`method_config`), so the record still says what ran once a default
     changes."""
@@ -146,7 +153,7 @@ def _record(args: argparse.Namespace, argv: list[str], outcome: dict) -> None:
 
     options = ("task", "seed", "shots", "backbone", "method", "label_scoring", "device", "training")
     record = {
-        "command": shlex.join(["openbook", "bench", "job", *argv]),  # as a shell takes it back
+        "command": shlex.join(["openbook", *argv]),  # as a shell takes it back
         **{key: getattr(args, key) for key in options},
         "method_config": method_config(args.method),
     }

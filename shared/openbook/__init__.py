@@ -10,8 +10,8 @@ classifier as the service does (`estimator.py`):
 
 and the parts below them stay public for research: `Classifier`, `build_method`, `train`, ...
 
-Experiments (the evaluation harness, reports, benchmarks, continual learning,
-the SetFit peer) are in `openbook.experiments`; the command line is `openbook.cli`.
+The command line is `openbook.cli`; the laboratory (the evaluation grids, reports, benchmarks,
+continual learning, the SetFit peer) lives apart from the library, in the checkout's research/.
 The names load on first use, so `import openbook.data` (or any module that
 needs no model) does not import torch.
 """

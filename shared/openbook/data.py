@@ -7,6 +7,9 @@ Layout: ``<data_dir>/<task>/<shots>-<seed>/{train,dev}.{tsv,csv}`` plus one shar
   (``index``/``idx``/``id``) is ignored, and the remaining one or two columns are the text
   (or text pair, in column order).
 * ``.csv`` files have no header: ``label,text`` or ``label,text_a,text_b``.
+* ``.jsonl`` files (a user's examples, `read_split`; not a k-shot layout's splits) hold one object a
+  line, ``{"text": ..., "label": ...}``: the text a string or a pair of strings, the label a string
+  or an integer; other keys (an ``id``, as the service's examples carry) are ignored.
 
 Labels stay the raw strings found in the file; mapping them to ids is the caller's job. Texts stay as
 they are, a blank one included: some published splits have them (CR's has three), and a blank text
@@ -16,14 +19,18 @@ is still a prompt (the template alone), so dropping or refusing the row would ch
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from openbook.classifier import Classifier
 
 TextInput = str | tuple[str, str]
 CsvQuoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
@@ -34,6 +41,7 @@ DATA_ENV = "OPENBOOK_DATA"
 INDEX_COLUMNS = frozenset({"index", "idx", "id"})
 LABEL_COLUMN = "label"
 SPLIT_SUFFIXES = (".tsv", ".csv")  # order is the preference when both exist
+EXAMPLE_SUFFIXES = (*SPLIT_SUFFIXES, ".jsonl")  # what `read_split` reads
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ def data_root(given: str | os.PathLike[str] | None = None) -> Path:
 class KShotSplits:
     train: list[Example]
     dev: list[Example]
-    test: list[Example] | None  # None: not read (a dev-only evaluation, `openbook eval --no-test`)
+    test: list[Example] | None  # None: not read (a dev-only evaluation: the lab's `eval --no-test`)
     # Test queries that fit none of the task's labels (its `oos_test` split, read with test): scored for
     # refusal only (clinc150's out-of-scope set); empty for a task without one.
     out_of_scope: list[Example] = field(default_factory=list)
@@ -148,14 +156,47 @@ def _read_csv(path: Path) -> list[Example]:
     return examples
 
 
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _read_jsonl(path: Path) -> list[Example]:
+    examples: list[Example] = []
+    with path.open(encoding="utf-8-sig", errors="replace") as handle:
+        for line, row in enumerate(handle, start=1):
+            if not row.strip():
+                continue
+            try:
+                record = json.loads(row)
+            except json.JSONDecodeError as error:
+                raise _error(path, line, f"not a JSON object: {error.msg}") from None
+            if not isinstance(record, dict) or "text" not in record or "label" not in record:
+                raise _error(path, line, 'expected an object with "text" and "label"')
+            text, label = record["text"], record["label"]
+            texts = [text] if isinstance(text, str) else text
+            if not isinstance(texts, list) or len(texts) not in (1, 2) or not all(map(_is_str, texts)):
+                raise _error(path, line, '"text" must be a string or a pair of strings')
+            if isinstance(label, bool) or not isinstance(label, str | int):
+                raise _error(path, line, '"label" must be a string or an integer')
+            example = _make_example(path, line, texts, str(label))
+            if examples and _is_pair(example) != _is_pair(examples[0]):  # as a .csv's first row decides
+                raise _error(path, line, "a file holds single texts or pairs, not both")
+            examples.append(example)
+    if not examples:
+        raise _error(path, 1, "empty file: no examples")
+    return examples
+
+
 def read_split(path: str | Path) -> list[Example]:
-    """Read one ``.tsv`` or ``.csv`` split file into examples, in file order."""
+    """Read one ``.tsv``, ``.csv`` or ``.jsonl`` file of labelled examples, in file order."""
     path = Path(path)
     if path.suffix == ".tsv":
         return _read_tsv(path)
     if path.suffix == ".csv":
         return _read_csv(path)
-    raise _error(path, 1, f"unsupported file type {path.suffix!r}; expected one of {SPLIT_SUFFIXES}")
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path)
+    raise _error(path, 1, f"unsupported file type {path.suffix!r}; expected one of {EXAMPLE_SUFFIXES}")
 
 
 def find_split(directory: Path, name: str) -> Path:
@@ -234,6 +275,20 @@ def blank_texts(examples: Iterable[Example]) -> int:
     """How many of `examples` have a blank text (whitespace alone, or a pair with such a part)."""
     parts = ((e.text,) if isinstance(e.text, str) else e.text for e in examples)
     return sum(any(not part.strip() for part in text) for text in parts)
+
+
+def example_labels(classifier: Classifier, examples: Sequence[Example]) -> np.ndarray:
+    """The label indices of data examples under the classifier's labels; an unknown label is an error
+    naming its file and line."""
+    from openbook.prompting import PromptError
+
+    indices = []
+    for example in examples:
+        try:
+            indices.append(classifier.verbalizer.index(example.label))
+        except PromptError as error:
+            raise PromptError(f"{example.source}: {error}") from None
+    return np.array(indices, dtype=np.int64)
 
 
 def fixed_sample(examples: Sequence[Example], size: int | None) -> list[Example]:

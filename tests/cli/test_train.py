@@ -3,7 +3,8 @@
 import json
 
 import pytest
-from openbook.cli import main
+
+from services.cli import main
 
 
 @pytest.fixture
@@ -84,8 +85,9 @@ def test_checkpoint_problems_are_named(tmp_path, causal_dir, capsys, train_args,
 
 
 def test_train_flags_are_the_method_options_they_name() -> None:
-    from openbook.cli import build_parser
     from openbook.methods import build_method
+
+    from services.cli import build_parser
 
     argv = ["train", "--task", "t", "--method", "retroprompt", "--seed", "1", "--out", "o"]
     args = build_parser().parse_args([*argv, "--no-demos", "--knn-loss", "--no-knn-infer"])

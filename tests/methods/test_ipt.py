@@ -180,7 +180,7 @@ def test_pretrained_needs_its_table_and_loads_it(causal_backbone: Backbone, toy)
     from safetensors.torch import load_file
 
     missing = build_method("ipt/strategy=pretrained/corpus=nowhere")
-    with pytest.raises(MethodError, match=r"python -m openbook.experiments.ipt_table .*corpus=nowhere"):
+    with pytest.raises(MethodError, match=r"python -m research ipt-table .*corpus=nowhere"):
         missing.prepare(Classifier(causal_backbone, toy.template, toy.verbalizer))
     path = ensure_tiny_table(causal_backbone, toy)
     with pytest.raises(MethodError, match="rank 8"):  # another size is another table

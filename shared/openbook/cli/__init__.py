@@ -1,8 +1,9 @@
-"""The `openbook` command: eval, train, methods, classify, bench, continual, knn-selection, first-use,
-prepare, splits, relabel.
+"""The library's commands: `openbook classify`, `train`, `eval` and `prepare`.
 
-One module per subcommand, each with `add_parser(commands)` and `run(args, argv)`;
-what they share is in `common.py`.
+One module per subcommand, each with `add_parser(commands)` and `run(args, argv)`; what they share is in
+`common.py`. The `openbook` program (services/cli/) builds one parser from these and the service's
+commands; `run_command` runs one as every command line does: a user's error in one line (exit 2), an
+interruption in one line (exit 130).
 """
 
 from __future__ import annotations
@@ -10,64 +11,38 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
-from openbook.cli import (
-    bench,
-    classify,
-    common,
-    continual,
-    evaluate,
-    first_use,
-    knn_selection,
-    methods,
-    prepare,
-    relabel,
-    splits,
-    train,
-)
+from openbook.cli import classify, common, evaluate, prepare, train
 from openbook.runtime import configure
 
 COMMANDS = {
-    "eval": evaluate,
-    "train": train,
-    "methods": methods,
     "classify": classify,
-    "bench": bench,
-    "continual": continual,
-    "knn-selection": knn_selection,
-    "first-use": first_use,
+    "train": train,
+    "eval": evaluate,
     "prepare": prepare,
-    "splits": splits,
-    "relabel": relabel,
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="openbook", description=__doc__.split("\n\n")[0].replace("\n", " "))
-    commands = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS.values():
-        command.add_parser(commands)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+def run_command(
+    prog: str,
+    command: ModuleType,
+    args: argparse.Namespace,
+    argv: Sequence[str],
+    *,
+    resolve_data: bool = True,
+) -> int:
+    """`command.run(args, argv)` with torch's threads set (`openbook.runtime`) and `--data` resolved
+    (`common.data_dir`, unless `resolve_data` is False); its exit status."""
     configure()
     try:
-        if hasattr(args, "data_layout") and not getattr(
-            args, "probes", False
-        ):  # first-use --probes reads none
+        if resolve_data and hasattr(args, "data_layout"):
             args.data = common.data_dir(args)
-        COMMANDS[args.command].run(args, argv)
+        command.run(args, argv)
     except common.USER_ERRORS as error:
-        print(f"openbook {args.command}: error: {error}", file=sys.stderr)
+        print(f"{prog} {args.command}: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # what was recorded stays; eval and the grids resume from it
-        print(f"\nopenbook {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # what was recorded stays; the commands that record resume from it
+        print(f"\n{prog} {args.command}: interrupted", file=sys.stderr)
         return 130
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,8 @@ from openbook.data import read_split
 from openbook.untrained import UNTRAINED_CALIBRATION, UNTRAINED_KNN
 
 if TYPE_CHECKING:
-    from openbook.classifier import Prediction
+    from openbook.classifier import Classifier, Prediction
+    from openbook.data import Example
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -21,34 +22,46 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "classify", help="classify texts, with a store built from labelled examples"
     )
     classify.add_argument("texts", nargs="+")
-    classify.add_argument("--task", help="preset name for the template and labels")
-    classify.add_argument("--examples", help="labelled examples for the store (.tsv/.csv, as in eval)")
-    classify.add_argument("--checkpoint", help="a trained classifier from `openbook train`")
+    add_classifier_arguments(classify)
+
+
+def add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
+    """The classifier `classify` and `eval` read: a checkpoint, or the untrained task a prompt and
+    labelled examples make."""
+    parser.add_argument("--task", help="preset name for the template and labels")
+    parser.add_argument("--examples", help="labelled examples for the store (.tsv/.csv/.jsonl, as in eval)")
+    parser.add_argument("--checkpoint", help="a trained classifier from `openbook train`")
     # The defaults are an untrained service task's (openbook.untrained), so both serve the same classifier.
-    classify.add_argument("--k", type=int, default=UNTRAINED_KNN.k)
-    classify.add_argument("--temperature", type=float, default=UNTRAINED_KNN.temperature)
-    classify.add_argument(
+    parser.add_argument("--k", type=int, default=UNTRAINED_KNN.k)
+    parser.add_argument("--temperature", type=float, default=UNTRAINED_KNN.temperature)
+    parser.add_argument(
         "--lam", type=float, help="weight of P_kNN (default: chosen on the --examples, each left out in turn)"
     )
-    classify.add_argument(
+    parser.add_argument(
         "--calibration",
         choices=CALIBRATION_MODES,
         default=UNTRAINED_CALIBRATION,
         help="of P_LM; domain: over the --examples texts (default: %(default)s)",
     )
-    add_prompt_arguments(classify)
-    add_label_scoring_argument(classify)
+    add_prompt_arguments(parser)
+    add_label_scoring_argument(parser)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    examples = read_split(args.examples) if args.examples and not args.checkpoint else []
+    classifier = classifier_of(args, examples)
+    for text, prediction in zip(args.texts, classifier.predict(args.texts), strict=True):
+        print(json.dumps({"text": text, **_as_json(prediction)}))
+
+
+def classifier_of(args: argparse.Namespace, examples: Sequence[Example]) -> Classifier:
+    """The checkpoint's classifier, else the untrained task of the prompt arguments with `examples` in
+    its store (λ chosen on them as an untrained service task chooses it, unless --lam is given)."""
     if args.checkpoint:
         from openbook.checkpoints import load_classifier
 
-        checkpointed, _ = load_classifier(args.checkpoint, device=args.device)
-        for text, prediction in zip(args.texts, checkpointed.predict(args.texts), strict=True):
-            print(json.dumps({"text": text, **_as_json(prediction)}))
-        return
-    if args.calibration == "domain" and not args.examples:
+        return load_classifier(args.checkpoint, device=args.device)[0]
+    if args.calibration == "domain" and not examples:
         raise ValueError("--calibration domain measures the prior over the --examples texts: give --examples")
     import dataclasses
 
@@ -56,9 +69,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     # (openbook.lambda_on_store), as an untrained service task chooses it
     knn = dataclasses.replace(UNTRAINED_KNN, k=args.k, temperature=args.temperature, lam=args.lam)
     classifier = classifier_from_args(args, args.task, knn=knn, calibration=args.calibration)
-    if args.examples:
-        examples = read_split(args.examples)
-        from openbook.experiments.evaluation import example_labels
+    if examples:
+        from openbook.data import example_labels
 
         example_labels(classifier, examples)  # an unknown label fails, naming its line, before any forward
         texts = [e.text for e in examples]
@@ -68,8 +80,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         )
         if args.calibration == "domain":
             classifier.label_bias = classifier.calibration_bias("domain", embeddings.lm_log_probs)
-    for text, prediction in zip(args.texts, classifier.predict(args.texts), strict=True):
-        print(json.dumps({"text": text, **_as_json(prediction)}))
+    return classifier
 
 
 def _as_json(prediction: Prediction) -> dict:

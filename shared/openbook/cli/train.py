@@ -46,9 +46,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     import dataclasses
 
-    from openbook.data import load_kshot
+    from openbook.data import example_labels, load_kshot
     from openbook.estimator import Estimator, load
-    from openbook.experiments.evaluation import example_labels
     from openbook.methods import build_method
 
     spec = "/".join([args.method, *(args.options or [])])

@@ -57,7 +57,7 @@ class TrainBatch:
 
 class Method(ABC):
     name: ClassVar[str]
-    summary: ClassVar[str]  # one line for `openbook methods`
+    summary: ClassVar[str]  # one line for `python -m research methods`
     config_class: ClassVar[type[MethodConfig]]
     # Whether training changes the backbone's own weights. Every method says so (a class attribute, or
     # set in __init__ where an option decides); a method that does not shares one loaded backbone

@@ -29,7 +29,7 @@ The paper's three families of generators are the `strategy` option:
   model cache, keyed by the backbone's weights and the corpus; `prepare`
   refuses to start without it. From a shell:
 
-      python -m openbook.experiments.ipt_table --data $OPENBOOK_DATA --method ipt/strategy=pretrained
+      python -m research ipt-table --data $OPENBOOK_DATA --method ipt/strategy=pretrained
 
 Adaptations. The paper does not prescribe how to start the generated prompts;
 here the base vectors start as the word embedding of a line break and the
@@ -300,7 +300,7 @@ def load_pretrained_table(prompt: InstancePrompt, backbone: Backbone, config: IP
         raise MethodError(
             f"ipt/strategy=pretrained needs a pretrained prompt table for backbone {backbone.config.name!r}, "
             f"corpus {config.corpus!r}, rank {config.rank}, {config.num_prompts} prompts; none at {path}. "
-            f"Build it with: python -m openbook.experiments.ipt_table --data <datasets dir> "
+            f"Build it with (from a checkout): python -m research ipt-table --data <datasets dir> "
             f"--backbone {backbone.config.name} --method {IPT(config).spec}"
         )
     try:

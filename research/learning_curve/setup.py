@@ -1,0 +1,149 @@
+"""Which records a learning-curve directory may take: the setup a run's records measure, checked before a
+run adds to a directory (`check_same_setup`), when units run apart are merged (`merge_results`), and the
+SetFit baselines named by what they ran (`relabel_curve`)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from openbook.methods import method_config
+
+from research.experiments.setfit_peer import is_peer, peer_config, recorded_peer_spec
+from research.learning_curve.report import CurveRecord, read_results, write_results
+
+if TYPE_CHECKING:
+    from research.learning_curve.run import CurveSettings
+
+# Settings that change what a record measures: records made under other ones are not added to.
+SAME_SETUP = ("backbone", "test_size", "pool_size", "training", "max_length")
+
+
+def _setup(settings: dict) -> dict:
+    """What the records of a run made with `settings` (as results.json holds them) measure: the SAME_SETUP
+    keys, the method's every option and each SetFit baseline's (`baseline <name>`). A run of baselines
+    alone measures only what its baselines depend on (`_baseline_keys`)."""
+    setup = (
+        {key: _plain(settings.get(key)) for key in SAME_SETUP}
+        # added later: a run recorded before either ran without the gate, on test
+        | {"untrained_gate": bool(settings.get("untrained_gate")), "judge": settings.get("judge")}
+        | {"method": _plain(settings["method_config"])}
+        | {
+            f"baseline {name}": _plain(settings["peer_configs"][name])
+            for name in settings.get("baselines", [])
+            if is_peer(name)
+        }
+    )
+    if settings.get("baselines_only"):
+        keys = _baseline_keys(settings.get("baselines", []))
+        return {key: value for key, value in setup.items() if key in keys}
+    return setup
+
+
+def _baseline_keys(baselines: Sequence[str]) -> set[str]:
+    """The setup keys the baselines' records depend on: the scored sample (`test_size`, `judge`); the
+    backbone for the ones it runs, and the service's training settings for prompt-ft, which trains as a
+    job does; a SetFit baseline's own options alone. The service's method, gate and pool are not among
+    them: a SetFit baseline can join a curve whose service ran under another budget."""
+    keys = {"test_size", "judge"}
+    for name in baselines:
+        if is_peer(name):
+            keys.add(f"baseline {name}")
+        else:
+            keys |= {"backbone", "max_length", *(["training"] if name == "prompt-ft" else [])}
+    return keys
+
+
+def peer_configs_of(baselines: Sequence[str]) -> dict[str, dict]:
+    """Each SetFit baseline's every option, as a run records them."""
+    return {name: asdict(peer_config(name)) for name in baselines if is_peer(name)}
+
+
+def _differing(ours: dict, theirs: dict) -> list[str]:
+    """The setup keys both runs have on which they differ (one run may lack a baseline the other ran)."""
+    return sorted(key for key in ours if key in theirs and ours[key] != theirs[key])
+
+
+def check_same_setup(s: CurveSettings, runs: Sequence[dict]) -> None:
+    """ValueError if `s.out` holds records of another backbone, method, scoring setup or SetFit baseline
+    than `s`'s."""
+    ours = _setup(
+        {key: getattr(s, key) for key in (*SAME_SETUP, "untrained_gate", "judge", "baselines_only")}
+        | {
+            "method_config": method_config(s.method),
+            "baselines": list(s.baselines),
+            "peer_configs": peer_configs_of(s.baselines),
+        }
+    )
+    for run in runs:
+        theirs = _setup(run["settings"])
+        differ = _differing(ours, theirs)
+        if differ:
+            raise ValueError(
+                f"{s.out}/results.json holds records made with other settings ({', '.join(differ)}: "
+                f"{', '.join(f'{k}={theirs[k]}' for k in differ)}); give another --out"
+            )
+
+
+def merge_results(out: Path, sources: Sequence[Path]) -> list[CurveRecord]:
+    """Gather into `out` the runs and records of `sources`, beside any already in `out`: units run as
+    separate processes (or on separate machines), each into its own directory, become one curve.
+
+    ValueError, with nothing written, if a source holds no results, if the runs differ in setup
+    (`check_same_setup`'s keys), or if a (task, seed, order, series, round) is recorded twice.
+    """
+    runs, records = read_results(out)
+    for directory in sources:
+        their_runs, their_records = read_results(directory)
+        if not their_runs:
+            raise ValueError(f"{directory} holds no learning-curve results")
+        runs, records = [*runs, *their_runs], [*records, *their_records]
+    if not runs:
+        raise ValueError("nothing to merge: no output directory given")
+    first = _setup(runs[0]["settings"])
+    for run in runs[1:]:
+        differ = _differing(first, _setup(run["settings"]))
+        if differ:
+            raise ValueError(f"the runs to merge differ in {', '.join(differ)}: {run['command']}")
+    counts = Counter((r.task, r.seed, r.order, r.method, r.shots) for r in records)
+    twice = sorted(key for key, n in counts.items() if n > 1)
+    if twice:
+        raise ValueError(f"recorded more than once (task, seed, order, series, round): {twice[:5]}")
+    write_results(out, runs, records)
+    return records
+
+
+def relabel_curve(out: Path) -> dict[str, str]:
+    """Name each SetFit baseline of `out` by the options its runs recorded, under today's defaults
+    (`setfit_peer.recorded_peer_spec`), in the records and the runs' settings: a baseline recorded as
+    `setfit` when the peer's encoder was all-MiniLM-L6-v2 becomes `setfit/encoder=minilm/max-steps=0`,
+    and today's `setfit` can join the curve beside it. The renames made, old name -> new; ValueError,
+    with nothing written, where one name stands for runs of different options."""
+    runs, records = read_results(out)
+    if not runs:
+        raise ValueError(f"{out} holds no learning-curve results")
+    renames: dict[str, str] = {}
+    for run in runs:
+        for name, recorded in run["settings"].get("peer_configs", {}).items():
+            new = recorded_peer_spec(recorded)
+            if renames.setdefault(name, new) != new:
+                raise ValueError(f"{out}: {name} names runs of different options ({renames[name]}, {new})")
+    renames = {old: new for old, new in renames.items() if old != new}
+    if renames:
+        for run in runs:
+            settings = run["settings"]
+            settings["baselines"] = [renames.get(name, name) for name in settings.get("baselines", [])]
+            if "peer_configs" in settings:
+                settings["peer_configs"] = {renames.get(k, k): v for k, v in settings["peer_configs"].items()}
+        renamed = [replace(r, method=renames.get(r.method, r.method)) for r in records]
+        write_results(out, runs, renamed)
+    return renames
+
+
+def _plain(value: object) -> object:
+    """Lists for tuples, as a value read back from JSON has them."""
+    return json.loads(json.dumps(value))
