@@ -14,7 +14,7 @@ from openbook.fitting import LabelledTexts, StoreExamples, fit_and_save
 from openbook.knn import KnnConfig
 from openbook.methods import weights_sha256
 from openbook.selection import LAMBDA_GRID, choose_knn_on_dev
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 
 CONFIG = TrainConfig(steps=4, batch_size=4, lr=3e-3, eval_every=2, patience=10, warmup_ratio=0.0)
 # Dev differs from train, so choosing on train instead of dev would show.

@@ -46,7 +46,8 @@ from openbook.prompting import TextInput
 from openbook.quality import Scored, calibrate, score_examples
 from openbook.selection import choose_knn_on_dev
 from openbook.store import KnowledgeStore
-from openbook.training import DevScore, TrainConfig, TrainResult, train
+from openbook.train_config import TrainConfig
+from openbook.training import DevScore, TrainResult, train
 
 
 @dataclass(frozen=True)

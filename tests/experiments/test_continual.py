@@ -21,7 +21,7 @@ from openbook.experiments.continual import (
     union_verbalizer,
 )
 from openbook.prompting import PromptError, Template
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 
 WORDS = {"toy": "0=bad,1=good", "qs": "0=what,1=who,2=where"}
 CONFIG = TrainConfig(steps=4, batch_size=4, lr=1e-3, eval_every=2, patience=5, calibration="none")

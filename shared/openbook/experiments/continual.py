@@ -52,7 +52,8 @@ from openbook.experiments.evaluation import INFERENCE_METHODS, example_labels, m
 from openbook.methods import Method, build_method
 from openbook.prompting import PromptError, Template, Verbalizer
 from openbook.selection import accuracy
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 from tqdm.auto import tqdm
 
 # One cloze question for sentiment and question-type labels alike. Chosen on dev: untrained smollm2-135m,

@@ -43,7 +43,8 @@ from openbook.experiments.evaluation import (
     scores_on_test,
 )
 from openbook.methods import Method, build_method, method_config
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 from tqdm.auto import tqdm
 
 # The three ways every trained classifier is read, its own inference among them (`readings` in each
