@@ -44,6 +44,7 @@ from urllib.parse import SplitResult, urlsplit
 import httpx
 import redis
 import torch
+from openbook.backbone import BackboneConfig
 from openbook.classifier import Classifier
 from openbook.experiments.bench import median_seconds, synchronize, synthetic_sentences
 from openbook.prompting import EncodedBatch
@@ -164,7 +165,7 @@ class _Bench:
 def run_api_bench(
     backbone: str,
     *,
-    max_length: int = 128,
+    max_length: int = BackboneConfig.max_length,
     requests: int = 20,
     clients: int | Sequence[int] = (32,),
     stand_in: bool = False,

@@ -10,6 +10,8 @@ def _counts(text: str) -> list[int]:
 
 
 def run_bench_api(argv: list[str]) -> int:
+    from openbook.backbone import BackboneConfig
+    from openbook.config_fields import add_field_arguments
     from openbook.models import DEFAULT_BACKBONE
 
     from services.bench import run_api_bench
@@ -22,7 +24,7 @@ def run_bench_api(argv: list[str]) -> int:
         help="serve a random-weight model with the backbone's tokenizer and layer types but 2 layers of "
         "width 64: its forward costs milliseconds, as a GPU's does, so the service's own costs show",
     )
-    parser.add_argument("--max-length", type=int, default=128)
+    add_field_arguments(parser, BackboneConfig, ("max_length",))
     parser.add_argument("--requests", type=int, default=20, help="timed single requests (median reported)")
     parser.add_argument(
         "--clients",

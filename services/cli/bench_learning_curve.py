@@ -23,8 +23,11 @@ def _size(text: str) -> int | None:
 
 
 def run_bench_learning_curve(argv: list[str]) -> int:
-    from openbook.cli.common import UNRECORDED_SETTINGS
+    from openbook.backbone import BackboneConfig
+    from openbook.cli.common import add_device_argument
+    from openbook.config_fields import add_field_arguments
     from openbook.data import DataError
+    from openbook.methods import DEFAULT_METHOD
     from openbook.models import DEFAULT_BACKBONE
     from openbook.train_config import Keep, TrainConfig
 
@@ -52,7 +55,7 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         default=list(BASELINES),
         help="knn-interp, prompt-ft, setfit (all-mpnet-base-v2), setfit with options: setfit/encoder=minilm",
     )
-    parser.add_argument("--method", default="retroprompt", help="the service task's method")
+    parser.add_argument("--method", default=DEFAULT_METHOD, help="the service task's method")
     parser.add_argument(
         "--test-size", type=_size, default=500, help="test examples scored ('all': every one)"
     )
@@ -89,8 +92,8 @@ def run_bench_learning_curve(argv: list[str]) -> int:
         default=TrainConfig.keep,
         help="the jobs' kept weights: the last (default), or the dev checks' best",
     )
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    add_field_arguments(parser, BackboneConfig, ("max_length",))
+    add_device_argument(parser)
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a round's jobs may take")
     parser.add_argument(
         "--parallel",
@@ -163,8 +166,7 @@ def run_bench_learning_curve(argv: list[str]) -> int:
                 "batch_size": args.batch_size,
                 "lr": args.lr,
                 "patience": args.patience,
-                # recorded unless it is what the curves made before --keep kept
-                **({"keep": args.keep} if args.keep != UNRECORDED_SETTINGS["keep"] else {}),
+                "keep": args.keep,
                 **TrainConfig(
                     steps=args.steps,
                     epochs=args.epochs,

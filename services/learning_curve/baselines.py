@@ -36,7 +36,7 @@ from openbook.experiments.setfit_peer import (
 from openbook.fitting import FitSets, fit_classifier
 from openbook.methods import build_method
 from openbook.selection import lambda_on_store
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 
 from services.engine.task_spec import Task, task_classifier
 from services.learning_curve.schedule import CurveData

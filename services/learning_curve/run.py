@@ -25,11 +25,12 @@ from pathlib import Path
 import redis
 import torch
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
+from openbook.config_fields import default_of
 from openbook.devices import default_dtype, resolve_dtype
-from openbook.methods import build_method, method_config
+from openbook.methods import DEFAULT_METHOD, build_method, method_config
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 from openbook.version import __version__
 from tqdm.auto import tqdm
 
@@ -70,7 +71,7 @@ class CurveSettings:
     rounds: Sequence[int] = ROUNDS
     orders: Sequence[str] = ORDERS
     baselines: Sequence[str] = BASELINES
-    method: str = "retroprompt"  # the service task's method, which its automatic jobs train
+    method: str = DEFAULT_METHOD  # the service task's method, which its automatic jobs train
     test_size: int | None = 500
     pool_size: int | None = 500  # the uncertainty order's pool (the service scores up to 2000)
     # the service task's training settings, its budget spelled out (by default, the default budget), and
@@ -84,8 +85,8 @@ class CurveSettings:
             **TrainConfig().budget(),
         }
     )
-    max_length: int = 128
-    device: str = "cpu"
+    max_length: int = BackboneConfig.max_length
+    device: str = field(default_factory=lambda: default_of(BackboneConfig, "device"))
     # the worker's first gate against the untrained task (OPENBOOK_UNTRAINED_GATE in the service)
     untrained_gate: bool = False
     judge: int | None = None  # score on this many held-out training examples instead of test (schedule.py)
@@ -154,11 +155,13 @@ def service_stack(
     directory: Path,
     *,
     backbone: str,
-    max_length: int = 128,
-    device: str = "cpu",
-    untrained_gate: bool = False,
+    max_length: int = BackboneConfig.max_length,
+    device: str | None = None,
+    untrained_gate: bool = True,
 ) -> Iterator[CurveClient]:
-    """The embedded Redis, the api on a local port and a worker thread; a client of the api."""
+    """The embedded Redis, the api on a local port and a worker thread; a client of the api. The device
+    and the gate are the service's defaults unless given."""
+    device = default_of(BackboneConfig, "device") if device is None else device
     with EmbeddedRedis(directory / "redis") as bus:
         settings = Settings(
             redis_url=bus.url,

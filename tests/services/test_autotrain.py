@@ -211,7 +211,7 @@ def test_a_patch_that_gives_a_budget_replaces_the_stored_one(api: TestClient) ->
 
 
 def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> None:
-    from openbook.training import DEFAULT_MAX_STEPS, TrainConfig
+    from openbook.train_config import DEFAULT_MAX_STEPS, TrainConfig
 
     by_epochs = api.post("/v1/tasks/reviews/train", json={**KNOBS, "steps": None, "epochs": 3})
     assert by_epochs.status_code == 202, by_epochs.text

@@ -13,7 +13,7 @@ from openbook.data import Example
 from openbook.dev_split import in_dev
 from openbook.experiments import setfit_peer
 from openbook.methods import MethodError
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 
 from services.engine.task_spec import Task
 from services.learning_curve.baselines import Baselines, canonical_baseline, unavailable

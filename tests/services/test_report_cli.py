@@ -45,7 +45,7 @@ def test_report_of_a_checkpoint_needs_no_service(
 ) -> None:
     from openbook.fitting import LabelledTexts, fit_and_save
     from openbook.methods import weights_sha256
-    from openbook.training import TrainConfig
+    from openbook.train_config import TrainConfig
 
     classifier, method = fresh_classifier(causal_dir, "retroprompt")
     dev = LabelledTexts(
