@@ -60,7 +60,8 @@ class BackboneConfig:
     layer: int = field(
         default=-1, metadata={"help": "hidden layer of the slot representation: 0 embeddings, -1 the last"}
     )
-    # 128: what the service and the command line have always cut at, and every record was made with.
+    # 128: what the service, the command line and `create_classifier` have always cut at, and the records
+    # were made with (but `openbook first-use`'s, which read this default when it was 256).
     max_length: int = field(default=128, metadata={"help": "tokens per prompt; longer texts are cut"})
     device: str = field(
         default_factory=default_device,
