@@ -13,14 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 
-def config_field(config: object, name: str) -> dataclasses.Field:
+def config_field(config: Any, name: str) -> dataclasses.Field:
     """The dataclass field `name` of `config` (a config dataclass or an instance of one)."""
-    for candidate in dataclasses.fields(config):  # type: ignore[arg-type]  # a dataclass, checked here
+    for candidate in dataclasses.fields(config):
         if candidate.name == name:
             return candidate
-    raise KeyError(
-        f"{type(config).__name__ if not isinstance(config, type) else config.__name__} has no {name}"
-    )
+    raise KeyError(f"no field {name!r} in {config}")
 
 
 def help_of(config: object, name: str) -> str:
