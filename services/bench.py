@@ -44,6 +44,7 @@ from urllib.parse import SplitResult, urlsplit
 import httpx
 import redis
 import torch
+from openbook.backbone import BackboneConfig
 from openbook.classifier import Classifier
 from openbook.prompting import EncodedBatch
 from openbook.timing import median_seconds, synchronize, synthetic_sentences
@@ -57,6 +58,9 @@ TASK = {
     "name": "bench",
     "template": "Review: {text}\nSentiment: {mask}",
     "labels": {"0": "negative", "1": "positive"},
+    "training": {
+        "auto": False
+    },  # the one job is the hot swap's: an automatic one would take the worker first
 }
 
 
@@ -164,7 +168,7 @@ class _Bench:
 def run_api_bench(
     backbone: str,
     *,
-    max_length: int = 128,
+    max_length: int = BackboneConfig.max_length,
     requests: int = 20,
     clients: int | Sequence[int] = (32,),
     stand_in: bool = False,
@@ -363,7 +367,8 @@ def measure_hot_swap(bench: _Bench, second: Served, max_length: int) -> None:
         thread.start()
     job = bench.api.post(
         "/v1/tasks/bench/train",
-        json={"method": "prompt-ft", "steps": 2, "batch_size": 8, "eval_every": 2},
+        # forced: the swap is measured whatever the gate would say of two steps against the untrained task
+        json={"method": "prompt-ft", "steps": 2, "batch_size": 8, "eval_every": 2, "force": True},
     ).json()
     worker = Worker(redis.Redis.from_url(bench.bus_url), bench.tmp / "artifacts", max_length=max_length)
     worker.run_once(block_ms=1000)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import redis
 import uvicorn
+from openbook.backbone import BackboneConfig
+from openbook.config_fields import default_of
 from openbook.models import save_random_model
 
 from services.api.app import create_app
@@ -94,11 +96,13 @@ def service_stack(
     directory: Path,
     *,
     backbone: str,
-    max_length: int = 128,
-    device: str = "cpu",
-    untrained_gate: bool = False,
+    max_length: int = BackboneConfig.max_length,
+    device: str | None = None,
+    untrained_gate: bool = True,
 ) -> Iterator[BenchClient]:
-    """The embedded Redis, the api on a local port and a worker thread; a client of the api."""
+    """The embedded Redis, the api on a local port and a worker thread; a client of the api. The device
+    and the gate are the service's defaults unless given."""
+    device = default_of(BackboneConfig, "device") if device is None else device
     with EmbeddedRedis(directory / "redis") as bus:
         settings = Settings(
             redis_url=bus.url,

@@ -160,7 +160,8 @@ def test_the_default_device_comes_from_the_environment(monkeypatch):
     from openbook.devices import default_device, resolve_device
 
     monkeypatch.delenv("OPENBOOK_DEVICE", raising=False)
-    assert BackboneConfig().device == default_device() == "cpu"
+    # unset: auto, a GPU when one is visible
+    assert BackboneConfig().device == default_device() == ("cuda" if torch.cuda.is_available() else "cpu")
     monkeypatch.setenv("OPENBOOK_DEVICE", "cuda:1")
     assert BackboneConfig().device == "cuda:1"
     assert BackboneConfig(device="cpu").device == "cpu"  # an explicit device wins

@@ -13,7 +13,8 @@ from openbook.classifier import Classifier
 from openbook.devices import default_dtype, resolve_dtype
 from openbook.knn import KnnConfig, Similarity
 from openbook.methods import build_method, weights_sha256
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 
 # Parity of bfloat16 with float32 on the tiny backbones (8 significant bits against 24). Measured on
 # the ten distinct sentences of the tiny models' corpus with a four-example store: largest difference

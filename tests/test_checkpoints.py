@@ -13,7 +13,8 @@ from openbook.artifacts import CheckpointError
 from openbook.backbone import BackboneConfig, load_backbone
 from openbook.checkpoints import examples_sha256, load_classifier, save_classifier
 from openbook.data import Example
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 
 CONFIG = TrainConfig(steps=2, batch_size=4, lr=3e-3, eval_every=6, patience=10, warmup_ratio=0.0)
 

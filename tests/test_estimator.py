@@ -16,7 +16,7 @@ from openbook.dev_split import split_dev
 from openbook.fitting import FitSets, TrainingRecord, fit_classifier, save_fitted
 from openbook.methods import build_method, weights_sha256
 from openbook.prompting import PromptError, Template, Verbalizer
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 from openbook.untrained import UNTRAINED_KNN
 
 TEMPLATE = "{text} It was {mask}"

@@ -15,7 +15,7 @@ from openbook.estimator import Estimator
 from openbook.fitting import FitSets, LabelledTexts, StoreExamples, choose_knn_on_dev
 from openbook.knn import KnnConfig
 from openbook.selection import LAMBDA_GRID
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 
 BUDGET = {"steps": 4, "batch_size": 4, "lr": 3e-3, "eval_every": 2, "patience": 10, "warmup_ratio": 0.0}
 CONFIG = TrainConfig(**BUDGET)

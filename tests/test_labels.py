@@ -15,7 +15,8 @@ from openbook.labels import LabelError, add_label, add_labels, fit_to_labels
 from openbook.methods import METHODS, weights_sha256
 from openbook.methods.dart import DifferentiablePrompt
 from openbook.methods.linear_probe import LinearProbeHead
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 
 CONFIG = TrainConfig(steps=2, batch_size=4, lr=3e-3, eval_every=6, patience=10, warmup_ratio=0.0)
 NEW_WORD = "boring"  # in the tiny tokenizers' corpus, and not a toy label word

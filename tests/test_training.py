@@ -11,15 +11,14 @@ import pytest
 import torch
 from openbook.methods import weights_sha256
 from openbook.prompting import PromptError
-from openbook.training import (
+from openbook.train_config import (
     DEFAULT_EPOCHS,
     DEFAULT_EVAL_EVERY,
     DEFAULT_MAX_STEPS,
     DEFAULT_MIN_STEPS,
-    TRAIN_STAGES,
     TrainConfig,
-    train,
 )
+from openbook.training import TRAIN_STAGES, train
 
 from tests.test_checkpoints import HALF_PROBABILITY_ATOL
 

@@ -24,6 +24,10 @@ def _size(text: str) -> int | None:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    from openbook.backbone import BackboneConfig
+    from openbook.cli.common import add_device_argument
+    from openbook.config_fields import add_field_arguments
+    from openbook.methods import DEFAULT_METHOD
     from openbook.models import DEFAULT_BACKBONE
     from openbook.train_config import Keep, TrainConfig
 
@@ -50,7 +54,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="knn-interp, prompt-ft, setfit (all-mpnet-base-v2), setfit with options: setfit/encoder=minilm "
         "(default: knn-interp,prompt-ft,setfit)",
     )
-    parser.add_argument("--method", default="retroprompt", help="the service task's method")
+    parser.add_argument("--method", default=DEFAULT_METHOD, help="the service task's method")
     parser.add_argument(
         "--test-size", type=_size, default=500, help="test examples scored ('all': every one)"
     )
@@ -87,8 +91,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=TrainConfig.keep,
         help="the jobs' kept weights: the last (default), or the dev checks' best",
     )
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    add_field_arguments(parser, BackboneConfig, ("max_length",))
+    add_device_argument(parser)
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a round's jobs may take")
     parser.add_argument(
         "--parallel",
@@ -116,10 +120,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.data import data_root
     from openbook.train_config import TrainConfig
 
-    from research.cli.settings import UNRECORDED_SETTINGS
     from research.learning_curve.baselines import BASELINES, canonical_baseline
-    from research.learning_curve.run import CurveSettings, run_in_processes, run_learning_curve
+    from research.learning_curve.run import run_in_processes, run_learning_curve
     from research.learning_curve.service import Waiting
+    from research.learning_curve.settings import CurveSettings
 
     if args.relabel:
         from research.learning_curve.setup import relabel_curve
@@ -156,8 +160,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             "batch_size": args.batch_size,
             "lr": args.lr,
             "patience": args.patience,
-            # recorded unless it is what the curves made before --keep kept
-            **({"keep": args.keep} if args.keep != UNRECORDED_SETTINGS["keep"] else {}),
+            "keep": args.keep,
             **TrainConfig(
                 steps=args.steps,
                 epochs=args.epochs,

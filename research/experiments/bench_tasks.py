@@ -64,7 +64,8 @@ def run_tasks_bench(args: argparse.Namespace) -> None:
     from openbook.classifier import Classifier
     from openbook.methods import build_method, weights_sha256
     from openbook.prompting import get_preset
-    from openbook.training import TrainConfig, train
+    from openbook.train_config import TrainConfig
+    from openbook.training import train
 
     counts = sorted({int(n) for n in args.tasks.split(",")})
     method = build_method(args.method)

@@ -51,7 +51,8 @@ from openbook.data import Example, example_labels, fixed_sample, load_kshot
 from openbook.methods import Method, build_method
 from openbook.prompting import PromptError, Template, Verbalizer
 from openbook.selection import accuracy
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 from tqdm.auto import tqdm
 
 from research.experiments.evaluation import INFERENCE_METHODS, method_inputs

@@ -43,7 +43,8 @@ from openbook.selection import (
     split_mixture,
 )
 from openbook.store import KnowledgeStore
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 
 EvidenceKind = Literal["dev", "train", "train+dev"]
 # How neighbours are scored here: by plain cosine, as in the check's published tables (docs/knn-selection.md),

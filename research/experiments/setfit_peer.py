@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from openbook.backbone import BackboneConfig
 from openbook.classifier import Classifier
 from openbook.data import KShotSplits, example_labels, load_kshot
 from openbook.encoders import ENCODERS, check_installed, encoder_dir
@@ -79,7 +80,7 @@ class SetFitConfig:
     num_epochs: int = 1
     batch_size: int = 16
     body_learning_rate: float = 2e-5
-    max_length: int = 128
+    max_length: int = BackboneConfig.max_length  # tokens per text, cut as the service cuts its prompts
     # The most contrastive steps; 0: no cap. SetFit draws 2 x num_iterations pairs per training example,
     # so clinc150's 1500 (150 labels x 10) make 60,000 pairs, 3750 steps a seed; setfit's maintainers
     # advise capping max_steps when examples or classes are many (huggingface/setfit#472; #249 on the

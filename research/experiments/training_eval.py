@@ -31,7 +31,8 @@ import numpy as np
 from openbook.classifier import Classifier
 from openbook.data import KShotSplits, example_labels, load_kshot
 from openbook.methods import Method, build_method, method_config
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 from tqdm.auto import tqdm
 
 from research.experiments.evaluation import (

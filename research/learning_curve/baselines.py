@@ -26,7 +26,7 @@ from openbook.classifier import Embeddings
 from openbook.estimator import Estimator
 from openbook.methods import build_method
 from openbook.selection import lambda_on_store
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 
 from research.experiments.setfit_peer import (
     PeerUnavailable,

@@ -9,15 +9,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from openbook.methods import method_config
 
 from research.experiments.setfit_peer import is_peer, peer_config, recorded_peer_spec
 from research.learning_curve.report import CurveRecord, read_results, write_results
-
-if TYPE_CHECKING:
-    from research.learning_curve.run import CurveSettings
+from research.learning_curve.settings import CurveSettings
 
 # Settings that change what a record measures: records made under other ones are not added to.
 SAME_SETUP = ("backbone", "test_size", "pool_size", "training", "max_length")

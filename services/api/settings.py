@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from openbook.backbone import BackboneConfig
 from openbook.devices import resolve_device
 from openbook.models import DEFAULT_BACKBONE
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.engine.config_models import mirrored
 
 
 class Settings(BaseSettings):
@@ -51,7 +54,8 @@ class Settings(BaseSettings):
     # Where a task may name its backbone by path: model directories (each with a config.json) under
     # these, besides the model cache. Other names must be registered backbones (openbook.models).
     model_dirs: list[Path] = []
-    max_length: int = 128  # tokens per prompt; longer inputs are cut and flagged
+    # The library's defaults (BackboneConfig), which the worker reads too: longer inputs are cut and flagged.
+    max_length: int = mirrored(BackboneConfig, "max_length")
     max_batch: int = 64  # texts per classify request, examples per POST
     # A backbone forward serving concurrent requests (services/api/batching.py) takes at most
     # batch_max_texts texts and batch_max_tokens padded tokens (texts x its longest prompt); a request
@@ -84,7 +88,7 @@ class Settings(BaseSettings):
     # store being replayed never hold the threads reads need.
     read_threads: int = Field(16, ge=1)
     write_threads: int = Field(8, ge=1)
-    device: str = "cpu"  # cpu, cuda, cuda:N, or auto (cuda when a GPU is visible)
+    device: str = mirrored(BackboneConfig, "device")  # unset: auto, cuda when a GPU is visible
     threads: int | None = None  # torch and FAISS threads; default: the machine's cores
     # Model versions kept per task besides the serving and the pinned ones; older ones are deleted, their
     # checkpoint directories too (services/bus/versions.py), by the worker after each job and the api
@@ -92,8 +96,8 @@ class Settings(BaseSettings):
     keep_versions: int = Field(3, ge=1)
     worker_name: str = "worker-1"  # the trainer's consumer name on the jobs stream: one per live worker
     # A task's first candidate must score at least as well as the untrained task it would replace
-    # (services.trainer.worker); off: its dev rule failed (docs/decisions.md, "The first gate").
-    untrained_gate: bool = False
+    # (services.trainer.worker), so that a task that trains by itself never serves worse than it began.
+    untrained_gate: bool = True
     heartbeat_ttl_s: float = Field(10.0, gt=0)  # a worker counts as alive this long after its last beat
     # `openbook up` restarts a dead child after restart_backoff_s, doubled for each further death within
     # restart_window_s (at most 30 s), and gives up once one child died restart_limit times in that window.

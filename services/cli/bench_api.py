@@ -11,6 +11,8 @@ def _counts(text: str) -> list[int]:
 
 
 def add_parser(benches: argparse._SubParsersAction) -> None:
+    from openbook.backbone import BackboneConfig
+    from openbook.config_fields import add_field_arguments
     from openbook.models import DEFAULT_BACKBONE
 
     parser = benches.add_parser(
@@ -23,7 +25,7 @@ def add_parser(benches: argparse._SubParsersAction) -> None:
         help="serve a random-weight model with the backbone's tokenizer and layer types but 2 layers of "
         "width 64: its forward costs milliseconds, as a GPU's does, so the service's own costs show",
     )
-    parser.add_argument("--max-length", type=int, default=128)
+    add_field_arguments(parser, BackboneConfig, ("max_length",))
     parser.add_argument("--requests", type=int, default=20, help="timed single requests (median reported)")
     parser.add_argument(
         "--clients",

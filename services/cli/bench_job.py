@@ -24,7 +24,10 @@ from pathlib import Path
 
 
 def add_parser(benches: argparse._SubParsersAction) -> None:
-    from openbook.cli.common import add_label_scoring_argument
+    from openbook.backbone import BackboneConfig
+    from openbook.cli.common import add_device_argument, add_label_scoring_argument
+    from openbook.config_fields import add_field_arguments
+    from openbook.methods import DEFAULT_METHOD
     from openbook.models import DEFAULT_BACKBONE
 
     parser = benches.add_parser(
@@ -35,7 +38,7 @@ def add_parser(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--shots", type=int, default=16, help="examples per class of that split")
     parser.add_argument("--data", help="the k-shot/ directory (default: $OPENBOOK_DATA/k-shot)")
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
-    parser.add_argument("--method", default="retroprompt", help="the task's method (default: the service's)")
+    parser.add_argument("--method", default=DEFAULT_METHOD, help="the task's method (default: %(default)s)")
     add_label_scoring_argument(parser)  # the task's, as POST /v1/tasks takes it
     parser.add_argument("--per-request", type=int, default=32, help="examples per POST")
     parser.add_argument(
@@ -44,8 +47,8 @@ def add_parser(benches: argparse._SubParsersAction) -> None:
         default={},
         help='more training settings for the task, as JSON, e.g. \'{"epochs": 8, "min_steps": 32}\'',
     )
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    add_field_arguments(parser, BackboneConfig, ("max_length",))
+    add_device_argument(parser)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the job may take")
     parser.add_argument("--out", help="a directory to add this run's record to (job.json: one per run)")
 

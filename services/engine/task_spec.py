@@ -9,18 +9,10 @@ from typing import Annotated, Any, Self
 from annotated_types import GroupedMetadata
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
-from openbook.knn import KnnConfig, Similarity
+from openbook.knn import KnnConfig
 from openbook.label_names import words_for_names
-from openbook.methods import build_method
-from openbook.training import (
-    DEFAULT_EPOCHS,
-    DEFAULT_EVAL_EVERY,
-    DEFAULT_MAX_STEPS,
-    DEFAULT_MIN_STEPS,
-    Keep,
-    Precision,
-    TrainConfig,
-)
+from openbook.methods import DEFAULT_METHOD, build_method
+from openbook.train_config import TrainConfig
 from openbook.untrained import UNTRAINED_KNN, build_classifier
 from openbook.word_scores import VECTORS_ABOVE, LabelScoringChoice
 from pydantic import (
@@ -34,6 +26,7 @@ from pydantic import (
 )
 
 from services.bus.keys import TASK_NAME_PATTERN
+from services.engine.config_models import mirrored_fields, model_of
 
 BUDGET_KEYS = {"steps", "epochs"}  # a training run's length, given one way or the other
 BOUNDS = {"max_steps", "min_steps"}  # the budget's cap and (under epochs) its floor
@@ -117,29 +110,67 @@ NewLabels = Annotated[
 MinConfidence = Annotated[float | None, Field(ge=0, le=1, allow_inf_nan=False, strict=True)]
 
 
-class KnnSettings(BaseModel):
-    """A task's kNN settings; the defaults are the library's for an untrained classifier (openbook.untrained),
-    which `openbook classify` and `openbook.create_classifier` share."""
+# A task's kNN settings are the library's for an untrained classifier (openbook.untrained), which
+# `openbook classify` and `openbook.create_classifier` share: their types, defaults and help read from
+# there, but for lambda's. Not finite is not valid: JSON would store infinity as null, a spec that no
+# longer reads back.
+_KnnFields = model_of(
+    "_KnnFields",
+    {
+        **mirrored_fields(
+            UNTRAINED_KNN, {"k": {"ge": 1, "le": 1024}, "temperature": {"gt": 0, "allow_inf_nan": False}}
+        ),
+        "lam": (
+            float | None,
+            Field(
+                None,
+                ge=0,
+                le=1,
+                allow_inf_nan=False,
+                description="the weight of P_kNN while the task is untrained; null: chosen on the task's own "
+                "examples, each scored leave-one-out (a training job chooses it on dev)",
+            ),
+        ),
+        **mirrored_fields(UNTRAINED_KNN, {"similarity": {}}),
+    },
+)
 
-    k: int = Field(UNTRAINED_KNN.k, ge=1, le=1024)
-    # Not finite is not valid: JSON would store infinity as null, a spec that no longer reads back.
-    temperature: float = Field(UNTRAINED_KNN.temperature, gt=0, allow_inf_nan=False)
-    lam: float | None = Field(
-        None,
-        ge=0,
-        le=1,
-        allow_inf_nan=False,
-        description="the weight of P_kNN while the task is untrained; null: chosen on the task's own "
-        "examples, each scored leave-one-out (a training job chooses it on dev)",
-    )
-    similarity: Similarity = Field(
-        UNTRAINED_KNN.similarity,
-        description="how neighbours are scored: the cosine after subtracting the store's mean key, or plain",
-    )
+
+class KnnSettings(_KnnFields):  # type: ignore[misc, valid-type]  # a model made above
+    """A task's kNN settings."""
 
 
-class TrainOptions(BaseModel):
-    """What a training job is asked for: the method, and the knobs of its loop (training.TrainConfig)."""
+class _Method(BaseModel):
+    method: str | None = Field(None, description="default: the task's method", examples=[DEFAULT_METHOD])
+
+
+# The TrainConfig fields a job may set, under the bounds the api puts on them; their types, defaults and
+# help are TrainConfig's, which `openbook.create_classifier(...).fit` and `openbook train` read too. The
+# budget: `steps`, or `epochs` (passes over the task's training examples at the time of the job), or
+# neither for the default budget; `max_steps` caps either.
+_TrainKnobs = model_of(
+    "_TrainKnobs",
+    mirrored_fields(
+        TrainConfig,
+        {
+            "steps": {"ge": 1, "le": 100_000},
+            "epochs": {"gt": 0, "le": 1_000, "allow_inf_nan": False},
+            "max_steps": {"ge": 1, "le": 100_000},
+            "min_steps": {"ge": 1, "le": 100_000},
+            "batch_size": {"ge": 1, "le": 1024},
+            "lr": {"gt": 0, "lt": 1, "allow_inf_nan": False},
+            "eval_every": {"ge": 1},
+            "patience": {"ge": 1},
+            "precision": {},
+            "keep": {},
+        },
+    ),
+    base=_Method,
+)
+
+
+class TrainOptions(_TrainKnobs):  # type: ignore[misc, valid-type]  # a model made above
+    """What a training job is asked for: the method, and the knobs of its loop (train_config.TrainConfig)."""
 
     # One budget at most, and a floor only under epochs, said in the schema too, so that a client (or a
     # fuzzer) can know it.
@@ -152,64 +183,6 @@ class TrainOptions(BaseModel):
             "if": {"required": ["min_steps"], "properties": {"min_steps": {"type": "integer"}}},
             "then": {"required": ["epochs"], "properties": {"epochs": {"type": "number"}}},
         }
-    )
-
-    method: str | None = Field(None, description="default: the task's method", examples=["retroprompt"])
-    # The budget: `steps`, or `epochs` (passes over the task's training examples at the time of the job),
-    # or neither for the default budget (training.TrainConfig); `max_steps` caps either.
-    steps: int | None = Field(
-        None,
-        ge=1,
-        le=100_000,
-        description=f"optimiser steps; null with null epochs: the default budget, {DEFAULT_EPOCHS:g} epochs "
-        f"of at least {DEFAULT_MIN_STEPS} and at most {DEFAULT_MAX_STEPS} steps in all, a dev check every "
-        f"{DEFAULT_EVAL_EVERY}; on a large set, at least one epoch, its dev checks at least an epoch / "
-        "patience apart, so every example is seen once",
-    )
-    epochs: float | None = Field(
-        None,
-        gt=0,
-        le=1_000,
-        allow_inf_nan=False,
-        description="passes over the training examples instead of steps; an epoch is ceil(N / batch_size) "
-        "steps",
-    )
-    max_steps: int | None = Field(
-        None,
-        ge=1,
-        le=100_000,
-        description=f"the most optimiser steps, whatever the budget; null: {DEFAULT_MAX_STEPS} with epochs, "
-        "no cap with steps",
-    )
-    min_steps: int | None = Field(
-        None,
-        ge=1,
-        le=100_000,
-        description="with epochs: at least this many optimiser steps, however few the examples",
-    )
-    # the knobs' defaults are TrainConfig's, which `openbook.create_classifier(...).fit` trains with too
-    batch_size: int = Field(TrainConfig.batch_size, ge=1, le=1024)
-    lr: float = Field(TrainConfig.lr, gt=0, lt=1, allow_inf_nan=False)
-    eval_every: int | None = Field(
-        None,
-        ge=1,
-        description=f"steps between dev checks; null: every epoch with epochs, else {DEFAULT_EVAL_EVERY}",
-    )
-    patience: int = Field(
-        TrainConfig.patience,
-        ge=1,
-        description="dev checks without a better score before stopping (epochs, with epochs' checks)",
-    )
-    precision: Precision = Field(
-        TrainConfig.precision,
-        description="float32, or bfloat16: mixed precision (autocast; the weights and optimiser state stay "
-        "float32), faster where the device multiplies bfloat16 natively",
-    )
-
-    keep: Keep = Field(
-        TrainConfig.keep,
-        description="last (the default): the job runs its budget and keeps the last weights (dev is scored "
-        "at the start and the end only); best: dev checks keep the best weights and stop early",
     )
 
     @model_validator(mode="after")
@@ -235,7 +208,7 @@ class TrainOptions(BaseModel):
             include=set(TrainOptions.model_fields) - {"method", *BUDGET_KEYS, *BOUNDS, "eval_every"},
             exclude_none=True,
         )
-        if knobs["precision"] == TrainConfig.precision:  # written only when used, as settings.json does
+        if knobs["precision"] == TrainConfig.precision:  # written only when used
             del knobs["precision"]  # (`keep` always: jobs from before "last" was the default kept the best)
         return knobs | budget
 
@@ -273,7 +246,9 @@ class TrainingSettings(TrainOptions):
     """Whether a task trains by itself, and how (services.engine.autotrain)."""
 
     # strict: a JSON boolean only, as the schema says (pydantic would take 0, 1 or "yes" as well)
-    auto: bool = Field(False, strict=True, description="queue a training job by itself as examples are added")
+    # On: a task trains by itself, and the promotion gate keeps a version worse than the one it would
+    # replace, the untrained task included, from serving (services.trainer.gate).
+    auto: bool = Field(True, strict=True, description="queue a training job by itself as examples are added")
     every: int = Field(16, ge=1, description="examples added between two automatic jobs")
 
 
@@ -284,7 +259,7 @@ class TaskCreate(BaseModel):
         examples=[{"0": "negative", "1": "positive"}, ["book_flight", "transfer", "what_is_your_name"]]
     )
     backbone: str | None = Field(None, description="default: the service's backbone")
-    method: str = "retroprompt"
+    method: str = DEFAULT_METHOD
     label_scoring: LabelScoringChoice = Field(
         "auto",
         description="exact: log P(word | prompt) over every token of a multi-token label word; vectors:"

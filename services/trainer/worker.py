@@ -38,6 +38,7 @@ from typing import Any
 import redis
 from openbook.artifacts import MANIFEST_NAME, sha256_file
 from openbook.backbone import BackboneConfig, load_backbone
+from openbook.config_fields import default_of
 from openbook.dev_split import split_dev
 from openbook.estimator import Estimator
 from openbook.fitting import served_dev_score
@@ -82,20 +83,19 @@ class Worker:
         artifacts_dir: str | Path,
         *,
         consumer: str = "worker-1",
-        device: str = "cpu",
-        max_length: int = 128,
+        device: str | None = None,  # None: BackboneConfig's default ($OPENBOOK_DEVICE, else auto)
+        max_length: int = BackboneConfig.max_length,
         heartbeat_ttl_s: float = 10.0,
         keep_versions: int = 3,
-        # A first candidate must do at least as well as the untrained task (gate.py). Off by default
-        # until the learning curve has measured it; the service tests of served first versions predate it.
-        untrained_gate: bool = False,
+        # A first candidate must do at least as well as the untrained task (gate.py).
+        untrained_gate: bool = True,
     ) -> None:
         self.untrained_gate = untrained_gate
         self.client = client
         self.queue = JobQueue(client)
         self.artifacts_dir = Path(artifacts_dir)
         self.consumer = consumer
-        self.device = device
+        self.device: str = default_of(BackboneConfig, "device") if device is None else device
         self.max_length = max_length
         self.heartbeat_ttl_s = heartbeat_ttl_s
         self.keep_versions = keep_versions  # besides the serving and the pinned ones (services.bus.versions)

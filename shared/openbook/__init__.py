@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from openbook.prompting import Template, Verbalizer
     from openbook.runtime import configure
     from openbook.store import KnowledgeStore
-    from openbook.training import TrainConfig, train
+    from openbook.train_config import TrainConfig
+    from openbook.training import train
     from openbook.version import __version__
 
 _EXPORTS = {
@@ -62,7 +63,7 @@ _EXPORTS = {
     "Verbalizer": "openbook.prompting",
     "configure": "openbook.runtime",
     "KnowledgeStore": "openbook.store",
-    "TrainConfig": "openbook.training",
+    "TrainConfig": "openbook.train_config",
     "train": "openbook.training",
     "__version__": "openbook.version",
 }

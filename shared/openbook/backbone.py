@@ -34,6 +34,7 @@ from torch import nn
 
 from openbook.compiled import LENGTH_STEP, ROWS_BASE, CompiledForward, buckets, pad_batch
 from openbook.devices import (
+    DEVICE_ENV,
     DtypeName,
     default_device,
     default_dtype,
@@ -52,10 +53,22 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BackboneConfig:
+    """Which model, read where, cut how, on which device: the defaults every door (`create_classifier`,
+    the `openbook` commands, the service's settings and trainer) reads from here (`config_fields.py`)."""
+
     name: str = DEFAULT_BACKBONE
-    layer: int = -1  # index into hidden_states: 0 = embeddings, -1 = last layer
-    max_length: int = 256
-    device: str = field(default_factory=default_device)  # also "auto"
+    layer: int = field(
+        default=-1, metadata={"help": "hidden layer of the slot representation: 0 embeddings, -1 the last"}
+    )
+    # 128: what the service, the command line and `create_classifier` have always cut at, and the records
+    # were made with (but `openbook first-use`'s, which read this default when it was 256).
+    max_length: int = field(default=128, metadata={"help": "tokens per prompt; longer texts are cut"})
+    device: str = field(
+        default_factory=default_device,
+        metadata={
+            "help": f"cpu, cuda, cuda:N, mps, or auto: cuda when a GPU is visible (${DEVICE_ENV}, else auto)"
+        },
+    )
     kind: Literal["auto", "masked", "causal"] = "auto"
     # Weights load in this dtype; slot vectors and label log-probs leave `Backbone.forward` as float32.
     dtype: DtypeName = field(default_factory=default_dtype)

@@ -30,7 +30,7 @@ from openbook.devices import default_device, require_device, resolve_device
 from openbook.knn import KnnConfig
 from openbook.methods import METHODS, Method, MethodError, weights_sha256
 from openbook.prompting import Template, Verbalizer
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 from openbook.version import __version__
 
 

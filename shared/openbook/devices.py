@@ -8,7 +8,10 @@ from typing import Literal, get_args
 
 import torch
 
-DEVICE_ENV = "OPENBOOK_DEVICE"  # the default device everywhere: cpu (default), cuda, cuda:N or auto
+DEVICE_ENV = "OPENBOOK_DEVICE"  # the default device everywhere: auto (default), cpu, cuda, cuda:N or mps
+# Unset, a GPU is used when one is visible, as a user of a self-hosted service expects; on a machine
+# without one this is the CPU, as before.
+DEFAULT_DEVICE = "auto"
 
 
 def resolve_device(name: str) -> str:
@@ -32,7 +35,8 @@ def require_device(name: str) -> None:
 
 
 def default_device() -> str:
-    return resolve_device(os.environ.get(DEVICE_ENV) or "cpu")
+    """`BackboneConfig.device`'s default: $OPENBOOK_DEVICE, else DEFAULT_DEVICE, resolved."""
+    return resolve_device(os.environ.get(DEVICE_ENV) or DEFAULT_DEVICE)
 
 
 DTYPE_ENV = "OPENBOOK_DTYPE"  # the default weight dtype everywhere: auto (default) or one of DTYPES

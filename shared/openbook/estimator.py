@@ -32,16 +32,14 @@ from openbook.classifier import Classifier, Prediction
 from openbook.dev_split import DEV_FRACTION
 from openbook.devices import default_device
 from openbook.fitting import FitSets, TrainingRecord, fit_classifier, save_fitted, scored_from_record
-from openbook.methods import Method, build_method, weights_sha256
+from openbook.methods import DEFAULT_METHOD, Method, build_method, weights_sha256
 from openbook.models import default_backbone
 from openbook.prompting import Template, TextInput, Verbalizer
 from openbook.quality import Scored
-from openbook.training import TrainConfig, TrainResult
+from openbook.train_config import TrainConfig
+from openbook.training import TrainResult
 from openbook.untrained import build_classifier
 from openbook.word_scores import LabelScoringChoice
-
-DEFAULT_METHOD = "retroprompt"  # a service task's default method
-MAX_LENGTH = 128  # tokens per prompt, as the service and the command line cut them
 
 
 @dataclass(frozen=True)
@@ -190,7 +188,7 @@ def create_classifier(
     method = build_method(method) if isinstance(method, str) else method
     backbone = default_backbone() if backbone is None else backbone
     if isinstance(backbone, str):
-        config = BackboneConfig(name=backbone, max_length=MAX_LENGTH, device=device or default_device())
+        config = BackboneConfig(name=backbone, device=device or default_device())
         backbone = load_backbone(config)
     method.check_backbone(backbone)
     return Estimator(build_classifier(backbone, template, labels, label_scoring=label_scoring), method)

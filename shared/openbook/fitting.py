@@ -44,7 +44,8 @@ from openbook.prompting import TextInput
 from openbook.quality import Scored, calibrate, score_examples
 from openbook.selection import DEFAULT_RULE, Evidence, SelectionRule, Split, select
 from openbook.store import KnowledgeStore
-from openbook.training import DevScore, TrainConfig, TrainResult, train
+from openbook.train_config import TrainConfig
+from openbook.training import DevScore, TrainResult, train
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ The interpolation is done in probability space, exactly as written. A query with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -43,13 +43,20 @@ RERANK_WIDTH = 4
 
 @dataclass(frozen=True)
 class KnnConfig:
-    k: int = 16
-    temperature: float = 0.1
-    # weight of P_kNN in the interpolation; None: chosen on the stored examples, each left out in turn, and
-    # kept level with the store by the classifier (`lambda_on_store.py`: an untrained task's)
-    lam: float | None = 0.5
-    similarity: Similarity = "centred"  # cosine after subtracting the store's mean key, or plain "cosine"
-    standardise: bool = False  # divide T by the spread (std) of each query's k similarities
+    k: int = field(default=16, metadata={"help": "neighbours read per query"})
+    temperature: float = field(default=0.1, metadata={"help": "T of the neighbours' softmax"})
+    # None: chosen on the stored examples, each left out in turn, and kept level with the store by the
+    # classifier (`lambda_on_store.py`: an untrained task's)
+    lam: float | None = field(default=0.5, metadata={"help": "the weight of P_kNN in the interpolation"})
+    similarity: Similarity = field(
+        default="centred",
+        metadata={
+            "help": "how neighbours are scored: the cosine after subtracting the store's mean key, or plain"
+        },
+    )
+    standardise: bool = field(
+        default=False, metadata={"help": "divide T by the spread (std) of each query's k similarities"}
+    )
 
     def __post_init__(self) -> None:
         if self.k < 1:

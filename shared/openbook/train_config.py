@@ -42,7 +42,7 @@ Whatever the budget, the last step is always checked.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from openbook.calibration import CalibrationMode
@@ -68,25 +68,83 @@ Keep = Literal["best", "last"]
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int | None = None  # a step budget: this many optimiser steps
-    epochs: float | None = None  # or an epoch budget: ceil(epochs * steps_per_epoch); neither: the default
-    max_steps: int | None = None  # the most steps; None: DEFAULT_MAX_STEPS for an epoch budget, else no cap
-    min_steps: int | None = None  # a given epoch budget's floor in steps (under the cap); None: none
-    # An epoch budget's run sees every example once: the cap is at least an epoch, and dev checks at least
-    # ceil(steps_per_epoch / patience) steps apart. None: True for the default budget, False for one given.
-    first_pass: bool | None = None
-    batch_size: int = 8
-    lr: float = 1e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    eval_every: int | None = None  # steps between dev checks; None: every given epoch, or DEFAULT_EVAL_EVERY
-    patience: int = 2  # dev checks without a better dev score before stopping (epochs, by default)
-    reembed_every: int | None = None  # steps between store re-embeddings; None: once per epoch
-    calibration: CalibrationMode = "domain"
-    seed: int = 13
-    precision: Precision = "float32"  # "bfloat16": mixed precision (autocast), the weights still float32
-    keep: Keep = "last"  # the dev checks' part: nothing, or choose the kept weights and stop early (`Keep`)
+    """A training run's budget and knobs; the defaults of every door (`Estimator.fit`, `openbook train`'s
+    flags, a service job's `training`), which read them and their help from here (`config_fields.py`)."""
+
+    steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "optimiser steps, whatever the training set; neither steps nor epochs: the default "
+            f"budget, {DEFAULT_EPOCHS:g} epochs of at least {DEFAULT_MIN_STEPS} and at most "
+            f"{DEFAULT_MAX_STEPS} steps, a dev check every {DEFAULT_EVAL_EVERY} steps; on a large set at "
+            "least one epoch, its dev checks at least an epoch / patience apart, so every example is seen "
+            "once"
+        },
+    )
+    epochs: float | None = field(
+        default=None,
+        metadata={
+            "help": "passes over the training set instead of steps: an epoch is ceil(N / batch size) steps"
+        },
+    )
+    max_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": f"the most optimiser steps, whatever the budget; none: {DEFAULT_MAX_STEPS} with epochs, "
+            "no cap with steps"
+        },
+    )
+    min_steps: int | None = field(
+        default=None,
+        metadata={"help": "with epochs: at least this many optimiser steps, however small the training set"},
+    )
+    first_pass: bool | None = field(
+        default=None,
+        metadata={
+            "help": "an epoch budget's run sees every example once: its cap is at least an epoch, its dev "
+            "checks at least ceil(steps per epoch / patience) steps apart; none: for the default budget only"
+        },
+    )
+    batch_size: int = field(default=8, metadata={"help": "training examples per optimiser step"})
+    lr: float = field(default=1e-5, metadata={"help": "AdamW's peak learning rate"})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW's weight decay"})
+    warmup_ratio: float = field(
+        default=0.1, metadata={"help": "share of the steps the learning rate warms up"}
+    )
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradients clipped to this norm"})
+    eval_every: int | None = field(
+        default=None,
+        metadata={
+            "help": f"steps between dev checks; none: every epoch with epochs, else {DEFAULT_EVAL_EVERY}"
+        },
+    )
+    patience: int = field(
+        default=2,
+        metadata={
+            "help": "dev checks without a better dev score before stopping (epochs, with epochs' checks)"
+        },
+    )
+    reembed_every: int | None = field(
+        default=None, metadata={"help": "steps between store re-embeddings; none: once per epoch"}
+    )
+    calibration: CalibrationMode = field(
+        default="domain", metadata={"help": "P_LM's label prior: measured on the training texts, or none"}
+    )
+    seed: int = field(default=13, metadata={"help": "the shuffling's and the initial weights' seed"})
+    precision: Precision = field(
+        default="float32",
+        metadata={
+            "help": "float32, or bfloat16: mixed precision (autocast; the weights and optimiser state stay "
+            "float32), faster where the device multiplies bfloat16 natively"
+        },
+    )
+    keep: Keep = field(
+        default="last",
+        metadata={
+            "help": "last: run the budget and keep the last weights (dev scored at the start and the end "
+            "only); best: dev checks keep the best weights and stop early"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.epochs is not None:

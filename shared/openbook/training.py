@@ -37,34 +37,7 @@ from openbook.classifier import Classifier, Embeddings
 from openbook.methods.base import Method, TrainBatch, only_these_train
 from openbook.prompting import PromptError, TextInput
 from openbook.store import KnowledgeStore
-from openbook.train_config import (
-    DEFAULT_EPOCHS,
-    DEFAULT_EVAL_EVERY,
-    DEFAULT_MAX_STEPS,
-    DEFAULT_MIN_STEPS,
-    Keep,
-    Precision,
-    TrainConfig,
-)
-
-__all__ = [  # the budget's names, still read from here
-    "DEFAULT_EPOCHS",
-    "DEFAULT_EVAL_EVERY",
-    "DEFAULT_MAX_STEPS",
-    "DEFAULT_MIN_STEPS",
-    "TRAIN_STAGES",
-    "DevScore",
-    "Keep",
-    "Precision",
-    "TrainConfig",
-    "TrainResult",
-    "TrainingDiverged",
-    "evaluate_dev",
-    "fused_adam_supported",
-    "precision_context",
-    "reembed",
-    "train",
-]
+from openbook.train_config import Precision, TrainConfig
 
 _QUIET_EMBED = 512  # a store pass over more texts than this (the full-data runs) shows a progress bar
 

@@ -1,6 +1,6 @@
 """The one builder of a classifier, `build_classifier`, and how it predicts before it is trained: the
 defaults that `create_classifier`, the `openbook` commands (`cli/common.classifier_from_args`) and the
-service's tasks (`services/bus/task_spec.task_classifier`) share.
+service's tasks (`services/engine/task_spec.task_classifier`) share.
 
 - P_LM calibrated by the content-free prior: a new task has no texts to measure a domain prior on, and
   once it holds examples the domain prior over them was not the 1 point better on dev that replacing it
@@ -37,7 +37,7 @@ def build_classifier(
     *,
     knn: KnnConfig = UNTRAINED_KNN,
     calibration: CalibrationMode = UNTRAINED_CALIBRATION,
-    batch_size: int = 32,
+    batch_size: int = Classifier.batch_size,
     label_scoring: LabelScoringChoice = "auto",
 ) -> Classifier:
     """A classifier with an empty store and the untrained defaults (bad templates or label words raise

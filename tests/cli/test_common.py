@@ -50,7 +50,7 @@ def parse_training(*argv: str) -> argparse.Namespace:
 
 
 def test_the_budget_flags_reach_train_config(capsys) -> None:
-    from openbook.training import TrainConfig
+    from openbook.train_config import TrainConfig
 
     by_epochs = train_config(parse_training("--epochs", "2.5", "--train-batch-size", "4"), seed=7)
     assert by_epochs == TrainConfig(epochs=2.5, batch_size=4, seed=7)

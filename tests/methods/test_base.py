@@ -9,7 +9,8 @@ import torch
 from openbook.backbone import BackboneConfig, load_backbone
 from openbook.classifier import Classifier
 from openbook.methods import METHODS, build_method, weights_sha256
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 
 
 def test_method_specs() -> None:

@@ -15,7 +15,8 @@ from openbook.methods import dart as dart_module
 from openbook.methods.dart import Dart, DifferentiablePrompt, fluency_loss
 from openbook.prompting import EncodedBatch, Template, Verbalizer
 from openbook.soft_prompts import text_mask
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 
 from tests.test_checkpoints import HALF_PROBABILITY_ATOL
 

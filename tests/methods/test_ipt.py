@@ -21,7 +21,8 @@ from openbook.methods.ipt import (
     pretrained_table_path,
 )
 from openbook.prompting import Template, Verbalizer
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 
 CONFIG = TrainConfig(steps=100, batch_size=4, lr=1e-5, eval_every=10, patience=10, warmup_ratio=0.0)
 GENERATORS = ["ipt/strategy=random", "ipt/encoder=lstm", "ipt/encoder=cnn", "ipt/encoder=mlp"]

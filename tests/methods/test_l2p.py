@@ -12,7 +12,8 @@ from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.methods import MethodError, TrainBatch, build_method, weights_sha256
 from openbook.methods.l2p import L2PConfig, PromptPool, frozen_query
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 
 CONFIG = TrainConfig(steps=40, batch_size=4, lr=1e-3, eval_every=8, patience=10, warmup_ratio=0.0)
 

@@ -12,7 +12,8 @@ from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.checkpoints import load_classifier, save_classifier
 from openbook.classifier import Classifier
 from openbook.methods import MethodError, TrainBatch, build_method, weights_sha256
-from openbook.training import TrainConfig, reembed, train
+from openbook.train_config import TrainConfig
+from openbook.training import reembed, train
 
 CONFIG = TrainConfig(steps=24, batch_size=4, eval_every=8, patience=5, warmup_ratio=0.0, calibration="none")
 SPECS = ["lora/lora-lr=0.01", "retroprompt/backbone=lora/lora-lr=0.01"]

@@ -12,7 +12,8 @@ from openbook.classifier import Classifier
 from openbook.methods import MethodError, TrainBatch, build_method, weights_sha256
 from openbook.methods.peft_prompts import KeyValuePrefix, VirtualTokens
 from openbook.prompting import Template, Verbalizer
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 
 CONFIG = TrainConfig(steps=60, batch_size=4, lr=1e-5, eval_every=10, patience=10, warmup_ratio=0.0)
 SPECS = ["prompt-tuning/prompt-lr=0.1", "prefix-tuning/prompt-lr=0.1", "p-tuning/prompt-lr=0.01"]

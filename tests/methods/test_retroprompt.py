@@ -15,7 +15,8 @@ import torch
 from openbook.demonstrations import DemoConfig
 from openbook.methods.retroprompt import RetroPromptConfig, knn_guided_weights
 from openbook.store import KnowledgeStore
-from openbook.training import TrainConfig, train
+from openbook.train_config import TrainConfig
+from openbook.training import train
 
 from tests.test_checkpoints import HALF_PROBABILITY_ATOL
 

@@ -156,9 +156,9 @@ def test_a_patch_merges_the_keys_given_over_the_stored_ones(api: TestClient) -> 
 
 def test_turning_auto_on_trains_on_the_examples_already_there(make_client) -> None:
     with make_client() as api:
-        assert api.post("/v1/tasks", json=TASK).status_code == 201
+        assert api.post("/v1/tasks", json={**TASK, "training": {"auto": False}}).status_code == 201
         post(api, range(20))
-        assert jobs(api) == []  # off by default
+        assert jobs(api) == []  # turned off
         patched = api.patch("/v1/tasks/reviews", json={"training": {"auto": True, "every": 8}})
         assert patched.status_code == 200
         (job,) = jobs(api)
@@ -211,7 +211,7 @@ def test_a_patch_that_gives_a_budget_replaces_the_stored_one(api: TestClient) ->
 
 
 def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> None:
-    from openbook.training import DEFAULT_MAX_STEPS, TrainConfig
+    from openbook.train_config import DEFAULT_MAX_STEPS, TrainConfig
 
     by_epochs = api.post("/v1/tasks/reviews/train", json={**KNOBS, "steps": None, "epochs": 3})
     assert by_epochs.status_code == 202, by_epochs.text
@@ -253,7 +253,9 @@ def test_a_spec_stored_without_training_reads_with_the_defaults(make_client, ser
         response = api.get("/v1/tasks/reviews")
         assert response.status_code == 200 and response.json()["training"] == TrainingSettings().model_dump()
         post(api, range(40))
-        assert jobs(api) == []
+        # it trains by itself, as a new task does: one job once `every` examples are in, the rest
+        # coalescing into the next while it waits
+        assert [job["trigger"] for job in jobs(api)] == ["auto"]
     assert client.hget(TASKS_KEY, "reviews") == old.encode()  # read, never rewritten
 
 

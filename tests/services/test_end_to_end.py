@@ -39,6 +39,8 @@ def stack(tmp_path: Path, causal_dir: Path):
             "OPENBOOK_MAX_LENGTH": "48",
             "OPENBOOK_PORT": str(port),
             "OPENBOOK_DATA_DIR": str(tmp_path / "data"),
+            # the walk-through's point is a crash: its job is served whatever the first gate would say
+            "OPENBOOK_UNTRAINED_GATE": "false",
         }
         processes: list[subprocess.Popen[bytes]] = []
         yield env, f"http://127.0.0.1:{port}", processes

@@ -40,7 +40,8 @@ def test_a_task_of_150_label_names_takes_1500_examples_classifies_and_trains(
     # are tested in tests/test_word_scores.py, and cost more than this suite affords here.
     with serving(create_app(api_settings(server.url, masked_dir))) as base, OpenBookClient(base) as client:
         started = time.perf_counter()
-        task = client.create_task("intents", "{text} Intent: {mask}", NAMES)
+        # trained when asked: the one job is the test's
+        task = client.create_task("intents", "{text} Intent: {mask}", NAMES, training={"auto": False})
         assert len(task.labels) == 150 and task.labels["book_flight"] == "book flight"
         assert task.label_scoring == "auto"  # the default: label vectors above 16 labels
 
@@ -79,7 +80,9 @@ def test_a_task_scored_by_label_vectors_keeps_them_through_training(
     ]
     app = create_app(api_settings(server.url, causal_dir))
     with serving(app) as base, OpenBookClient(base) as client:
-        task = client.create_task("vectors", "{text} Intent: {mask}", NAMES, label_scoring="vectors")
+        task = client.create_task(
+            "vectors", "{text} Intent: {mask}", NAMES, label_scoring="vectors", training={"auto": False}
+        )
         assert task.label_scoring == "vectors"
         for name, labels, scoring in (("two", 2, "exact"), ("many", 17, "vectors")):  # the default, auto
             assert client.create_task(name, "{text} Intent: {mask}", NAMES[:labels]).label_scoring == "auto"

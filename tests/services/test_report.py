@@ -138,7 +138,7 @@ def test_a_trained_version_reports_on_its_dev_split(make_client, server, tmp_pat
     artifacts = tmp_path / "artifacts"
     with make_client(artifacts_dir=artifacts) as api:
         task = {"name": "reviews", "template": "{text} It was {mask}", "labels": {"0": "bad", "1": "good"}}
-        api.post("/v1/tasks", json=task)
+        api.post("/v1/tasks", json={**task, "training": {"auto": False}})  # the job is the one started here
         rows = [{"text": t, "label": label, "id": i} for i, (t, label) in enumerate(TRAINING_EXAMPLES * 2)]
         rows = [{**r, "text": f"{r['text']} ({r['id']})"} for r in rows]  # 16 distinct examples
         api.post("/v1/tasks/reviews/examples", json={"examples": rows})

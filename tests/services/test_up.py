@@ -184,7 +184,7 @@ SLOW_FORWARD = """
 import os, pathlib, sys, time
 
 if "serve" in sys.argv and os.environ.get("SLOW_FORWARD_S"):
-    from services.api import runtime
+    from services.engine import runtime
 
     predict = runtime.TaskRuntime.predict
 

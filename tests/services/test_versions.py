@@ -52,9 +52,11 @@ def artifacts(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 def replicas(make_client, tmp_path: Path):
-    """Two api replicas on one Redis and one data directory, the task and its EXAMPLES posted."""
+    """Two api replicas on one Redis and one data directory, the task and its EXAMPLES posted; the task
+    trains only when asked (these tests' jobs are the ones they start)."""
     with make_client(data_dir=tmp_path / "data") as first, make_client(data_dir=tmp_path / "data") as second:
-        assert first.post("/v1/tasks", json=TASK).status_code == 201
+        manual = {**TASK, "training": {"auto": False}}
+        assert first.post("/v1/tasks", json=manual).status_code == 201
         assert first.post("/v1/tasks/reviews/examples", json={"examples": EXAMPLES}).status_code == 201
         yield first, second
 

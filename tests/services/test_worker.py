@@ -92,4 +92,4 @@ def test_openbook_worker_takes_the_untrained_gate_from_its_settings(monkeypatch,
         assert built[-1]["untrained_gate"] is gate
     monkeypatch.delenv("OPENBOOK_UNTRAINED_GATE")
     assert worker.run(argparse.Namespace()) == 0
-    assert built[-1]["untrained_gate"] is False  # off by default
+    assert built[-1]["untrained_gate"] is True  # on by default

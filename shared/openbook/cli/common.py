@@ -7,17 +7,19 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
+from openbook.backbone import BackboneConfig
+from openbook.classifier import Classifier
+from openbook.config_fields import add_field_arguments, default_of, field_values, help_of
 from openbook.data import DATA_ENV, DataError, data_root
+from openbook.knn import KnnConfig
 from openbook.models import default_backbone
 from openbook.prompting import PromptError, Template, Verbalizer, get_preset
+from openbook.train_config import DEFAULT_EPOCHS, DEFAULT_MAX_STEPS, DEFAULT_MIN_STEPS, TrainConfig
 from openbook.word_scores import VECTORS_ABOVE, LabelScoringChoice
 
 if TYPE_CHECKING:
     from openbook.backbone import Backbone
     from openbook.calibration import CalibrationMode
-    from openbook.classifier import Classifier
-    from openbook.knn import KnnConfig
-    from openbook.training import TrainConfig
 
 # Errors that are the user's to fix: printed in one line, exit status 2 (MethodError and
 # CheckpointError are ValueErrors; the OSErrors are paths that cannot be read or written as named,
@@ -59,11 +61,23 @@ def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
         help="label=word pairs, e.g. '0=terrible,1=great', or label names alone, e.g. "
         "'book_flight,transfer', each scored by its readable word ('book flight') (default: preset)",
     )
-    parser.add_argument("--layer", type=int, default=-1, help="hidden layer of the slot representation")
-    parser.add_argument("--max-length", type=int, default=128, help="tokens per prompt; longer texts are cut")
-    parser.add_argument("--batch-size", type=int, default=32)
+    add_field_arguments(parser, BackboneConfig, ("layer", "max_length"))
     parser.add_argument(
-        "--device", type=device_name, default="auto", help="cpu, cuda, cuda:N; auto: cuda when present"
+        "--batch-size",
+        type=int,
+        default=Classifier.batch_size,
+        help="texts per forward (default: %(default)s)",
+    )
+    add_device_argument(parser)
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    """--device, BackboneConfig's default (resolved: auto is named as the device it is here)."""
+    parser.add_argument(
+        "--device",
+        type=device_name,
+        default=default_of(BackboneConfig, "device"),
+        help=help_of(BackboneConfig, "device") + " (default here: %(default)s)",
     )
 
 
@@ -79,90 +93,37 @@ def add_label_scoring_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The TrainConfig fields the commands set: the budget (one or the other) and the knobs, under their
+# fields' names, except where the prompt's flags have the name already.
+BUDGET_FIELDS = ("steps", "epochs")
+TRAIN_FIELDS = (
+    "max_steps",
+    "min_steps",
+    "batch_size",
+    "lr",
+    "eval_every",
+    "patience",
+    "reembed_every",
+    "precision",
+    "keep",
+)
+TRAIN_FLAGS = {"batch_size": "train-batch-size", "precision": "train-precision"}
+
+
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    from typing import get_args
-
-    from openbook.training import (
-        DEFAULT_EPOCHS,
-        DEFAULT_EVAL_EVERY,
-        DEFAULT_MAX_STEPS,
-        DEFAULT_MIN_STEPS,
-        Keep,
-        Precision,
-        TrainConfig,
-    )
-
-    default = TrainConfig()
+    """TrainConfig's fields that a command sets (`train_config` reads them back), defaults and help
+    TrainConfig's."""
     group = parser.add_argument_group(
         "training (trainable methods)",
-        f"The budget: --steps or --epochs; given neither, {DEFAULT_EPOCHS:g} epochs, at least "
-        f"{DEFAULT_MIN_STEPS} and at most {DEFAULT_MAX_STEPS} steps, a dev check every {DEFAULT_EVAL_EVERY} "
-        "steps; on a large set, at least one epoch, its dev checks at least an epoch / patience apart.",
+        f"The budget: --steps or --epochs; given neither, {DEFAULT_EPOCHS:g} epochs of at least "
+        f"{DEFAULT_MIN_STEPS} and at most {DEFAULT_MAX_STEPS} steps.",
     )
-    budget = group.add_mutually_exclusive_group()
-    budget.add_argument("--steps", type=int, help="most optimiser steps per run, whatever the training set")
-    budget.add_argument(
-        "--epochs",
-        type=float,
-        help="most passes over the training set instead: an epoch is ceil(N / train batch size) steps",
-    )
-    group.add_argument(
-        "--max-steps",
-        type=int,
-        help=f"most optimiser steps per run, any budget (default: {DEFAULT_MAX_STEPS} with --epochs, else "
-        "no cap)",
-    )
-    group.add_argument(
-        "--min-steps",
-        type=int,
-        help="with --epochs: at least this many optimiser steps, however small the training set",
-    )
-    group.add_argument("--train-batch-size", type=int, default=default.batch_size)
-    group.add_argument("--lr", type=float, default=default.lr)
-    group.add_argument(
-        "--eval-every",
-        type=int,
-        help=f"steps between dev checks (default: every epoch with --epochs, else {DEFAULT_EVAL_EVERY})",
-    )
-    group.add_argument(
-        "--patience",
-        type=int,
-        default=default.patience,
-        help="dev checks without gain before stopping (epochs, with --epochs and its checks)",
-    )
-    group.add_argument("--reembed-every", type=int, help="steps between store re-embeddings (default: epoch)")
-    group.add_argument(
-        "--train-precision",
-        choices=get_args(Precision),
-        default=default.precision,
-        help="bfloat16: mixed precision (autocast; the weights and optimiser stay float32)",
-    )
-    group.add_argument(
-        "--keep",
-        choices=get_args(Keep),
-        default=default.keep,
-        help="last (the default): run the budget and keep the last weights; best: the dev checks keep the "
-        "best weights and stop early",
-    )
+    add_field_arguments(group.add_mutually_exclusive_group(), TrainConfig, BUDGET_FIELDS)
+    add_field_arguments(group, TrainConfig, TRAIN_FIELDS, flags=TRAIN_FLAGS)
 
 
 def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
-    from openbook.training import TrainConfig
-
-    return TrainConfig(
-        steps=args.steps,
-        epochs=args.epochs,
-        max_steps=args.max_steps,
-        min_steps=args.min_steps,
-        batch_size=args.train_batch_size,
-        lr=args.lr,
-        eval_every=args.eval_every,
-        patience=args.patience,
-        reembed_every=args.reembed_every,
-        seed=seed,
-        precision=args.train_precision,
-        keep=args.keep,
-    )
+    return TrainConfig(**field_values(args, (*BUDGET_FIELDS, *TRAIN_FIELDS), flags=TRAIN_FLAGS), seed=seed)
 
 
 def device_name(name: str) -> str:

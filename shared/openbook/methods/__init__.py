@@ -2,6 +2,7 @@
 
 from openbook.methods import dart, ipt, l2p, linear_probe, lora, peft_prompts, prompt_ft, retroprompt
 from openbook.methods.base import (
+    DEFAULT_METHOD,
     METHODS,
     Method,
     MethodConfig,
@@ -16,6 +17,7 @@ from openbook.methods.base import (
 )
 
 __all__ = [
+    "DEFAULT_METHOD",
     "METHODS",
     "Method",
     "MethodConfig",

@@ -256,6 +256,8 @@ def weights_sha256(model: nn.Module) -> str:
 
 
 METHODS: dict[str, type[Method]] = {}
+# What a task, `openbook.create_classifier` and the benches train when no method is named.
+DEFAULT_METHOD = "retroprompt"
 
 
 def register_method(cls: type[Method]) -> type[Method]:

@@ -1,5 +1,5 @@
-"""What a results directory records (`research/cli/settings.py`): the settings it was made with, the
-budget spelled out, the options recorded only when used, compared both ways when a grid resumes."""
+"""What a results directory records (`research/cli/settings.py`): every setting it was made with, the
+budget spelled out, compared both ways when a grid resumes."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _settings_parser(out: Path) -> argparse.ArgumentParser:
 
 
 def test_the_settings_record_the_budget_as_it_was_given(tmp_path: Path) -> None:
-    from openbook.training import DEFAULT_MAX_STEPS
+    from openbook.train_config import DEFAULT_MAX_STEPS
 
     parser = _settings_parser(tmp_path)
     by_steps = checked_settings(parser.parse_args(["--steps", "32"]))
@@ -54,24 +54,36 @@ def test_the_settings_record_the_budget_as_it_was_given(tmp_path: Path) -> None:
     assert "epochs" not in checked_settings(parser.parse_args(["--steps", "64"]))
 
 
-def test_bfloat16_precision_reaches_the_config_and_is_recorded_only_when_used(tmp_path: Path) -> None:
+def test_bfloat16_precision_reaches_the_config_and_is_recorded(tmp_path: Path) -> None:
     import json
 
     parser = _settings_parser(tmp_path)
     plain, mixed = parser.parse_args([]), parser.parse_args(["--train-precision", "bfloat16"])
     assert (train_config(plain, 7).precision, train_config(mixed, 7).precision) == ("float32", "bfloat16")
-    assert "train_precision" not in checked_settings(plain)  # directories made before the flag resume
+    assert checked_settings(plain)["train_precision"] == "float32"
     (tmp_path / "settings.json").write_text(json.dumps(checked_settings(plain)))
     with pytest.raises(ValueError, match="train_precision: 'float32' -> 'bfloat16'"):
         checked_settings(mixed)
 
 
-def test_keep_reaches_the_config_and_best_is_not_recorded(tmp_path: Path) -> None:
+def test_keep_reaches_the_config_and_is_recorded(tmp_path: Path) -> None:
     parser = _settings_parser(tmp_path)
     plain, best = parser.parse_args([]), parser.parse_args(["--keep", "best"])
     assert (train_config(plain, 7).keep, train_config(best, 7).keep) == ("last", "best")
-    # a directory that names no keep ran the best weights, made before the option or with it
-    assert checked_settings(plain)["keep"] == "last" and "keep" not in checked_settings(best)
+    assert (checked_settings(plain)["keep"], checked_settings(best)["keep"]) == ("last", "best")
+
+
+@pytest.mark.parametrize("setting", ["keep", "train_precision", "full", "full_dev_size"])
+def test_a_directory_that_does_not_record_a_setting_does_not_resume(tmp_path: Path, setting: str) -> None:
+    """Every setting is recorded: one a directory lacks is not taken for any value."""
+    import json
+
+    parser = _settings_parser(tmp_path)
+    recorded = checked_settings(parser.parse_args([]))
+    del recorded[setting]
+    (tmp_path / "settings.json").write_text(json.dumps(recorded))
+    with pytest.raises(ValueError, match=f"other settings \\({setting}: not recorded -> "):
+        checked_settings(parser.parse_args([]))
 
 
 @pytest.mark.parametrize(
@@ -82,7 +94,7 @@ def test_keep_reaches_the_config_and_best_is_not_recorded(tmp_path: Path) -> Non
         ([], ["--keep", "best"], "keep: 'last' -> 'best'"),
     ],
 )
-def test_a_setting_recorded_only_when_used_is_compared_both_ways(
+def test_a_setting_is_compared_both_ways(
     tmp_path: Path, made_with: list[str], resumed_with: list[str], said: str
 ) -> None:
     import json
@@ -122,13 +134,20 @@ def test_label_scoring_reaches_the_classifier_and_the_settings(causal_dir: Path,
     assert checked_settings(wide)["label_scoring"] == "vectors"
 
 
-def test_every_committed_results_directory_records_its_knn_and_label_scoring() -> None:
-    """No command reads an older settings.json shape: the committed ones say what ran."""
+def test_every_committed_results_directory_records_every_setting(tmp_path: Path) -> None:
+    """No command reads an older settings.json shape: the committed ones say what ran, every setting
+    `checked_settings` records among them."""
     import json
 
+    parser = _settings_parser(tmp_path)
+    parser.add_argument("--label-scoring", default="exact")
+    recorded = set(checked_settings(parser.parse_args([]))) | {"knn"}
+    recorded -= {"epochs", "max_steps", "min_steps", "first_pass"}  # a step budget records none of them
     docs = Path(__file__).resolve().parents[3] / "docs"
     paths = sorted(docs.rglob("settings.json"))
     assert paths
     for path in paths:
-        saved = json.loads(path.read_text())
-        assert "label_scoring" in saved and "knn" in saved, path
+        assert recorded <= set(json.loads(path.read_text())), (
+            path,
+            recorded - set(json.loads(path.read_text())),
+        )

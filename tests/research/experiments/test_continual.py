@@ -12,7 +12,7 @@ import pytest
 import torch
 from openbook.backbone import Backbone
 from openbook.prompting import PromptError, Template
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 
 from research.experiments.continual import (
     average_accuracy,

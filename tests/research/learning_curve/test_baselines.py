@@ -12,12 +12,12 @@ from openbook.backbone import BackboneConfig, load_backbone
 from openbook.data import Example
 from openbook.dev_split import in_dev
 from openbook.methods import MethodError
-from openbook.training import TrainConfig
+from openbook.train_config import TrainConfig
 
 from research.experiments import setfit_peer
 from research.learning_curve.baselines import Baselines, canonical_baseline, unavailable
-from research.learning_curve.run import CurveSettings
 from research.learning_curve.schedule import CurveData, fixed_rounds
+from research.learning_curve.settings import CurveSettings
 from services.engine.task_spec import Task
 
 TEXTS = ["the movie was great and fun", "it was terrible and boring", "a good film with a great cast"]

@@ -17,7 +17,8 @@ from openbook.version import __version__
 from research.experiments.setfit_peer import SetFitConfig
 from research.learning_curve.baselines import BASELINES
 from research.learning_curve.report import CurveRecord, read_results, write_results
-from research.learning_curve.run import CurveSettings, run_learning_curve, source
+from research.learning_curve.run import run_learning_curve, source
+from research.learning_curve.settings import CurveSettings
 from research.learning_curve.setup import check_same_setup, merge_results, relabel_curve
 
 WORDS = {"1": ["great", "fun", "good", "lovely"], "0": ["bad", "awful", "boring", "terrible"]}
@@ -324,7 +325,7 @@ def test_units_run_as_processes_each_merged_as_it_ends_and_the_grid_resumes(
     assert all(r in added for r in records)
 
 
-@pytest.mark.parametrize(("flag", "recorded"), [([], "last"), (["--keep", "best"], None)])
+@pytest.mark.parametrize(("flag", "recorded"), [([], "last"), (["--keep", "best"], "best")])
 def test_keep_reaches_the_jobs_training_settings_as_a_service_jobs_default(
     monkeypatch, tmp_path: Path, flag: list[str], recorded: str | None
 ) -> None:
@@ -335,6 +336,6 @@ def test_keep_reaches_the_jobs_training_settings_as_a_service_jobs_default(
     argv = ["learning-curve", "--task", "SST-2", "--seeds", "13", "--data", str(tmp_path), *flag]
     argv += ["--out", str(tmp_path / "out")]
     assert main(argv) == 0
-    # the last weights by default, as a service job keeps them; a curve recorded before the option ran
-    # with the best weights and still resumes with --keep best: no key, no change
-    assert ran[0].training.get("keep") == recorded
+    # the last weights by default, as a service job keeps them; recorded either way (the curves made
+    # before the option record the best weights they kept)
+    assert ran[0].training["keep"] == recorded

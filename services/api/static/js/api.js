@@ -107,6 +107,11 @@ export class Capabilities {
     return Object.keys(this.schemas[schema]?.properties ?? {});
   }
 
+  // A property's default as the api states it (undefined where it states none), to show what empty means.
+  defaultOf(schema, property) {
+    return this.schemas[schema]?.properties?.[property]?.default;
+  }
+
   static async load() {
     try {
       return new Capabilities(await get("/openapi.json"));

@@ -99,10 +99,13 @@ async function create(event) {
     name: $("new-name").value.trim(),
     template: $("new-template").value,
     labels: labelsFromForm(),
-    method: $("new-method").value.trim() || "retroprompt",
   };
+  if ($("new-method").value.trim()) body.method = $("new-method").value.trim();
   if ($("new-backbone").value.trim()) body.backbone = $("new-backbone").value.trim();
-  if (canAutoTrain && $("new-every").value) body.training = { auto: true, every: Number($("new-every").value) };
+  if (canAutoTrain) {
+    body.training = { auto: $("new-auto").checked };
+    if ($("new-every").value) body.training.every = Number($("new-every").value);
+  }
   if (Object.keys(body.labels).length < 2) {
     say(status, "A task needs at least two labels.", "error");
     return;
@@ -144,6 +147,10 @@ export function init(shared, wired) {
   $("task-delete").addEventListener("click", remove);
   canAutoTrain = state.caps.properties("TaskCreate").includes("training");
   $("auto-train").hidden = !canAutoTrain;
+  // the api's defaults, shown: empty fields take them
+  $("new-method").placeholder = state.caps.defaultOf("TaskCreate", "method") ?? "";
+  $("new-auto").checked = state.caps.defaultOf("TrainingSettings", "auto") ?? true;
+  $("new-every").placeholder = state.caps.defaultOf("TrainingSettings", "every") ?? "";
   preview();
 }
 
