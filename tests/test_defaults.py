@@ -14,14 +14,14 @@ from typing import Any
 import openbook
 import pytest
 import redis
-from openbook.cli import build_parser, main
 from openbook.config_fields import default_of, help_of
 from openbook.devices import resolve_device
 from openbook.methods import DEFAULT_METHOD, build_method
 from openbook.train_config import TrainConfig
-from services.engine.tasks import TaskRegistry
 
 from services.api.settings import Settings
+from services.cli import build_parser, main
+from services.engine.backbones import Backbones
 from services.engine.task_spec import Task, TaskCreate, TrainOptions, task_classifier
 from services.trainer.worker import Worker
 
@@ -65,10 +65,10 @@ def test_every_door_builds_the_same_untrained_classifier(defaults_only: Path, ca
 
     settings = Settings()
     task = minimal_task(settings)
-    registry = TaskRegistry(
-        redis.Redis(), max_length=settings.max_length, device=settings.device, default_backbone=task.backbone
+    backbones = Backbones(
+        max_length=settings.max_length, device=settings.device, default_backbone=task.backbone
     )
-    service = task_classifier(task, registry.backbone(task.backbone))
+    service = task_classifier(task, backbones.backbone(task.backbone))
     worker = Worker(redis.Redis(), defaults_only / "unused")
 
     knn = library.classifier.knn

@@ -20,7 +20,6 @@ import openbook
 import redis
 import torch
 from openbook.backbone import BackboneConfig, load_backbone
-from openbook.cli import build_parser, main
 from openbook.cli.common import train_config
 from openbook.data import Example, load_train_dev
 from openbook.dev_split import in_dev
@@ -30,6 +29,7 @@ from safetensors.torch import load_file
 from services.bus.examples_log import ExampleLog, NewExample
 from services.bus.jobs import JobQueue
 from services.bus.keys import TASKS_KEY
+from services.cli import build_parser, main
 from services.engine.task_spec import Task
 from services.trainer.worker import Worker
 
