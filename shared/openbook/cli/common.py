@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, get_args
 
 from openbook.backbone import BackboneConfig
 from openbook.classifier import Classifier
-from openbook.config_fields import add_field_arguments, default_of, field_values, help_of
+from openbook.config_fields import add_field_arguments, field_values, help_of
 from openbook.data import DATA_ENV, DataError, data_root
 from openbook.knn import KnnConfig
 from openbook.models import default_backbone
@@ -72,12 +72,16 @@ def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    """--device, BackboneConfig's default (resolved: auto is named as the device it is here)."""
+    """--device, BackboneConfig's default ($OPENBOOK_DEVICE, else auto), resolved as the arguments are
+    parsed (auto is named as the device it is here): building the parser reads no setting, so a bad
+    $OPENBOOK_DEVICE fails only a command that takes --device, in one line."""
+    from openbook.devices import DEFAULT_DEVICE, DEVICE_ENV
+
     parser.add_argument(
         "--device",
         type=device_name,
-        default=default_of(BackboneConfig, "device"),
-        help=help_of(BackboneConfig, "device") + " (default here: %(default)s)",
+        default=os.environ.get(DEVICE_ENV) or DEFAULT_DEVICE,
+        help=help_of(BackboneConfig, "device") + " (default: %(default)s)",
     )
 
 
@@ -129,7 +133,10 @@ def train_config(args: argparse.Namespace, seed: int) -> TrainConfig:
 def device_name(name: str) -> str:
     from openbook.devices import resolve_device
 
-    return resolve_device(name)
+    try:
+        return resolve_device(name)
+    except ValueError as error:  # argparse's one line: "argument --device: unknown device ..."
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def prompt_for(
