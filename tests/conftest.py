@@ -443,3 +443,39 @@ def training_flags() -> list[str]:
         "--max-length",
         "48",
     ]
+
+
+# The tiny sentence encoder's sizes: three layers, so that it can be cut after one or two.
+TINY_SENTENCE_MPNET = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 66,
+    "initializer_range": 0.3,  # peaked attention, as in _sharpen: a text's tokens shape its embedding
+}
+
+
+def _save_sentence_mpnet(directory: Path, tokenizer_dir: Path) -> Path:
+    """A tiny random MPNet on the tiny BERT's WordPiece tokenizer, saved as a sentence-transformers folder
+    with the modules all-mpnet-base-v2 has: Transformer, Pooling (mean), Normalize."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from transformers import AutoTokenizer, MPNetConfig, MPNetModel
+
+    # MPNet numbers positions past id 1, its <pad>; here id 1 is [UNK], which the corpus's words avoid
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    hf_dir = directory / "hf"
+    MPNetModel(MPNetConfig(vocab_size=len(tokenizer), **TINY_SENTENCE_MPNET)).save_pretrained(hf_dir)
+    tokenizer.save_pretrained(hf_dir)
+    transformer = Transformer(str(hf_dir), max_seq_length=64)
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), "mean"), Normalize()]
+    SentenceTransformer(modules=modules, device="cpu").save(str(directory / "st"))
+    return directory / "st"
+
+
+@pytest.fixture(scope="session")
+def sentence_mpnet_dir(masked_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random MPNet sentence encoder (3 layers, hidden size 32), as a sentence-transformers folder."""
+    return _save_sentence_mpnet(tmp_path_factory.mktemp("tiny-sentence-mpnet"), masked_dir)

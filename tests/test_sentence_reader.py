@@ -1,0 +1,319 @@
+"""The sentence reader: the split encoder against sentence-transformers' own `encode`, the lower cache, the
+contrastive tuning of a task's top layers, their saving and loading, on a tiny random MPNet; and the
+split and a task's state size on the real all-mpnet-base-v2 where it is installed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from openbook.sentence_reader import (
+    CONFIG_FILE,
+    STATE_DTYPE,
+    STATE_FILE,
+    ReaderConfig,
+    SentenceReader,
+    SharedEncoder,
+    class_balanced_batches,
+    supervised_contrastive_loss,
+)
+
+# Four labels the tiny model's corpus reads apart by their words.
+TOY = {
+    "praise": ["the movie was great and fun", "a good film with a great cast", "the plot was great fun"],
+    "complaint": ["it was terrible and boring", "a bad film , it was awful", "the cast was awful"],
+    "question": ["what is the answer to this question", "who wrote the book about the river"],
+    "verdict": ["yes it is true", "no it is false", "it is true , not false"],
+}
+TOY_TEXTS = [text for texts in TOY.values() for text in texts]
+TOY_LABELS = [label for label, texts in TOY.items() for _ in texts]
+TUNING = {"steps": 30, "batch_size": 8, "lr": 1e-3}  # the tiny model moves in a few steps at a larger lr
+
+
+def _config(directory: Path, **changes) -> ReaderConfig:
+    return ReaderConfig(**({"encoder": str(directory), "max_length": 64} | changes))
+
+
+@pytest.fixture
+def base(sentence_mpnet_dir: Path) -> SharedEncoder:
+    return SharedEncoder.load(_config(sentence_mpnet_dir), "cpu")
+
+
+def _count_lower_rows(base: SharedEncoder) -> list[int]:
+    """A list that grows by the rows of every batch the lower layers run."""
+    rows: list[int] = []
+    base.auto.embeddings.register_forward_hook(
+        lambda module, args, kwargs, out: rows.append(out.shape[0]), with_kwargs=True
+    )
+    return rows
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"top_layers": 0},
+        {"max_length": 0},
+        {"steps": 0},
+        {"batch_size": 1},
+        {"lr": 0.0},
+        {"temperature": 0.0},
+        {"encoder": ""},
+    ],
+)
+def test_config_refuses_bad_values(changes):
+    with pytest.raises(ValueError):
+        ReaderConfig(**changes)
+
+
+def _reference_loss(z: torch.Tensor, labels: torch.Tensor, temperature: float) -> float:
+    """Khosla et al.'s L_out, anchor by anchor, pair by pair."""
+    z = torch.nn.functional.normalize(z.double(), dim=-1)
+    per_anchor = []
+    for i in range(len(z)):
+        others = [a for a in range(len(z)) if a != i]
+        positives = [p for p in others if labels[p] == labels[i]]
+        if not positives:
+            continue
+        denominator = sum(math.exp(float(z[i] @ z[a]) / temperature) for a in others)
+        terms = [math.log(math.exp(float(z[i] @ z[p]) / temperature) / denominator) for p in positives]
+        per_anchor.append(-sum(terms) / len(positives))
+    return sum(per_anchor) / len(per_anchor)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_contrastive_loss_matches_the_reference_loop(seed):
+    generator = torch.Generator().manual_seed(seed)
+    z = torch.randn(12, 8, generator=generator) * 3  # not unit: the loss compares by cosine
+    labels = torch.randint(0, 4, (12,), generator=generator)
+    labels[-1] = 9  # a label seen once: an anchor without positives, still a negative for the others
+    temperature = [0.05, 0.1, 0.5, 1.0, 2.0][seed]
+    fast = supervised_contrastive_loss(z, labels, temperature)
+    assert float(fast) == pytest.approx(_reference_loss(z, labels, temperature), rel=1e-5)
+
+
+def test_contrastive_loss_without_positives_is_zero_and_keeps_the_graph():
+    z = torch.randn(4, 8, requires_grad=True)
+    loss = supervised_contrastive_loss(z, torch.arange(4), 0.1)
+    loss.backward()
+    assert loss.item() == 0.0 and z.grad is not None
+
+
+def test_class_balanced_batches_give_every_anchor_a_positive_and_every_class_its_turn():
+    labels = np.repeat(np.arange(10), [5, 5, 5, 5, 5, 5, 5, 5, 5, 1])  # ten labels, one of a single text
+    batches = list(class_balanced_batches(labels, 8, 50, seed=3))
+    again, reseeded = (
+        class_balanced_batches(labels, 8, 50, seed=3),
+        class_balanced_batches(labels, 8, 50, seed=4),
+    )
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(batches, reseeded, strict=True))
+    drawn = np.zeros(10, dtype=int)
+    for batch in batches:
+        assert len(batch) <= 8 and len(set(batch.tolist())) == len(batch)
+        counts = np.bincount(labels[batch], minlength=10)
+        assert all(counts[label] >= 2 for label in np.flatnonzero(counts) if label != 9)
+        drawn += counts > 0
+    assert drawn.max() - drawn.min() <= 2  # 4 classes a batch, in shuffled passes over the 10
+
+
+@pytest.mark.parametrize("top_layers", [1, 2, 3])
+def test_the_split_reproduces_encode(sentence_mpnet_dir: Path, top_layers: int):
+    base = SharedEncoder.load(_config(sentence_mpnet_dir, top_layers=top_layers), "cpu")
+    texts = [*TOY_TEXTS, "a", "the movie " * 40]  # the last is cut at max_length
+    expected = base.model.encode(texts, convert_to_numpy=True, normalize_embeddings=True)
+    assert np.abs(SentenceReader(base).embed(texts) - expected).max() < 1e-5
+
+
+def test_a_text_runs_through_the_lower_layers_once(base: SharedEncoder, sentence_mpnet_dir: Path):
+    rows = _count_lower_rows(base)
+    reader = SentenceReader(base)
+    first = reader.embed(TOY_TEXTS[:5] + TOY_TEXTS[:2])  # a text twice in one call: run once
+    assert sum(rows) == 5
+    reader.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING))
+    reader.embed(TOY_TEXTS)
+    assert sum(rows) == len(TOY_TEXTS)
+    assert not np.allclose(reader.embed(TOY_TEXTS[:5]), first[:5])  # the upper layers did run again
+
+
+def test_the_lower_cache_keeps_the_most_recent_texts_within_its_bound(sentence_mpnet_dir: Path):
+    config = _config(sentence_mpnet_dir)
+    sizes = [s.numel() * s.element_size() for s in SharedEncoder.load(config, "cpu").lower(TOY_TEXTS)]
+    base = SharedEncoder.load(config, "cpu", cache_bytes=sum(sizes[-3:]))
+    rows = _count_lower_rows(base)
+    base.lower(TOY_TEXTS)
+    base.lower(TOY_TEXTS[-3:])  # the three most recent are kept
+    assert sum(rows) == len(TOY_TEXTS)
+    base.lower(TOY_TEXTS[:1])  # the older were dropped, so it runs again
+    assert sum(rows) == len(TOY_TEXTS) + 1
+
+
+def _cosines(embeddings: np.ndarray) -> tuple[float, float]:
+    """The mean cosine of pairs of TOY texts of one label, and of pairs of different labels."""
+    labels = np.array(TOY_LABELS)
+    cosine = embeddings @ embeddings.T
+    same = labels[:, None] == labels[None, :]
+    off_diagonal = ~np.eye(len(labels), dtype=bool)
+    return float(cosine[same & off_diagonal].mean()), float(cosine[~same].mean())
+
+
+def test_tuning_lowers_the_loss_and_pulls_each_label_together(base: SharedEncoder, sentence_mpnet_dir: Path):
+    reader = SentenceReader(base)
+    same_before, different_before = _cosines(reader.embed(TOY_TEXTS))
+    steps: list[int] = []
+    losses = reader.tune(
+        TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING), on_step=lambda s, _: steps.append(s)
+    )
+    assert steps == list(range(TUNING["steps"])) and len(losses) == TUNING["steps"]
+    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
+    same_after, different_after = _cosines(reader.embed(TOY_TEXTS))
+    assert same_after > same_before and different_after < different_before
+    assert same_after - different_after > 2 * (same_before - different_before)
+
+
+def test_tuning_is_seeded_and_leaves_the_callers_rng_alone(base: SharedEncoder, sentence_mpnet_dir: Path):
+    config = _config(sentence_mpnet_dir, **TUNING)
+    torch.manual_seed(0)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(0)
+    first, second, other = SentenceReader(base), SentenceReader(base), SentenceReader(base)
+    assert first.tune(TOY_TEXTS, TOY_LABELS, config) == second.tune(TOY_TEXTS, TOY_LABELS, config)
+    assert torch.equal(torch.rand(3), expected_draw)
+    assert all(torch.equal(first.layers[key], second.layers[key]) for key in first.layers)
+    other.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **(TUNING | {"seed": 14})))
+    assert not all(torch.equal(first.layers[key], other.layers[key]) for key in first.layers)
+
+
+def test_tasks_share_the_base_and_never_change_it(base: SharedEncoder, sentence_mpnet_dir: Path):
+    before = {key: value.clone() for key, value in base.model.state_dict().items()}
+    frozen = SentenceReader(base)
+    untuned = frozen.embed(TOY_TEXTS)
+    praise_first, questions_first = SentenceReader(base), SentenceReader(base)
+    praise_first.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING))
+    swapped = [{"praise": "question", "question": "praise"}.get(label, label) for label in TOY_LABELS]
+    questions_first.tune(
+        TOY_TEXTS[::-1], swapped[::-1], _config(sentence_mpnet_dir, **(TUNING | {"seed": 5}))
+    )
+    assert praise_first.base is questions_first.base is base
+    after = base.model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[key], after[key]) for key in before)
+    assert np.array_equal(frozen.embed(TOY_TEXTS), untuned)
+    assert not np.allclose(praise_first.embed(TOY_TEXTS), questions_first.embed(TOY_TEXTS))
+
+
+def test_a_saved_state_loads_to_the_same_embeddings(
+    base: SharedEncoder, sentence_mpnet_dir: Path, tmp_path: Path
+):
+    reader = SentenceReader(base)
+    config = _config(sentence_mpnet_dir, **TUNING)
+    reader.tune(TOY_TEXTS, TOY_LABELS, config)
+    texts = [*TOY_TEXTS, "where is the river"]
+    expected = reader.embed(texts)
+    saved = reader.save(tmp_path / "reader")
+    loaded = SentenceReader.load(saved, base)
+    assert loaded.config == config
+    assert np.array_equal(loaded.embed(texts), expected)
+    assert all(t.dtype == STATE_DTYPE for t in loaded.state_dict().values())
+    # another process's copy of the encoder: the lower states of other batches may differ in the last bits
+    elsewhere = SentenceReader.load(saved, SharedEncoder.load(config, "cpu"))
+    assert np.abs(elsewhere.embed(texts) - expected).max() < 1e-6
+
+
+def test_an_untuned_reader_saves_no_tensors(base: SharedEncoder, tmp_path: Path):
+    saved = SentenceReader(base).save(tmp_path / "reader")
+    assert sorted(p.name for p in saved.iterdir()) == [CONFIG_FILE]
+    loaded = SentenceReader.load(saved, base)
+    assert loaded.layers is None and loaded.state_dict() == {}
+    assert np.array_equal(loaded.embed(TOY_TEXTS), SentenceReader(base).embed(TOY_TEXTS))
+
+
+def test_the_saved_state_is_the_top_layers_only(
+    base: SharedEncoder, sentence_mpnet_dir: Path, tmp_path: Path
+):
+    reader = SentenceReader(base)
+    reader.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **(TUNING | {"steps": 2})))
+    top = base.top_state()
+    assert reader.state_dict().keys() == top.keys()
+    tensor_bytes = sum(t.numel() for t in top.values()) * torch.finfo(STATE_DTYPE).bits // 8
+    size = (reader.save(tmp_path / "reader") / STATE_FILE).stat().st_size
+    assert tensor_bytes < size < tensor_bytes + 16_384  # the tensors and safetensors' header
+
+
+def _perturbed_copy(source: Path, target: Path) -> Path:
+    """The same encoder folder with one weight changed: another base."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, target)
+    weights = load_file(str(target / "model.safetensors"))
+    name = next(iter(weights))
+    weights[name] = weights[name] + 1
+    save_file(weights, str(target / "model.safetensors"))
+    return target
+
+
+@pytest.mark.parametrize("other", ["weights", "top_layers", "max_length"])
+def test_loading_onto_another_base_is_refused(
+    base: SharedEncoder, sentence_mpnet_dir: Path, tmp_path: Path, other: str
+):
+    reader = SentenceReader(base)
+    reader.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **(TUNING | {"steps": 2})))
+    saved = reader.save(tmp_path / "reader")
+    if other == "weights":
+        config = _config(_perturbed_copy(sentence_mpnet_dir, tmp_path / "other"))
+    else:
+        config = _config(sentence_mpnet_dir, **{other: {"top_layers": 1, "max_length": 32}[other]})
+    with pytest.raises(ValueError, match="another base"):
+        SentenceReader.load(saved, SharedEncoder.load(config, "cpu"))
+
+
+@pytest.mark.parametrize("changes", [{"top_layers": 1}, {"max_length": 32}, {"encoder": "mpnet"}])
+def test_tuning_with_a_config_of_another_base_is_refused(
+    base: SharedEncoder, sentence_mpnet_dir: Path, changes
+):
+    with pytest.raises(ValueError, match="this base is"):
+        SentenceReader(base).tune(TOY_TEXTS, TOY_LABELS, replace(_config(sentence_mpnet_dir), **changes))
+
+
+def test_tuning_needs_a_pair_of_one_label(base: SharedEncoder, sentence_mpnet_dir: Path):
+    with pytest.raises(ValueError, match="two texts"):
+        SentenceReader(base).tune(TOY_TEXTS[:3], ["a", "b", "c"], _config(sentence_mpnet_dir))
+
+
+def test_a_pooling_it_does_not_implement_is_refused(base: SharedEncoder, sentence_mpnet_dir: Path):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
+
+    for pooling in ("cls", "max", ("mean", "max")):
+        model = SentenceTransformer(modules=[base.model[0], Pooling(32, pooling), Normalize()], device="cpu")
+        with pytest.raises(ValueError, match="pools by"):
+            SharedEncoder(model, name="x", weights_file=Path("x"), top_layers=1, max_length=64)
+
+
+def test_an_encoder_that_is_no_model_folder_is_refused(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match="neither a registered encoder nor a model folder"):
+        SharedEncoder.load(ReaderConfig(encoder=str(tmp_path)), "cpu")
+
+
+@pytest.mark.real_backbone
+def test_the_real_encoders_split_reproduces_encode_and_a_task_owns_under_50_mb(tmp_path: Path):
+    from openbook.encoders import check_installed
+
+    try:
+        check_installed("mpnet")
+    except FileNotFoundError as missing:
+        pytest.skip(f"all-mpnet-base-v2 is not installed: {missing}")
+    config = ReaderConfig(steps=1, batch_size=4)
+    base = SharedEncoder.load(config, "cpu")
+    texts = ["What is the capital of France ?", "Who wrote Hamlet ?", "How many feet are in a mile ?"]
+    expected = base.model.encode(texts, convert_to_numpy=True, normalize_embeddings=True)
+    assert np.abs(SentenceReader(base).embed(texts) - expected).max() < 1e-5
+    reader = SentenceReader(base)
+    reader.tune([*texts, "Who painted the Mona Lisa ?"], ["what", "who", "what", "who"], config)
+    size = (reader.save(tmp_path / "reader") / STATE_FILE).stat().st_size
+    print(f"a task's state at top_layers=2: {size:,} bytes")
+    assert size <= 50_000_000
