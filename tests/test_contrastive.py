@@ -3,12 +3,13 @@ in retroprompt."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from openbook.contrastive import store_contrastive_loss
+from openbook.contrastive import class_balanced_batches, store_contrastive_loss, supervised_contrastive_loss
 from openbook.store import KnowledgeStore
 
 from tests.methods.test_retroprompt import DISTINCT
@@ -187,3 +188,57 @@ def test_the_contrastive_step_scores_labels_as_the_classifier_does(
     labels = np.array([1, 1, 0, 0, 1, 1, 0, 0])
     result = train(classifier, method, DISTINCT, labels, DISTINCT[:2], labels[:2], QUICK, progress=False)
     assert len(result.losses) == QUICK.steps and np.isfinite(result.losses).all()
+
+
+# The batch form (sentence_reader.py's tuning): a fast path against a reference loop.
+
+
+def _reference_loss(z: torch.Tensor, labels: torch.Tensor, temperature: float) -> float:
+    """Khosla et al.'s L_out, anchor by anchor, pair by pair."""
+    z = torch.nn.functional.normalize(z.double(), dim=-1)
+    per_anchor = []
+    for i in range(len(z)):
+        others = [a for a in range(len(z)) if a != i]
+        positives = [p for p in others if labels[p] == labels[i]]
+        if not positives:
+            continue
+        denominator = sum(math.exp(float(z[i] @ z[a]) / temperature) for a in others)
+        terms = [math.log(math.exp(float(z[i] @ z[p]) / temperature) / denominator) for p in positives]
+        per_anchor.append(-sum(terms) / len(positives))
+    return sum(per_anchor) / len(per_anchor)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_contrastive_loss_matches_the_reference_loop(seed):
+    generator = torch.Generator().manual_seed(seed)
+    z = torch.randn(12, 8, generator=generator) * 3  # not unit: the loss compares by cosine
+    labels = torch.randint(0, 4, (12,), generator=generator)
+    labels[-1] = 9  # a label seen once: an anchor without positives, still a negative for the others
+    temperature = [0.05, 0.1, 0.5, 1.0, 2.0][seed]
+    fast = supervised_contrastive_loss(z, labels, temperature)
+    assert float(fast) == pytest.approx(_reference_loss(z, labels, temperature), rel=1e-5)
+
+
+def test_contrastive_loss_without_positives_is_zero_and_keeps_the_graph():
+    z = torch.randn(4, 8, requires_grad=True)
+    loss = supervised_contrastive_loss(z, torch.arange(4), 0.1)
+    loss.backward()
+    assert loss.item() == 0.0 and z.grad is not None
+
+
+def test_class_balanced_batches_give_every_anchor_a_positive_and_every_class_its_turn():
+    labels = np.repeat(np.arange(10), [5, 5, 5, 5, 5, 5, 5, 5, 5, 1])  # ten labels, one of a single text
+    batches = list(class_balanced_batches(labels, 8, 50, seed=3))
+    again, reseeded = (
+        class_balanced_batches(labels, 8, 50, seed=3),
+        class_balanced_batches(labels, 8, 50, seed=4),
+    )
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(batches, reseeded, strict=True))
+    drawn = np.zeros(10, dtype=int)
+    for batch in batches:
+        assert len(batch) <= 8 and len(set(batch.tolist())) == len(batch)
+        counts = np.bincount(labels[batch], minlength=10)
+        assert all(counts[label] >= 2 for label in np.flatnonzero(counts) if label != 9)
+        drawn += counts > 0
+    assert drawn.max() - drawn.min() <= 2  # 4 classes a batch, in shuffled passes over the 10

@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -59,6 +59,7 @@ from torch import nn
 
 from openbook.artifacts import sha256_file
 from openbook.atomic import staged_directory
+from openbook.contrastive import class_balanced_batches, supervised_contrastive_loss
 from openbook.devices import default_device, require_device, resolve_device
 from openbook.encoders import ENCODERS, encoder_dir
 
@@ -106,66 +107,6 @@ class ReaderConfig:
             raise ValueError(f"batch_size must be at least 2 (a positive pair), got {self.batch_size}")
         if not (self.lr > 0 and self.temperature > 0):
             raise ValueError(f"lr and temperature must be positive, got {self.lr}, {self.temperature}")
-
-
-def supervised_contrastive_loss(
-    embeddings: torch.Tensor,  # (B, H), any norm: compared by cosine
-    labels: torch.Tensor,  # (B,) label indices
-    temperature: float,
-) -> torch.Tensor:
-    """The batch-wise supervised contrastive loss (Khosla et al. 2020, L_out, their eq. 2):
-
-        L = 1/|I'| * sum_{i in I'} -1/|P(i)| * sum_{p in P(i)} log q(i, p),
-        q(i, p) = exp(s(i, p) / T) / sum_{a in A(i)} exp(s(i, a) / T)
-
-    where A(i) is the batch without i, P(i) the members of A(i) with i's label, I' the anchors with at
-    least one positive, s the cosine similarity and T the temperature. A zero that keeps the graph
-    when no anchor has a positive."""
-    z = F.normalize(embeddings.float(), dim=-1)
-    own = torch.eye(len(labels), dtype=torch.bool, device=z.device)  # (B, B)
-    similarities = (z @ z.T / temperature).masked_fill(own, float("-inf"))  # (B, B)
-    log_probs = similarities - torch.logsumexp(similarities, dim=1, keepdim=True)  # (B, B)
-    positive = (labels[:, None] == labels[None, :]) & ~own  # (B, B)
-    counts = positive.sum(1)  # (B,)
-    has_positive = counts > 0
-    if not bool(has_positive.any()):
-        return embeddings.sum() * 0.0
-    per_anchor = -log_probs.masked_fill(~positive, 0.0).sum(1) / counts.clamp(min=1)  # (B,)
-    return per_anchor[has_positive].mean()
-
-
-def class_balanced_batches(
-    labels: np.ndarray, batch_size: int, steps: int, seed: int
-) -> Iterator[np.ndarray]:
-    """`steps` batches of indices into `labels`: each takes min(classes, batch_size // 2) classes and
-    batch_size // that many examples of each (fewer where a class has fewer), so that an anchor has a
-    positive whatever the number of labels. Classes, and each class's examples, are drawn in seeded
-    shuffled passes, so that all are seen about equally often."""
-    rng = np.random.default_rng(seed)
-    classes = np.unique(labels)
-    per_batch = min(len(classes), max(1, batch_size // 2))
-    take = batch_size // per_batch
-    members_of = {label: np.flatnonzero(labels == label) for label in classes.tolist()}
-    class_order = _shuffled_passes(classes, rng)
-    members = {label: _shuffled_passes(indices, rng) for label, indices in members_of.items()}
-    for _ in range(steps):
-        chosen = _distinct(class_order, per_batch)
-        yield np.concatenate([_distinct(members[c], min(take, len(members_of[c]))) for c in chosen])
-
-
-def _shuffled_passes(items: np.ndarray, rng: np.random.Generator) -> Iterator[Any]:
-    while True:
-        yield from rng.permutation(items).tolist()
-
-
-def _distinct(stream: Iterator[Any], count: int) -> list[Any]:
-    """The next `count` distinct items of `stream` (a pass's end may repeat one just drawn: skipped)."""
-    drawn: list[Any] = []
-    while len(drawn) < count:
-        item = next(stream)
-        if item not in drawn:
-            drawn.append(item)
-    return drawn
 
 
 class SharedEncoder:
