@@ -376,6 +376,18 @@ class ConfusedPairOut(BaseModel):
     count: int
 
 
+class ReportPending(BaseModel):
+    """`GET .../report?wait=false` while the report is computed: ask again (after Retry-After) for it."""
+
+    task: str
+    # starting (reading the task's log, or a version's checkpoint), leave-one-out (scoring the examples)
+    stage: Literal["starting", "leave-one-out"]
+    scored: int  # examples scored so far
+    examples: int  # to score in all (0 while starting)
+    progress: float  # scored / examples (0 while starting)
+    elapsed_s: float  # since the computation began (a request that joins it sees its whole age)
+
+
 class ReportOut(BaseModel):
     task: str
     model_version: str
