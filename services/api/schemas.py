@@ -249,7 +249,7 @@ class DemonstrationsIn(BaseModel):
 class DemoNeighbour(BaseModel):
     id: int
     text: StoredText | None
-    similarity: float
+    similarity: float  # the plain cosine of the slot vectors, which the weights are a softmax of
     weight: float  # its share of the class's demonstration vector
 
 
@@ -260,6 +260,9 @@ class ClassDemonstration(BaseModel):
 
 class DemonstrationsOut(BaseModel):
     demonstrations: list[ClassDemonstration]
+    # whether the served model reads demonstrations in its prompt (its method shows them); false: these
+    # are only what the store holds nearest the text per class
+    read_by_model: bool
     model_version: str
     store_version: str
 

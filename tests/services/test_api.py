@@ -161,6 +161,7 @@ def test_demonstrations_per_class_with_weights(api: TestClient) -> None:
     ]
     api.post("/v1/tasks/reviews/examples", json={"examples": examples})
     body = api.post("/v1/tasks/reviews/demonstrations", json={"text": "a good film"}).json()
+    assert body["read_by_model"] is False  # the untrained task's prompt shows none
     by_label = {d["label"]: d["neighbours"] for d in body["demonstrations"]}
     assert [n["text"] for n in by_label["0"]] == ["boring"] and by_label["0"][0]["weight"] == pytest.approx(
         1.0
