@@ -233,7 +233,8 @@ def test_a_job_from_the_empty_form_trains_as_the_task_does_and_its_version_loads
         page.get_by_role("button", name="Start training").click()
     assert sent.value.post_data_json == {}  # nothing typed: nothing sent, the task's settings apply
     job = page.locator("#jobs tbody tr").first
-    expect(job.locator(".job-state")).to_contain_text("finishing: kNN and calibration")
+    expect(job.locator(".job-state")).to_contain_text("running · finishing")
+    expect(job.locator(".job-state .stage-note")).to_contain_text("kNN and calibration chosen on dev")
     expect(job.locator(".job-progress progress:not([value])")).to_have_count(1)
     console.shot("150-training-finishing")
 

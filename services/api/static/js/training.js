@@ -9,12 +9,11 @@ const POLL_MS = 1000;
 const FINAL = new Set(["succeeded", "failed", "cancelled"]);
 const LOAD_TRIES = 300; // a published version is watched this many POLL_MS for the api to serve it
 
-// What a running job is doing, in words (JobOut.stage): only `training` counts its steps.
+// What a running job's stage does, in words (JobOut.stage): only `training` counts its steps.
 const STAGES = {
-  preparing: "preparing: the backbone, and the score to beat",
-  training: "training",
-  finishing: "finishing: kNN and calibration on dev, the store under the new weights",
-  judging: "judging: the promotion gate, then publishing",
+  preparing: "the backbone loaded, the score to beat taken",
+  finishing: "kNN and calibration chosen on dev, the store embedded anew",
+  judging: "the promotion gate, then publishing",
 };
 
 let state;
@@ -112,7 +111,11 @@ function progress(entry) {
   return [progressBar(record.progress, `progress ${percent(record.progress)}`), ` ${percent(record.progress)}`];
 }
 
-const stateText = (record) => (record.state === "running" && record.stage ? `running · ${STAGES[record.stage] ?? record.stage}` : record.state);
+function stateCell(record) {
+  if (record.state !== "running" || !record.stage) return [record.state];
+  const doing = STAGES[record.stage];
+  return [`running · ${record.stage}`, doing ? el("div", { class: "muted stage-note" }, doing) : ""];
+}
 
 const queuedAt = (record) => record.created ?? Number.MAX_VALUE; // not read yet: just started here
 
@@ -127,7 +130,7 @@ function render() {
         "tr",
         { dataset: { job: record.id, state: record.state } },
         el("td", {}, el("code", { title: record.id }, record.id.slice(0, 8)), " ", record.method, ` · ${budget(record.train_config)}`, record.trigger === "auto" ? " · automatic" : ""),
-        el("td", { class: "job-state" }, stateText(record)),
+        el("td", { class: "job-state" }, stateCell(record)),
         el("td", { class: "job-progress" }, progress(entry)),
         el("td", {}, losses.length ? [`${losses.at(-1).toFixed(4)} `, sparkline(losses)] : "—"),
         el("td", { class: "job-result" }, result(record)),
