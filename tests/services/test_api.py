@@ -154,6 +154,16 @@ def test_typed_client_round_trip(api: TestClient) -> None:
     assert list(client.remove_label("reviews", "a/b").labels) == ["0", "1"]
 
 
+def test_the_typed_client_sends_only_the_options_given(api: TestClient) -> None:
+    """What `OpenBookClient.train` leaves out, the job takes from the task's training settings."""
+    from services.client import OpenBookClient
+
+    client = OpenBookClient(http=api)
+    assert api.patch("/v1/tasks/reviews", json={"training": {"steps": 3, "batch_size": 4}}).status_code == 200
+    config = client.train("reviews", lr=0.01).train_config
+    assert (config["steps"], config["batch_size"], config["lr"]) == (3, 4, 0.01)
+
+
 def test_demonstrations_per_class_with_weights(api: TestClient) -> None:
     examples = [
         {"text": t, "label": label}
