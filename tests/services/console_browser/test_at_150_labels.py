@@ -103,7 +103,7 @@ def test_a_prediction_reads_at_150_labels_and_a_correction_can_be_undone(
 
     # The neighbours' similarity says its scale; the demonstrations show the most probable classes only, on
     # their own scale, and say that this model does not read them.
-    expect(card.locator(".neighbours th").nth(2)).to_have_text("similarity (centred cosine)")
+    expect(card.locator(".neighbours th").nth(2)).to_have_text("centred cosine")
     demos = card.locator(".demonstrations")
     expect(demos.locator("summary").first).to_have_text(
         "Nearest examples per class (this model reads no demonstrations)"

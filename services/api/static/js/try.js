@@ -70,7 +70,7 @@ function neighbours(prediction) {
   const list = prediction.neighbours ?? [];
   const body = list.length
     ? table(
-        ["text", "label", `similarity (${neighbourScale()})`],
+        ["text", "label", neighbourScale()], // the similarity, named by its scale
         list.map((n) =>
           el("tr", {}, el("td", {}, showText(n.text)), el("td", {}, labelName(n.label, state.task.labels[n.label])), el("td", { class: "num" }, n.similarity.toFixed(3))),
         ),
