@@ -232,10 +232,12 @@ function describeTaskBudget() {
   const cap = training.max_steps != null ? `, at most ${training.max_steps} steps` : "";
   const floor = training.min_steps != null ? `, at least ${training.min_steps}` : "";
   if (training.epochs != null) return `${training.epochs} epochs${floor}${cap}`;
-  // the default budget, in the api's own words (TrainIn's `steps`, in its OpenAPI document)
+  // the default budget, in the api's own words (TrainIn's `steps`, in its OpenAPI document): its first
+  // clause, and whether it makes a whole pass over a large set
   const help = state.caps.schemas.TrainIn?.properties?.steps?.description ?? "";
-  const said = help.split("the default budget, ")[1];
-  return `the default budget${said ? `: ${said}` : ""}${cap}`;
+  const said = help.split("the default budget, ")[1]?.split(";")[0];
+  const pass = help.includes("at least one epoch") ? ", and at least one whole pass over the examples" : "";
+  return `the default budget${said ? `, ${said}${pass}` : ""}${cap}`;
 }
 
 function showTaskSettings() {
