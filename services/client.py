@@ -136,7 +136,9 @@ class OpenBookClient:
         return schemas.ReportOut.model_validate(self._call("GET", f"/v1/tasks/{task}/report", params=params))
 
     def train(self, task: str, **options: Any) -> schemas.JobOut:
-        body = schemas.TrainIn(**options).model_dump()
+        """Queue a job with the `options` given (TrainIn's fields); the task's `training` settings give
+        the rest, as the api applies them."""
+        body = schemas.TrainIn(**options).model_dump(exclude_unset=True)
         return schemas.JobOut.model_validate(self._call("POST", f"/v1/tasks/{task}/train", json=body))
 
     def job(self, job_id: str) -> schemas.JobOut:

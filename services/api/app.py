@@ -24,6 +24,7 @@ from services.api.metrics import Metrics
 from services.api.middleware import LimitBody, MeasureLatency, NameWorker
 from services.api.openapi import document_limits
 from services.api.routes import ROUTERS
+from services.api.serving.reports import Reports
 from services.api.settings import Settings
 from services.engine.backbones import Backbones
 from services.engine.batching import Batchers
@@ -65,6 +66,7 @@ def create_app(settings: Settings | None = None, *, api_workers: ApiWorkerSet | 
         )
         app.state.redis, app.state.runtimes = client, runtimes
         app.state.threads, app.state.batchers = threads, batchers
+        app.state.reports = Reports()
         metrics.watch(runtimes, settings.artifacts)
         stop = threading.Event()
         follower = threading.Thread(target=follow_checkpoints, args=(runtimes, stop), daemon=True)
@@ -76,6 +78,7 @@ def create_app(settings: Settings | None = None, *, api_workers: ApiWorkerSet | 
         yield
         if api_workers is not None:
             api_workers.leave()
+        await app.state.reports.close()
         await batchers.close()
         stop.set()
         follower.join(timeout=5)

@@ -26,6 +26,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from services.api.api_workers import ApiWorkerSet
 from services.api.metrics import Metrics
+from services.api.serving.reports import Reports
 from services.api.settings import Settings
 from services.engine.batching import Batchers
 from services.engine.runtime import TaskRuntime
@@ -62,6 +63,10 @@ async def get_batchers(request: Request) -> Batchers:
     return request.app.state.batchers
 
 
+async def get_reports(request: Request) -> Reports:
+    return request.app.state.reports
+
+
 async def get_api_workers(request: Request) -> ApiWorkerSet | None:
     return request.app.state.api_workers
 
@@ -73,6 +78,7 @@ RedisDep = Annotated[redis.Redis, Depends(get_redis)]  # the bus, for jobs and v
 Threads = Annotated[ReadWriteThreads, Depends(get_threads)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 BatchersDep = Annotated[Batchers, Depends(get_batchers)]
+ReportsDep = Annotated[Reports, Depends(get_reports)]  # reports being computed off the request
 ApiWorkers = Annotated[ApiWorkerSet | None, Depends(get_api_workers)]  # None: the api is one process
 
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="the read or the write key")

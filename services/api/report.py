@@ -7,12 +7,14 @@ The numbers are the library's (`openbook.quality`); this module picks the eviden
 - a trained version is scored on its held-out dev split, as scored when the version was made and kept
   in its checkpoint's manifest (`openbook.fitting.calibrate_on_dev`).
 
-Blocking (a forward over every example, or a manifest read): the route runs it in a worker thread.
+Blocking (a forward over every example, or a manifest read): it runs in a worker thread, off the
+request where the client asks not to wait (serving/reports.py).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +36,16 @@ class NoReport(LookupError):
         self.status = status
 
 
-def task_report(runtime: TaskRuntime, artifacts: Path, version: str | None) -> schemas.ReportOut:
-    """The report of the version the task serves (`version` None) or of a recorded `version`."""
+def task_report(
+    runtime: TaskRuntime,
+    artifacts: Path,
+    version: str | None,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> schemas.ReportOut:
+    """The report of the version the task serves (`version` None) or of a recorded `version`.
+    `on_chunk`: the leave-one-out pass's progress (`TaskRuntime.leave_one_out`), where there is one."""
     if version is None and runtime.published is None:
-        scored, model_version, store_version = runtime.leave_one_out()
+        scored, model_version, store_version = runtime.leave_one_out(on_chunk)
         if len(scored.ids) == 0:
             raise NoReport(409, f"task {runtime.task.name!r} has no labelled example to score")
         return _report(

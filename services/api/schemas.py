@@ -249,7 +249,7 @@ class DemonstrationsIn(BaseModel):
 class DemoNeighbour(BaseModel):
     id: int
     text: StoredText | None
-    similarity: float
+    similarity: float  # the plain cosine of the slot vectors, which the weights are a softmax of
     weight: float  # its share of the class's demonstration vector
 
 
@@ -260,6 +260,9 @@ class ClassDemonstration(BaseModel):
 
 class DemonstrationsOut(BaseModel):
     demonstrations: list[ClassDemonstration]
+    # whether the served model reads demonstrations in its prompt (its method shows them); false: these
+    # are only what the store holds nearest the text per class
+    read_by_model: bool
     model_version: str
     store_version: str
 
@@ -374,6 +377,18 @@ class ConfusedPairOut(BaseModel):
     label: str  # as labelled
     predicted: str
     count: int
+
+
+class ReportPending(BaseModel):
+    """`GET .../report?wait=false` while the report is computed: ask again (after Retry-After) for it."""
+
+    task: str
+    # starting (reading the task's log, or a version's checkpoint), leave-one-out (scoring the examples)
+    stage: Literal["starting", "leave-one-out"]
+    scored: int  # examples scored so far
+    examples: int  # to score in all (0 while starting)
+    progress: float  # scored / examples (0 while starting)
+    elapsed_s: float  # since the computation began (a request that joins it sees its whole age)
 
 
 class ReportOut(BaseModel):

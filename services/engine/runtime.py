@@ -187,13 +187,15 @@ class TaskRuntime:
         """Whether Redis held, at `read`, the very spec and generation this runtime serves."""
         return read.spec is not None and read.spec == self.spec and read.generation == self.generation
 
-    def leave_one_out(self) -> tuple[Scored, str, str]:
+    def leave_one_out(self, on_chunk: Callable[[int, int], None] | None = None) -> tuple[Scored, str, str]:
         """Every labelled example scored with itself kept out of the store: (scores, model version, store
         version). Blocking; run it in a worker thread.
 
         The lock is taken per chunk of examples, not for the whole pass, so classify requests go on
         between chunks. A hot swap in the middle starts the pass again on the new classifier. The result
-        is kept until the model or the store changes.
+        is kept until the model or the store changes. `on_chunk(scored, examples)` is called as a pass
+        starts and after each chunk (not when the kept result answers); an exception it raises ends the
+        pass there, and comes out of here.
         """
         for _ in range(LOO_ATTEMPTS):
             with self.lock:
@@ -207,12 +209,16 @@ class TaskRuntime:
                 ids = np.array([i for i in sorted(self.labels) if self.labels[i] in known], dtype=np.int64)
                 texts, labels = [self.texts[int(i)] for i in ids], [self.labels[int(i)] for i in ids]
             parts = [Scored(ids[:0], ids[:0], np.zeros((0, len(known))))]  # what no example gives
+            if on_chunk is not None:
+                on_chunk(0, len(ids))
             for start in range(0, len(ids), LOO_CHUNK):
                 with self.lock:
                     if self.classifier is not classifier:  # swapped meanwhile: start again on the new one
                         break
                     chunk = slice(start, start + LOO_CHUNK)
                     parts.append(leave_one_out(classifier, texts[chunk], labels[chunk], ids[chunk]))
+                if on_chunk is not None:
+                    on_chunk(min(start + LOO_CHUNK, len(ids)), len(ids))
             else:
                 scored = Scored(*(np.concatenate([getattr(p, f) for p in parts]) for f in Scored.FIELDS))
                 self.loo_cache = (classifier, key, scored)

@@ -154,6 +154,16 @@ def test_typed_client_round_trip(api: TestClient) -> None:
     assert list(client.remove_label("reviews", "a/b").labels) == ["0", "1"]
 
 
+def test_the_typed_client_sends_only_the_options_given(api: TestClient) -> None:
+    """What `OpenBookClient.train` leaves out, the job takes from the task's training settings."""
+    from services.client import OpenBookClient
+
+    client = OpenBookClient(http=api)
+    assert api.patch("/v1/tasks/reviews", json={"training": {"steps": 3, "batch_size": 4}}).status_code == 200
+    config = client.train("reviews", lr=0.01).train_config
+    assert (config["steps"], config["batch_size"], config["lr"]) == (3, 4, 0.01)
+
+
 def test_demonstrations_per_class_with_weights(api: TestClient) -> None:
     examples = [
         {"text": t, "label": label}
@@ -161,6 +171,7 @@ def test_demonstrations_per_class_with_weights(api: TestClient) -> None:
     ]
     api.post("/v1/tasks/reviews/examples", json={"examples": examples})
     body = api.post("/v1/tasks/reviews/demonstrations", json={"text": "a good film"}).json()
+    assert body["read_by_model"] is False  # the untrained task's prompt shows none
     by_label = {d["label"]: d["neighbours"] for d in body["demonstrations"]}
     assert [n["text"] for n in by_label["0"]] == ["boring"] and by_label["0"][0]["weight"] == pytest.approx(
         1.0

@@ -26,7 +26,7 @@ STATUSES = {
     ("get", "/v1/tasks/{task}/examples"): {200, 401, 403, 404, 409, 422, 503},
     ("delete", "/v1/tasks/{task}/examples/{example_id}"): {204, 401, 403, 404, 409, 422, 503},
     ("patch", "/v1/tasks/{task}/examples/{example_id}"): {200, 400, 401, 403, 404, 409, 413, 422, 503},
-    ("get", "/v1/tasks/{task}/report"): {200, 401, 403, 404, 409, 422, 503},
+    ("get", "/v1/tasks/{task}/report"): {200, 202, 401, 403, 404, 409, 422, 503},
     ("post", "/v1/tasks/{task}/classify"): {200, 400, 401, 403, 404, 409, 413, 422, 503},
     ("post", "/v1/tasks/{task}/demonstrations"): {200, 400, 401, 403, 404, 409, 413, 422, 503},
     ("post", "/v1/tasks/{task}/train"): {202, 400, 401, 403, 404, 409, 413, 422, 503},

@@ -213,6 +213,9 @@ def test_a_patch_that_gives_a_budget_replaces_the_stored_one(api: TestClient) ->
 def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> None:
     from openbook.train_config import DEFAULT_MAX_STEPS, TrainConfig
 
+    # the task's own knobs put back to the defaults: what a job leaves out it takes from the task (below)
+    defaults = {key: TrainingSettings().model_dump()[key] for key in KNOBS}
+    assert api.patch("/v1/tasks/reviews", json={"training": defaults}).status_code == 200
     by_epochs = api.post("/v1/tasks/reviews/train", json={**KNOBS, "steps": None, "epochs": 3})
     assert by_epochs.status_code == 202, by_epochs.text
     config = by_epochs.json()["train_config"]
@@ -243,6 +246,32 @@ def test_a_job_trains_for_the_budget_it_was_given(api: TestClient, server) -> No
     assert client.xlen(JOBS_STREAM) == queued and len(jobs(api)) == 6  # nothing was queued
     refused = api.post("/v1/tasks/reviews/train", json={"steps": 4, "epochs": 2}).json()["detail"]
     assert "steps or as epochs, not both" in refused[0]["msg"]
+
+
+def test_a_job_started_by_hand_takes_what_it_leaves_out_from_the_task(api: TestClient) -> None:
+    def job(body: dict) -> dict:
+        response = api.post("/v1/tasks/reviews/train", json=body)
+        assert response.status_code == 202, response.text
+        return response.json()
+
+    task = api.get("/v1/tasks/reviews").json()
+    plain = job({})  # the budget and knobs the task's automatic jobs train with, and its method
+    assert {key: plain["train_config"][key] for key in KNOBS} == KNOBS
+    assert plain["method"] == task["method"]
+    faster = job({"lr": 0.01})["train_config"]  # a knob given replaces the task's, the others stay
+    assert (faster["lr"], faster["steps"], faster["batch_size"]) == (
+        0.01,
+        KNOBS["steps"],
+        KNOBS["batch_size"],
+    )
+    by_epochs = job({"epochs": 3})["train_config"]  # a budget given replaces the task's
+    assert "steps" not in by_epochs and (by_epochs["epochs"], by_epochs["batch_size"]) == (
+        3,
+        KNOBS["batch_size"],
+    )
+    assert api.patch("/v1/tasks/reviews", json={"training": {"method": "prompt-ft"}}).status_code == 200
+    assert job({})["method"] == "prompt-ft"  # the task's training method, unless the job names one
+    assert job({"method": "retroprompt"})["method"] == "retroprompt"
 
 
 def test_a_spec_stored_without_training_reads_with_the_defaults(make_client, server, causal_dir) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
 import redis
 
+from services.engine import runtime as runtime_module
 from services.trainer.worker import Worker
 from tests.services.harness import CLUSTER_EXAMPLES, CLUSTERS_TASK, MISLABELLED, TRAINING_EXAMPLES, wait_for
 
@@ -60,6 +62,64 @@ def test_report_finds_the_mislabelled_example_and_relabelling_it_clears_it(make_
         assert after["accuracy"] > report["accuracy"] and after["examples"] == 11
         page = api.get("/v1/tasks/clusters/examples", params={"limit": 1000}).json()["examples"]
         assert {e["id"]: e["label"] for e in page}[MISLABELLED] == "a"
+
+
+def test_a_report_that_takes_long_answers_its_progress_until_it_is_done(make_client, monkeypatch) -> None:
+    """`wait=false`: 202 with the examples scored so far while the leave-one-out pass runs (one pass,
+    however many ask), then the report itself; without it, the request waits, as before."""
+    chunks = threading.Semaphore(0)  # each chunk of the pass waits for the test to let it run
+    passes: list[int] = []
+    scored_alone = runtime_module.leave_one_out
+
+    def held(*args, **kwargs):
+        passes.append(len(args[1]))
+        assert chunks.acquire(timeout=30)
+        return scored_alone(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_module, "LOO_CHUNK", 4)
+    monkeypatch.setattr(runtime_module, "leave_one_out", held)
+    with make_client() as api:
+        api.post("/v1/tasks", json=TASK)
+        api.post("/v1/tasks/clusters/examples", json={"examples": _examples()})
+
+        def ask() -> tuple[int, dict]:
+            response = api.get("/v1/tasks/clusters/report", params={"wait": "false"})
+            if response.status_code == 202:
+                assert response.headers["retry-after"] == "1"
+            return response.status_code, response.json()
+
+        status, pending = ask()
+        assert status == 202 and pending["task"] == "clusters"  # starting, or on its first chunk
+        status, pending = wait_for(lambda: (answer := ask())[1].get("examples") == 11 and answer)
+        assert (pending["scored"], pending["examples"], pending["progress"]) == (0, 11, 0.0)
+        assert pending["stage"] == "leave-one-out"
+        chunks.release()  # the first 4 of 11
+        status, pending = wait_for(lambda: (answer := ask())[1].get("scored") == 4 and answer)
+        assert status == 202 and pending["progress"] == round(4 / 11, 4) and pending["elapsed_s"] >= 0
+        chunks.release(2)
+        status, report = wait_for(lambda: (answer := ask())[0] == 200 and answer)
+        assert report["scored_by"] == "leave-one-out" and report["examples"] == 11
+        assert passes == [4, 4, 3]  # one pass for every request that asked
+        assert api.get("/v1/tasks/clusters/report").json() == report  # the scores kept: no second pass
+        assert passes == [4, 4, 3]
+
+
+def test_a_report_done_between_two_polls_answers_the_next(make_client, monkeypatch) -> None:
+    """However long the report takes to compute, a poll after it is done gets it: never 202 for ever."""
+    from services.api.routes import report as report_route
+
+    monkeypatch.setattr(report_route, "PATIENCE_S", 0.0)  # a request never waits: only what is done answers
+    with make_client() as api:
+        api.post("/v1/tasks", json=TASK)
+        api.post("/v1/tasks/clusters/examples", json={"examples": _examples()})
+        first = api.get("/v1/tasks/clusters/report", params={"wait": "false"})
+        assert first.status_code == 202
+        done = wait_for(
+            lambda: (
+                (r := api.get("/v1/tasks/clusters/report", params={"wait": "false"})).status_code == 200 and r
+            )
+        )
+        assert done.json() == api.get("/v1/tasks/clusters/report").json()
 
 
 def test_relabelling_refuses_what_it_cannot_do_and_writes_nothing(make_client) -> None:

@@ -60,6 +60,7 @@ async def demonstrations(
     demos = await threads.read(runtime.demonstrations, body.text)
     return schemas.DemonstrationsOut(
         demonstrations=demonstration_classes(demos, runtime),
+        read_by_model=runtime.classifier.demo_encoder is not None,
         model_version=runtime.model_version,
         store_version=runtime.offset,
     )

@@ -25,14 +25,23 @@ router = APIRouter()
 async def start_training(
     body: schemas.TrainIn, runtime: Runtime, client: RedisDep, threads: Threads, metrics: MetricsDep
 ) -> schemas.JobOut:
+    """Queue a job; what the body leaves out, it takes from the task's `training` settings (the method
+    and knobs its automatic jobs train with), so a job started by hand trains as the task does unless
+    told otherwise. A `steps` or `epochs` given replaces the task's budget, its cap and floor included."""
     try:
-        method = check_training(body, runtime.task.method, runtime.classifier.backbone)
+        options = runtime.task.training.merged(body.model_dump(exclude_unset=True, exclude={"force"}))
+    except ValueError as error:  # a cap or floor given that the task's budget cannot take
+        raise unprocessable(("body",), str(error)) from None
+    try:
+        method = check_training(options, runtime.task.method, runtime.classifier.backbone)
     except BadTraining as error:
         raise unprocessable(("body", error.field) if error.field else ("body",), str(error)) from None
     queue = JobQueue(client)
     try:
         job_id = await threads.write(
-            functools.partial(queue.submit, runtime.task.name, method, body.train_config(), force=body.force)
+            functools.partial(
+                queue.submit, runtime.task.name, method, options.train_config(), force=body.force
+            )
         )
     except TaskGone:  # deleted since this request found it
         raise HTTPException(404, f"no task {runtime.task.name!r}") from None

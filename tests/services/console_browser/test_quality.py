@@ -43,7 +43,12 @@ def test_relabelling_a_suspect_and_choosing_a_threshold(console: Console, stack:
     expect(page.locator('[data-stat="examples"] .stat-value')).to_have_text("11")
     expect(page.locator("#quality-scored-by")).to_have_text("leave-one-out")
     expect(page.locator("#quality-model")).to_have_text("base")
-    expect(page.locator("#quality-calibration")).to_contain_text("ECE")
+    # one calibration error, the served confidence's: unscaled, as the untrained model serves it
+    ece = f"{before['calibration']['ece_before']:.3f}"
+    expect(page.locator('[data-stat="ece"] .stat-value')).to_have_text(ece)
+    expect(page.locator("#quality-calibration")).to_contain_text(
+        f"Calibration error {ece}: the untrained model"
+    )
     # The heatmap's counts and the reliability bars are the report's.
     labels, matrix = before["confusion"]["labels"], before["confusion"]["matrix"]
     for g, gold in enumerate(labels):

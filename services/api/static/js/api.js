@@ -45,8 +45,13 @@ export function setApiKey(key) {
 }
 
 // `path` is always relative to the origin; the key goes with every request, reads included, because
-// a read key may be configured as well as a write key.
+// a read key may be configured as well as a write key. The answer's JSON body (null for a 204).
 export async function api(method, path, body) {
+  return (await request(method, path, body)).body;
+}
+
+// As `api`, with the status too: {status, body}, for a route that answers 202 while it works.
+export async function request(method, path, body) {
   const headers = { Accept: "application/json" };
   const key = apiKey();
   if (key) headers["X-API-Key"] = key;
@@ -72,7 +77,7 @@ export async function api(method, path, body) {
     if (error.isAuth) window.dispatchEvent(new CustomEvent("openbook-auth", { detail: error }));
     throw error;
   }
-  return response.status === 204 ? null : response.json();
+  return { status: response.status, body: response.status === 204 ? null : await response.json() };
 }
 
 export const get = (path) => api("GET", path);

@@ -8,7 +8,7 @@ import * as tasks from "./tasks.js";
 import * as teach from "./teach.js";
 import * as training from "./training.js";
 import * as tryIt from "./try.js";
-import { $, el, isPairTask } from "./util.js";
+import { $, el, isPairTask, wordSaysMore } from "./util.js";
 
 const TAB_NAMES = ["try", "teach", "suggestions", "training", "quality", "tasks", "health"];
 const TASK_STORAGE = "openbook.task";
@@ -74,7 +74,7 @@ export function selectTask(name) {
   $("task-select").value = name ?? "";
   if (name) sessionStorage.setItem(TASK_STORAGE, name);
   const task = state.task;
-  const labels = Object.entries(task?.labels ?? {}).map(([l, w]) => `${l}=${w}`);
+  const labels = Object.entries(task?.labels ?? {}).map(([l, w]) => (wordSaysMore(l, w) ? `${l}=${w}` : l));
   // A few labels are spelled out; many are counted (all of them in the tooltip and in Tasks).
   const named = labels.length <= SUMMARY_LABELS ? labels.join(", ") : `${labels.length} labels`;
   $("task-summary").textContent = task ? `${named} · ${task.method} · ${task.backbone}` : "";

@@ -1,6 +1,8 @@
 // Small inline-SVG charts on the unit square (scores and shares from 0 to 1): numbers in, an <svg>
 // element out. Text from the api goes in as text nodes, never as markup.
 
+import { percent } from "./util.js";
+
 const NS = "http://www.w3.org/2000/svg";
 const TICKS = [0, 0.25, 0.5, 0.75, 1];
 
@@ -85,7 +87,7 @@ export function coverageChart(curve, threshold, current) {
   return root;
 }
 
-// One bar per version, oldest first: its dev accuracy; the version served is drawn solid.
+// One bar per version, oldest first: its dev accuracy as served (util.servedAccuracy); the version served is drawn solid.
 export function versionsChart(versions) {
   const width = 360;
   const height = 150;
@@ -109,8 +111,8 @@ export function versionsChart(versions) {
     if (typeof version.accuracy !== "number") return;
     root.append(
       svg("rect", { class: `version-bar ${version.state}`, x: left, width: barWidth, y: y(version.accuracy), height: y(0) - y(version.accuracy) },
-        svg("title", {}, `#${i + 1} ${version.version} (${version.state}): dev accuracy ${version.accuracy.toFixed(3)}`)),
-      svg("text", { class: "count", x: center, y: Math.max(y(version.accuracy) - 3, 9), "text-anchor": "middle" }, version.accuracy.toFixed(2)),
+        svg("title", {}, `#${i + 1} ${version.version} (${version.state}): dev accuracy ${percent(version.accuracy)}`)),
+      svg("text", { class: "count", x: center, y: Math.max(y(version.accuracy) - 3, 9), "text-anchor": "middle" }, percent(version.accuracy)),
     );
   });
   return root;

@@ -2,8 +2,12 @@
 // the label or its word, any case), arrows to move, Enter to pick. A task of 150 intents cannot be read
 // as 150 buttons or a 150-entry select. WAI-ARIA combobox pattern: the box is a combobox, the list a
 // listbox of options, the option under the arrows its aria-activedescendant.
+//
+// Where several labels match what was typed and the arrows have not chosen one, the first Enter asks
+// ("lost" matches lost_luggage and report_lost_card: Enter again picks the first), and the second picks;
+// a label typed whole, a single match or a choice made with the arrows or the mouse is picked at once.
 
-import { el } from "./util.js";
+import { el, wordSaysMore } from "./util.js";
 
 let pickers = 0; // for ids unique in the page
 
@@ -18,8 +22,11 @@ export class LabelPicker {
     this.value = ""; // the label picked; "" until one is
     this.matches = [];
     this.active = -1;
+    this.chosen = false; // the arrows moved since the last keystroke: Enter picks what they chose
+    this.asking = false; // Enter was pressed once over several matches: the next picks
     this.list = el("ul", { id: `${key}-options`, role: "listbox", class: "picker-options", "aria-label": name ? `${name}: labels` : "Labels", hidden: true });
     this.count = el("span", { class: "visually-hidden", role: "status", "aria-live": "polite" });
+    this.question = el("p", { class: "picker-ask", hidden: true });
     this.input = el("input", {
       id: id ?? key,
       type: "text",
@@ -33,12 +40,14 @@ export class LabelPicker {
       "aria-expanded": "false",
       "aria-controls": this.list.id,
     });
-    this.node = el("div", { class: "picker" }, this.input, this.list, this.count);
+    this.node = el("div", { class: "picker" }, this.input, this.question, this.list, this.count);
     // A press in the list (an option, its scroll bar) leaves the focus in the box, whose blur would close it.
     this.list.addEventListener("mousedown", (event) => event.preventDefault());
     this.input.addEventListener("input", () => {
       const typed = this.input.value;
       this.value = Object.hasOwn(this.labels, typed) && !this.exclude.has(typed) ? typed : ""; // a label typed whole
+      this.chosen = false;
+      this.unask();
       this.open();
     });
     this.input.addEventListener("focus", () => this.open());
@@ -82,7 +91,7 @@ export class LabelPicker {
             onclick: () => this.pick(label),
           },
           label,
-          word && word !== label ? el("span", { class: "muted" }, ` · ${word}`) : null,
+          wordSaysMore(label, word) ? el("span", { class: "muted" }, ` · ${word}`) : null,
         ),
       ),
       ...(this.matches.length ? [] : [el("li", { class: "muted picker-none", "aria-disabled": "true" }, "No label matches.")]),
@@ -95,6 +104,7 @@ export class LabelPicker {
   }
 
   close() {
+    this.unask();
     this.list.hidden = true;
     this.input.setAttribute("aria-expanded", "false");
     this.input.removeAttribute("aria-activedescendant");
@@ -120,14 +130,33 @@ export class LabelPicker {
       if (!this.matches.length) return;
       const step = event.key === "ArrowDown" ? 1 : -1;
       this.active = (this.active + step + this.matches.length) % this.matches.length;
+      this.chosen = true;
+      this.unask();
       this.highlight();
     } else if (event.key === "Enter" && shown) {
       event.preventDefault(); // Enter picks; with the list closed, it submits the form as usual
-      if (this.active >= 0) this.pick(this.matches[this.active][0]);
+      if (this.active < 0) return;
+      const [label] = this.matches[this.active];
+      if (this.matches.length > 1 && !this.chosen && !this.asking && label !== this.value) return this.ask(label);
+      this.pick(label);
     } else if (event.key === "Escape" && shown) {
       event.preventDefault();
       this.close();
     }
+  }
+
+  // Several labels match and none was chosen: say which Enter would pick, and what else matches.
+  ask(label) {
+    this.asking = true;
+    const others = this.matches.length - 1;
+    this.question.textContent = `${this.matches.length} labels match “${this.input.value.trim()}”: Enter again picks ${label}; ↓ ↑ choose one of the other ${others}.`;
+    this.question.hidden = false;
+    this.count.textContent = this.question.textContent;
+  }
+
+  unask() {
+    this.asking = false;
+    this.question.hidden = true;
   }
 
   pick(label) {

@@ -2,10 +2,10 @@
 // task should abstain, and which examples look mislabelled (GET /v1/tasks/{task}/report), with the
 // fixes one click away. Shown only when the api offers the report.
 
-import { del, formatDetail, get, patch, taskPath } from "./api.js";
+import { del, formatDetail, get, patch, request, taskPath } from "./api.js";
 import { coverageChart, reliabilityChart, versionsChart } from "./charts.js";
 import { LabelPicker } from "./labelpicker.js";
-import { $, el, percent, say, showText, table } from "./util.js";
+import { $, duration, el, labelName, percent, progressBar, say, servedAccuracy, servedEce, servesScaled, showText, table } from "./util.js";
 
 let state;
 let actions;
@@ -14,6 +14,7 @@ let sliderFor = null; // the task whose threshold the slider was set from
 let generation = 0; // a newer load makes older answers stale
 
 const HEATMAP_LABELS = 20; // past this many labels the heatmap is folded away: the pairs list reads better
+const LABEL_ROWS_IN_VIEW = 14; // per-label rows the box shows before it scrolls (and says so)
 
 const fixed = (value, digits = 3) => (typeof value === "number" ? value.toFixed(digits) : "—");
 const failure = (error) => `${error.status || ""} ${formatDetail(error.detail)}`.trim();
@@ -21,7 +22,7 @@ const threshold = (value) => String(Number(value.toFixed(3))); // 0.6, not 0.600
 
 const SCORED_BY = {
   "leave-one-out": (r) => `Scored leave-one-out over ${r.examples} labelled examples: each classified with itself out of the store.`,
-  dev: (r) => `Scored on the ${r.examples} dev examples held out when version ${r.model_version} was made.`,
+  dev: (r) => `Scored as served (the store included) on the ${r.examples} dev examples held out when version ${r.model_version} was made: the accuracy the promotion gate compared.`,
   train: (r) => `Scored on the ${r.examples} examples version ${r.model_version} was trained on (it had no dev split): optimistic.`,
 };
 
@@ -29,26 +30,29 @@ function stat(name, value, key) {
   return el("div", { class: "stat", dataset: { stat: key } }, el("span", { class: "stat-value" }, value), el("span", { class: "muted" }, name));
 }
 
+// One calibration error per version, the served confidence's (util.servedEce), and what temperature
+// scaling did or would do to it, in words.
 function calibrationLine(r) {
   const c = r.calibration;
   if (!c) return ["Calibration: needs at least 2 scored examples."];
-  const served = r.scored_by === "leave-one-out"
-    ? "the base model serves unscaled; a trained version adopts the temperature when it helps"
-    : `served with T = ${fixed(c.temperature, 2)}`;
-  return [
-    `Calibration: ECE ${fixed(c.ece_before)} as scored, ${fixed(c.ece_after)} with temperature scaling `,
-    el("span", { class: "muted" }, `(T = ${fixed(c.fitted_temperature, 2)}, checked on ${c.folds} held-out folds)`),
-    " ",
-    el("span", { class: `badge${c.adopted ? " adopted" : ""}`, id: "quality-adopted" }, c.adopted ? "adopted" : "not adopted"),
-    el("span", { class: "muted" }, ` · ${served}`),
-  ];
+  const error = fixed(servedEce(c));
+  const folds = `measured on ${c.folds} held-out folds`;
+  if (servesScaled(c)) {
+    return [`Calibration error ${error} after temperature scaling (T = ${fixed(c.temperature, 2)}, ${folds}); ${fixed(c.ece_before)} before it. This version serves the scaled confidences.`];
+  }
+  if (r.scored_by === "leave-one-out") {
+    const would = c.adopted ? `would bring it to ${fixed(c.ece_after)} (${folds})` : `would not lower it (${folds})`;
+    return [`Calibration error ${error}: the untrained model serves its confidences unscaled. Temperature scaling ${would}; a trained version adopts it where it helps.`];
+  }
+  return [`Calibration error ${error}: temperature scaling did not lower it (${folds}), so this version serves its confidences unscaled.`];
 }
 
 function renderHeadline(r) {
+  const c = r.calibration;
   $("quality-headline").replaceChildren(
     stat("accuracy", percent(r.accuracy), "accuracy"),
     stat("macro-F1", fixed(r.macro_f1), "macro-f1"),
-    stat("ECE (calibration error)", fixed(r.ece), "ece"),
+    stat(c && servesScaled(c) ? "calibration error (after scaling)" : "calibration error", fixed(c ? servedEce(c) : r.ece), "ece"),
     stat("examples scored", String(r.examples), "examples"),
   );
   $("quality-scored").replaceChildren(
@@ -101,7 +105,8 @@ function renderConfused({ confused_pairs: pairs = [], per_label: perLabel }) {
     ...(pairs.length
       ? pairs.map(({ label, predicted, count }) =>
           el("li", { dataset: { label, predicted } },
-            el("strong", {}, label), " → ", el("strong", {}, predicted), `: ${count}`,
+            el("strong", { class: "label-text", title: label }, label), " → ",
+            el("strong", { class: "label-text", title: predicted }, predicted), `: ${count}`,
             el("span", { class: "muted" }, ` (${percent(count / (perLabel[label]?.support || 1))} of ${label})`),
           ))
       : [el("li", { class: "muted" }, "No confusion: every scored example was predicted as its own label.")]),
@@ -119,7 +124,7 @@ function renderLabels(perLabel) {
   const words = state.task?.labels ?? {};
   const rows = worstFirst(perLabel).map(([label, s]) =>
     el("tr", { dataset: { label } },
-      el("th", { scope: "row" }, `${label} `, el("span", { class: "muted" }, words[label] ?? "")),
+      el("th", { scope: "row" }, labelName(label, words[label])),
       el("td", { class: "num" }, fixed(s.precision)),
       el("td", { class: "num" }, fixed(s.recall)),
       el("td", { class: "num" }, fixed(s.f1)),
@@ -128,7 +133,9 @@ function renderLabels(perLabel) {
   );
   const scores = table(["label", "precision", "recall", "F1 ↑", "labelled"], rows, "Scores per label, the lowest F1 first");
   scores.querySelectorAll("th")[3].setAttribute("aria-sort", "ascending");
+  const many = rows.length > LABEL_ROWS_IN_VIEW ? el("p", { class: "muted" }, `All ${rows.length} labels, in a box that scrolls.`) : null;
   $("quality-labels").replaceChildren(scores);
+  $("quality-labels-note").replaceChildren(...(many ? [many] : []));
 }
 
 function renderMinConfidence() {
@@ -252,8 +259,9 @@ function showReport(version) {
   $("quality-version").scrollIntoView({ block: "nearest" });
 }
 
+// One accuracy and one calibration error per version, as its report gives them: the served prediction's.
 function renderVersions(versions) {
-  const oldestFirst = versions.slice().reverse().map((v) => ({ ...v, accuracy: v.dev_metrics?.accuracy }));
+  const oldestFirst = versions.slice().reverse().map((v) => ({ ...v, accuracy: servedAccuracy(v.gate, v.dev_metrics) }));
   const rows = oldestFirst.map((v, i) => {
     const c = v.dev_metrics?.calibration;
     return el("tr", { dataset: { version: v.version, state: v.state } },
@@ -261,14 +269,14 @@ function renderVersions(versions) {
       el("td", {}, el("code", {}, v.version)),
       el("td", {}, v.method),
       el("td", {}, v.state),
-      el("td", { class: "num" }, fixed(v.accuracy)),
-      el("td", { class: "num" }, c ? `${fixed(c.ece_before)} → ${fixed(c.ece_after)}${c.adopted ? " adopted" : ""}` : "—"),
+      el("td", { class: "num" }, typeof v.accuracy === "number" ? percent(v.accuracy) : "—"),
+      el("td", { class: "num" }, c ? `${fixed(servedEce(c))} ${servesScaled(c) ? "after scaling" : "unscaled"}` : "—"),
       el("td", {}, el("button", { type: "button", class: "secondary small", onclick: () => showReport(v.version) }, "Its report")),
     );
   });
   $("quality-versions").replaceChildren(
     ...(versions.length
-      ? [versionsChart(oldestFirst), el("div", { class: "scroll-x" }, table(["", "version", "method", "state", "dev accuracy", "dev ECE", ""], rows, "Versions"))]
+      ? [versionsChart(oldestFirst), el("div", { class: "scroll-x" }, table(["", "version", "method", "state", "dev accuracy", "calibration error", ""], rows, "Versions"))]
       : [el("p", { class: "muted" }, "No trained version yet: the report scores the base model leave-one-out over the store.")]),
   );
   const select = $("quality-version");
@@ -301,10 +309,38 @@ function render() {
 
 function clear() {
   report = null;
-  for (const id of ["quality-headline", "quality-scored", "quality-calibration", "quality-confused", "quality-confusion", "quality-labels", "quality-reliability", "quality-coverage", "quality-suspects"]) {
+  for (const id of ["quality-headline", "quality-scored", "quality-calibration", "quality-confused", "quality-confusion", "quality-labels", "quality-labels-note", "quality-reliability", "quality-coverage", "quality-suspects"]) {
     $(id).replaceChildren();
   }
   $("quality-report").hidden = true;
+}
+
+// The report, asked for without waiting where the api can answer 202 with its progress (an untrained task's
+// leave-one-out pass takes a minute and more at 150 labels): a bar until it is done. Null when a newer
+// load made this one stale.
+async function fetchReport(path, mine) {
+  if (!state.caps.schemas.ReportPending) return get(path);
+  const status = $("quality-status");
+  const shown = $("quality-progress");
+  const joiner = path.includes("?") ? "&" : "?";
+  try {
+    for (;;) {
+      const answer = await request("GET", `${path}${joiner}wait=false`);
+      if (mine !== generation) return null;
+      if (answer.status !== 202) return answer.body;
+      const p = answer.body;
+      const left = p.scored > 0 ? ` · about ${duration((p.elapsed_s * (p.examples - p.scored)) / p.scored)} left` : "";
+      say(status, p.examples
+        ? `Scoring leave-one-out: ${p.scored} of ${p.examples} examples (${percent(p.progress)}) · ${duration(p.elapsed_s)}${left}`
+        : `Starting the report · ${duration(p.elapsed_s)}`);
+      shown.replaceChildren(progressBar(p.examples ? p.progress : null, "report progress"));
+      shown.hidden = false;
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      if (mine !== generation) return null;
+    }
+  } finally {
+    if (mine === generation) shown.hidden = true;
+  }
 }
 
 // `keepStatus`: a fix's own message stays up while the report it changed is read again.
@@ -318,8 +354,8 @@ async function load({ keepStatus = false } = {}) {
   say(status, "Scoring…");
   const versions = loadVersions(task, mine);
   try {
-    const answer = await get(taskPath(task, `/report${version ? `?version=${encodeURIComponent(version)}` : ""}`));
-    if (mine !== generation) return;
+    const answer = await fetchReport(taskPath(task, `/report${version ? `?version=${encodeURIComponent(version)}` : ""}`), mine);
+    if (mine !== generation || answer === null) return;
     report = answer;
     state.task.min_confidence = answer.min_confidence; // the report reads the task as it is now
     $("quality-report").hidden = false;

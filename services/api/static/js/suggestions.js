@@ -3,7 +3,7 @@
 
 import { formatDetail, get, post, taskPath } from "./api.js";
 import { LabelPicker } from "./labelpicker.js";
-import { $, el, percent, say, showText } from "./util.js";
+import { $, el, labelText, percent, say, showText } from "./util.js";
 
 const COUNT = 10;
 const KEYED_LABELS = 9; // up to 9 labels, keys 1..9 pick them; past that, a picker that searches them
@@ -16,7 +16,7 @@ const keyed = () => labels().length <= KEYED_LABELS;
 
 function keyHint() {
   $("suggestion-keys").textContent = keyed()
-    ? `Select one and press a number key to label it: ${labels().map((label, i) => `${i + 1} = ${label} (${state.task.labels[label]})`).join(", ")}`
+    ? `Select one and press a number key to label it: ${labels().map((label, i) => `${i + 1} = ${labelText(label, state.task.labels[label])}`).join(", ")}`
     : `Type part of a label in a text's label box, then pick it with the arrows and Enter (or a click).`;
 }
 

@@ -1,7 +1,7 @@
 // Tasks: the list, one task's spec, creating one (with its prompt previewed) and deleting one.
 
 import { del, formatDetail, post, taskPath } from "./api.js";
-import { $, el, say } from "./util.js";
+import { $, el, labelText, say } from "./util.js";
 
 let actions;
 let state;
@@ -82,7 +82,7 @@ function renderList() {
       ? [
           el("dl", { class: "spec" },
             el("dt", {}, "Template"), el("dd", {}, el("pre", {}, task.template)),
-            el("dt", {}, "Labels"), el("dd", {}, Object.entries(task.labels).map(([l, w]) => `${l} → ${w}`).join(", ")),
+            el("dt", {}, "Labels"), el("dd", {}, Object.entries(task.labels).map(([l, w]) => labelText(l, w)).join(", ")),
             el("dt", {}, "Backbone"), el("dd", {}, task.backbone),
             el("dt", {}, "Method"), el("dd", {}, task.method),
             el("dt", {}, "kNN"), el("dd", {}, `k=${task.knn.k}, T=${task.knn.temperature}, λ=${task.knn.lam ?? "chosen on the examples"}`),

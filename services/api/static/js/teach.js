@@ -3,12 +3,13 @@
 import { del, formatDetail, get, post, taskPath } from "./api.js";
 import { LabelPicker } from "./labelpicker.js";
 import { batches, checkRows, readRows } from "./upload.js";
-import { $, el, isPairTask, say, showText, table, textId } from "./util.js";
+import { $, el, isPairTask, labelName, say, showText, table, textId } from "./util.js";
 
 const PAGE_SIZE = 1000; // examples per GET (the api's largest page)
 const MAX_PAGES = 50; // past 50,000 examples the browser shows the first ones only
 const ROWS_SHOWN = 100; // table rows rendered per "Show more"
 const PREVIEW_ROWS = 200;
+const CHIPS_SHOWN = 24; // past this many labels, the counts show the labels with the fewest examples first
 
 let state;
 let actions;
@@ -19,6 +20,7 @@ let pending = null; // a checked upload waiting for its button
 let complete = true; // every page was read (false past MAX_PAGES)
 let addPicker; // the label of the example added by the form
 let filterPicker; // shows one label's examples only; none picked: all
+let allChips = false; // every label's count shown, not only the fewest
 
 async function loadExamples() {
   const task = state.task;
@@ -42,15 +44,25 @@ async function loadExamples() {
   renderExamples();
 }
 
+// Examples per label: a few labels in the task's order; many, the fewest examples first (the labels that
+// need teaching), CHIPS_SHOWN of them until asked for all.
 function renderCounts() {
   $("example-total").textContent = `(${examples.length}${complete ? "" : "+, the first ones shown"})`;
   const counts = Object.fromEntries(Object.keys(state.task.labels).map((label) => [label, 0]));
   for (const example of examples) counts[example.label] = (counts[example.label] ?? 0) + 1;
+  let entries = Object.entries(counts);
+  const many = entries.length > CHIPS_SHOWN;
+  if (many) entries = entries.sort(([a, x], [b, y]) => x - y || a.localeCompare(b));
+  const shown = many && !allChips ? entries.slice(0, CHIPS_SHOWN) : entries;
   $("label-counts").replaceChildren(
-    ...Object.entries(counts).map(([label, count]) =>
-      el("span", { class: "count", dataset: { label } }, el("strong", {}, String(count)), ` ${label} · ${state.task.labels[label] ?? "?"}`),
+    ...shown.map(([label, count]) =>
+      el("span", { class: "count", dataset: { label } }, el("strong", {}, String(count)), " ", labelName(label, state.task.labels[label])),
     ),
   );
+  $("label-counts-note").hidden = !many;
+  $("label-counts-note").textContent = `${shown.length} of ${entries.length} labels, the fewest examples first.`;
+  $("label-counts-more").hidden = !many;
+  $("label-counts-more").textContent = allChips ? `Show the ${CHIPS_SHOWN} with the fewest` : `Show all ${entries.length} labels`;
 }
 
 function matches(example, query) {
@@ -69,7 +81,7 @@ function renderExamples() {
       { dataset: { id: String(example.id) } },
       el("td", { class: "num" }, String(example.id)),
       el("td", {}, showText(example.text)),
-      el("td", {}, example.label),
+      el("td", {}, labelName(example.label)),
       el("td", {}, el("button", { type: "button", class: "secondary small", "aria-label": `Delete example ${example.id}`, onclick: () => remove(example) }, "Delete")),
     ),
   );
@@ -267,12 +279,17 @@ export function init(shared, wired) {
     shownRows += ROWS_SHOWN;
     renderExamples();
   });
+  $("label-counts-more").addEventListener("click", () => {
+    allChips = !allChips;
+    renderCounts();
+  });
   $("label-form").hidden = !state.caps.has("POST", "/v1/tasks/{}/labels");
   $("label-form").addEventListener("submit", addLabel);
 }
 
 export function taskChanged() {
   examples = [];
+  allChips = false;
   loadedFor = null;
   pending = null;
   $("upload-send").disabled = true;

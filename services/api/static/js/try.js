@@ -1,12 +1,13 @@
 // Try it: classify texts, see why (P_LM, P_kNN, neighbours, demonstrations), and correct a prediction.
 
-import { LIMITS, formatDetail, post, taskPath } from "./api.js";
+import { LIMITS, del, formatDetail, post, taskPath } from "./api.js";
 import { LabelPicker } from "./labelpicker.js";
-import { $, el, isPairTask, percent, say, showText, table, textId, textLength } from "./util.js";
+import { $, el, isPairTask, labelName, percent, say, showText, table, textId, textLength, toast, wordSaysMore } from "./util.js";
 
 const DEMONSTRATIONS_SHOWN = 5; // cards whose demonstrations load at once; the rest load when opened
 const PROBABILITY_ROWS = 10; // labels whose probabilities show at once, the most probable (past: folded)
 const BUTTON_LABELS = 8; // a correction offers a button per label up to this many, a picker past it
+const DEMO_CLASSES = 3; // past PROBABILITY_ROWS labels, the demonstrations of the most probable few (the rest: folded)
 const PAIR_SEPARATOR = /\t|\|\|/; // a tab, or "||" since Tab moves the focus out of a text box
 
 let state;
@@ -38,7 +39,7 @@ function probabilityRow(prediction, label) {
   return el(
     "tr",
     { class: label === prediction.label ? "predicted" : "", dataset: { label } },
-    el("th", { scope: "row" }, `${label} `, el("span", { class: "muted" }, state.task.labels[label])),
+    el("th", { scope: "row" }, labelName(label, state.task.labels[label])),
     el("td", {}, bar(prediction.probabilities[label] ?? 0, "final", `P(${label})`)),
     el("td", {}, bar(prediction.p_lm[label] ?? 0, "lm", `P_LM(${label})`)),
     el("td", {}, prediction.p_knn ? bar(prediction.p_knn[label] ?? 0, "knn", `P_kNN(${label})`) : "—"),
@@ -61,13 +62,17 @@ function probabilities(prediction) {
   return el("div", {}, table(headers, ranked.slice(0, PROBABILITY_ROWS).map((label) => probabilityRow(prediction, label)), `The ${PROBABILITY_ROWS} most probable labels`), more);
 }
 
+// The neighbours' similarity is the kNN's: with `similarity: centred` (the default), the cosine after the
+// store's mean key is taken away; the demonstrations' is the plain cosine, on another scale.
+const neighbourScale = () => (state.task.knn?.similarity === "cosine" ? "cosine" : "centred cosine");
+
 function neighbours(prediction) {
   const list = prediction.neighbours ?? [];
   const body = list.length
     ? table(
-        ["text", "label", "similarity"],
+        ["text", "label", neighbourScale()], // the similarity, named by its scale
         list.map((n) =>
-          el("tr", {}, el("td", {}, showText(n.text)), el("td", {}, n.label), el("td", { class: "num" }, n.similarity.toFixed(3))),
+          el("tr", {}, el("td", {}, showText(n.text)), el("td", {}, labelName(n.label, state.task.labels[n.label])), el("td", { class: "num" }, n.similarity.toFixed(3))),
         ),
         "Neighbours that voted",
       )
@@ -75,56 +80,96 @@ function neighbours(prediction) {
   return el("details", { open: true, class: "neighbours" }, el("summary", {}, `Neighbours that voted (${list.length})`), body);
 }
 
-async function loadDemonstrations(text, target) {
-  target.replaceChildren(el("p", { class: "muted" }, "Retrieving…"));
+function demoClass(demo) {
+  return el(
+    "div",
+    { class: "demo-class", dataset: { label: demo.label } },
+    el("h4", {}, labelName(demo.label, state.task.labels[demo.label])),
+    demo.neighbours.length
+      ? el("ul", {}, demo.neighbours.map((n) =>
+          el("li", {}, showText(n.text), " ", el("span", { class: "muted" }, `cosine ${n.similarity.toFixed(3)} · weight ${n.weight.toFixed(2)}`)),
+        ))
+      : el("p", { class: "muted" }, "no example of this class yet"),
+  );
+}
+
+// A few labels: every class. Many: the classes the prediction found most probable, the rest folded.
+async function loadDemonstrations(text, prediction, body, summary) {
+  body.replaceChildren(el("p", { class: "muted" }, "Retrieving…"));
   try {
     const answer = await post(taskPath(state.task.name, "/demonstrations"), { text });
-    target.replaceChildren(
-      ...answer.demonstrations.map((demo) =>
-        el(
-          "div",
-          { class: "demo-class" },
-          el("h4", {}, `${demo.label} `, el("span", { class: "muted" }, state.task.labels[demo.label] ?? "")),
-          demo.neighbours.length
-            ? el("ul", {}, demo.neighbours.map((n) =>
-                el("li", {}, showText(n.text), " ", el("span", { class: "muted" }, `sim ${n.similarity.toFixed(3)} · weight ${n.weight.toFixed(2)}`)),
-              ))
-            : el("p", { class: "muted" }, "no example of this class yet"),
-        ),
-      ),
+    summary.textContent = answer.read_by_model
+      ? "Demonstrations the model read, per class"
+      : "Nearest examples per class (this model reads no demonstrations)";
+    const scale = neighbourScale() === "cosine"
+      ? null
+      : el("p", { class: "muted demo-scale" }, "Plain cosine of the examples' vectors: a scale of its own, not the neighbours' centred one.");
+    const all = answer.demonstrations;
+    if (all.length <= PROBABILITY_ROWS) {
+      body.replaceChildren(...all.map(demoClass), scale ?? "");
+      return;
+    }
+    const p = (demo) => prediction.probabilities[demo.label] ?? 0;
+    const ranked = all.slice().sort((a, b) => p(b) - p(a));
+    const rest = ranked.slice(DEMO_CLASSES);
+    const more = el("details", { class: "more-demos" }, el("summary", {}, `The other ${rest.length} classes`));
+    more.addEventListener("toggle", () => {
+      if (more.open && more.children.length === 1) more.append(...rest.map(demoClass));
+    });
+    body.replaceChildren(
+      el("p", { class: "muted" }, `The ${DEMO_CLASSES} classes this prediction found most probable:`),
+      ...ranked.slice(0, DEMO_CLASSES).map(demoClass),
+      scale ?? "",
+      more,
     );
   } catch (error) {
-    target.replaceChildren(el("p", { class: "status", dataset: { kind: "error" } }, `Not retrieved: ${error.message}`));
+    body.replaceChildren(el("p", { class: "status", dataset: { kind: "error" } }, `Not retrieved: ${error.message}`));
   }
 }
 
-function demonstrations(text, index) {
+function demonstrations(text, prediction, index) {
   const body = el("div", { class: "demos" });
-  const details = el("details", { class: "demonstrations" }, el("summary", {}, "Demonstrations per class"), body);
+  const summary = el("summary", {}, "Demonstrations per class");
+  const details = el("details", { class: "demonstrations" }, summary, body);
   let loaded = false;
   const load = () => {
     if (loaded) return;
     loaded = true;
-    loadDemonstrations(text, body);
+    loadDemonstrations(text, prediction, body, summary);
   };
   details.addEventListener("toggle", () => details.open && load());
-  // the toggle event loads it; a task of many labels has one list per class: folded, read when opened
-  if (index < DEMONSTRATIONS_SHOWN && Object.keys(state.task.labels).length <= PROBABILITY_ROWS) details.open = true;
+  if (index < DEMONSTRATIONS_SHOWN) details.open = true; // the toggle event loads it
   return details;
 }
 
 // One click turns the prediction into a labelled example; the id comes from the text, so clicking
 // again (or retrying after a lost answer) writes nothing twice. A few labels are buttons; more, a
-// picker that searches them.
+// picker that searches them. An example it creates can be taken back: Undo deletes it.
 function correction(text, prediction) {
   const status = el("p", { class: "status", role: "status", "aria-live": "polite" });
   const id = textId(text);
+  const task = state.task.name;
+  const undo = async (label) => {
+    try {
+      await del(taskPath(task, `/examples/${id}`));
+      say(status, `Undone: example #${id} (${label}) deleted.`, "ok");
+    } catch (error) {
+      say(status, `Not undone: ${error.status || ""} ${formatDetail(error.detail)}`, "error");
+    }
+  };
   const add = async (label) => {
     say(status, "Adding…");
     try {
-      const ack = await post(taskPath(state.task.name, "/examples"), { examples: [{ text, label, id }] });
+      const ack = await post(taskPath(task, "/examples"), { examples: [{ text, label, id }] });
       const [first] = ack.examples;
-      say(status, first.created ? `Added as example #${first.id} (${label}).` : `Already in the book as example #${first.id}.`, "ok");
+      if (!first.created) {
+        say(status, `Already in the book as example #${first.id}.`, "ok");
+        return;
+      }
+      const added = `Added as example #${first.id} (${label}).`;
+      status.replaceChildren(added, " ", el("button", { type: "button", class: "secondary small", onclick: () => undo(label) }, "Undo"));
+      status.dataset.kind = "ok";
+      toast(`“${showText(text).slice(0, 60)}” ${added}`, { label: "Undo", run: () => undo(label) });
     } catch (error) {
       const message = error.status === 409
         ? `This text is already in the book with another label: delete example #${id} in Teach to relabel it.`
@@ -147,7 +192,7 @@ function correction(text, prediction) {
         "aria-label": `Add this text as an example of ${label} (${word})`,
         onclick: () => add(label),
       },
-      `${label} · ${word}`,
+      wordSaysMore(label, word) ? `${label} · ${word}` : label,
     ),
   );
   return el("div", { class: "correct" }, el("span", { class: "muted" }, "Correct it, as an example of:"), el("div", { class: "row" }, buttons), status);
@@ -156,7 +201,11 @@ function correction(text, prediction) {
 // Below the task's min_confidence a prediction abstains: no label, its probabilities kept.
 function verdict(prediction) {
   if (prediction.label !== null) {
-    return [el("strong", { class: "label" }, prediction.label), " ", el("span", { class: "muted" }, state.task.labels[prediction.label] ?? "")];
+    const word = state.task.labels[prediction.label];
+    return [
+      el("strong", { class: "label", title: prediction.label }, prediction.label),
+      wordSaysMore(prediction.label, word) ? el("span", { class: "muted" }, ` ${word}`) : "",
+    ];
   }
   const [best, p] = Object.entries(prediction.probabilities).reduce((top, entry) => (entry[1] > top[1] ? entry : top));
   // The same four decimals for both, so that a guess just under the threshold never reads as equal to it.
@@ -182,7 +231,7 @@ function card(text, prediction, index) {
       prediction.truncated ? el("span", { class: "badge warn", title: "the text was cut to fit the prompt length" }, "truncated") : null,
     ),
     el("div", { class: "prediction-body" }, el("div", { class: "scroll-x" }, probabilities(prediction)), correction(text, prediction)),
-    el("div", { class: "columns" }, neighbours(prediction), demonstrations(text, index)),
+    el("div", { class: "columns" }, neighbours(prediction), demonstrations(text, prediction, index)),
   );
 }
 

@@ -61,3 +61,80 @@ export function formatTime(value) {
   const date = typeof value === "number" ? new Date(value * 1000) : new Date(value);
   return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString();
 }
+
+// A label's word is worth showing only where it says more than the name: "book flight" does not beside
+// book_flight, nor "no" beside no (the api makes a name's word by splitting it at _, - and capitals).
+const squashed = (name) => String(name).toLowerCase().replace(/[\s_-]+/g, "");
+export const wordSaysMore = (label, word) => Boolean(word) && squashed(word) !== squashed(label);
+
+// A label as the console shows it: the name, cut with an ellipsis when long (the whole name, and its word,
+// on hover), and its word beside it when the word says more.
+export function labelName(label, word) {
+  const more = wordSaysMore(label, word);
+  return el(
+    "span",
+    { class: "label-name", title: more ? `${label} · ${word}` : label },
+    el("span", { class: "label-text" }, label),
+    more ? el("span", { class: "muted label-word" }, ` ${word}`) : null,
+  );
+}
+
+export const labelText = (label, word) => (wordSaysMore(label, word) ? `${label} (${word})` : label);
+
+// A version's dev accuracy as served, store and kNN interpolation included: the figure the promotion gate
+// compared (`gate.candidate`). Versions saved without a gate record fall back on what training measured
+// of the same prediction (`accuracy_with_knn`), and a method that serves the LM alone on its `accuracy`.
+export function servedAccuracy(gate, devMetrics) {
+  if (typeof gate?.candidate === "number") return gate.candidate;
+  if (typeof devMetrics?.accuracy_with_knn === "number") return devMetrics.accuracy_with_knn;
+  return typeof devMetrics?.accuracy === "number" ? devMetrics.accuracy : null;
+}
+
+// The LM's accuracy alone at its best dev check, where it differs from the served prediction's (a method
+// that interpolates kNN); null where the two are one figure.
+export function lmAloneAccuracy(devMetrics) {
+  return typeof devMetrics?.accuracy_with_knn === "number" && typeof devMetrics?.accuracy === "number" ? devMetrics.accuracy : null;
+}
+
+// One calibration error per version: that of the confidence as it is served. Served scaled (a temperature
+// other than 1), the error measured with temperatures fitted on other folds; unscaled, the error as scored.
+export const servesScaled = (calibration) => typeof calibration?.temperature === "number" && calibration.temperature !== 1;
+export function servedEce(calibration) {
+  if (!calibration) return null;
+  return servesScaled(calibration) ? calibration.ece_after : calibration.ece_before;
+}
+
+export function duration(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  return s < 60 ? `${s} s` : `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, "0")} s`;
+}
+
+// A bar: `fraction` from 0 to 1, or null for work whose share done is not known (it moves all the same).
+export function progressBar(fraction, label) {
+  const bar = el("progress", { max: 1, "aria-label": label });
+  if (fraction !== null && fraction !== undefined) bar.value = fraction;
+  return bar;
+}
+
+// A message at the foot of the window for a few seconds, with one action (an Undo): `action` is
+// {label, run}; the toast closes when it is taken. One toast at a time: a new one replaces the last.
+export function toast(message, action, ms = 10000) {
+  document.querySelector(".toast")?.remove();
+  const node = el("div", { class: "toast", role: "status", "aria-live": "polite" }, el("span", {}, message));
+  if (action) {
+    node.append(
+      el("button", {
+        type: "button",
+        class: "secondary small",
+        onclick: () => {
+          node.remove();
+          action.run();
+        },
+      }, action.label),
+    );
+  }
+  node.append(el("button", { type: "button", class: "link", "aria-label": "Close", onclick: () => node.remove() }, "✕"));
+  document.body.append(node);
+  setTimeout(() => node.remove(), ms);
+  return node;
+}
