@@ -205,6 +205,7 @@ class JobOut(BaseModel):
     # score), training (its steps: progress), finishing (the store under the kept weights), judging (the
     # promotion gate, publishing); once it has ended, the last stage it reached
     stage: str | None = None
+    stage_since: float | None = None  # when `stage` began, in seconds since the epoch
     loss: float | None = None  # the training loss at the last step reported
     train_config: dict
     metrics: dict | None = None

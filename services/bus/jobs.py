@@ -81,7 +81,7 @@ if redis.call('HEXISTS', KEYS[2], task) == 0 or (redis.call('HGET', KEYS[3], tas
   return 'cancelled'
 end
 redis.call('HSET', KEYS[1], 'state', 'running', 'progress', '0.0', 'started', ARGV[2], 'worker', ARGV[1])
-redis.call('HDEL', KEYS[1], 'error', 'loss', 'stage')
+redis.call('HDEL', KEYS[1], 'error', 'loss', 'stage', 'stage_since')
 return 'running'
 """
 
@@ -99,7 +99,7 @@ if state ~= 'queued' and state ~= 'running' then
   return 0
 end
 redis.call('HSET', KEYS[1], 'state', 'queued', 'progress', '0.0', 'error', ARGV[1])
-redis.call('HDEL', KEYS[1], 'stage')
+redis.call('HDEL', KEYS[1], 'stage', 'stage_since')
 return 1
 """
 

@@ -177,6 +177,8 @@ class Worker:
         longer its own, training stops here."""
         if self.stop is not None and self.stop.is_set():
             raise Interrupted(job.id)
+        if "stage" in fields:  # when it began: a client shows how long a stage with no count has taken
+            fields["stage_since"] = round(time.time(), 3)
         try:
             ours = self.queue.report(job.id, self.consumer, **fields)
         except redis.ConnectionError:

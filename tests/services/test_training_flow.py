@@ -97,6 +97,7 @@ def test_trained_checkpoint_is_swapped_in_without_failed_requests(server, causal
             EXAMPLES
         )
         assert record["stage"] == "judging"  # the last stage it reached
+        assert record["created"] < record["stage_since"] <= time.time()  # and when it began
 
         # An example posted after training is replayed into the new store, not lost by the swap.
         api.post(
@@ -218,11 +219,11 @@ def test_a_dead_workers_job_is_queued_again_at_once(server) -> None:
     job_id = queue.submit("reviews", "prompt-ft", {"steps": 1})
     assert queue.claim("worker-a", block_ms=100) is not None
     assert queue.get(job_id)["state"] == "running"
-    assert queue.report(job_id, "worker-a", progress=0.5, stage="training")
+    assert queue.report(job_id, "worker-a", progress=0.5, stage="training", stage_since=time.time())
     assert worker_died(client, "worker-a", "its worker was killed by SIGKILL") == [job_id]
     record = queue.get(job_id)
     assert record["state"] == "queued" and record["progress"] == 0.0 and "SIGKILL" in record["error"]
-    assert "stage" not in record  # queued again, it has not begun any
+    assert "stage" not in record and "stage_since" not in record  # queued again, it has not begun any
     taken = queue.claim("worker-b", block_ms=100)  # with the default idle time of a minute
     assert taken is not None and taken[1].id == job_id
     assert queue.get(job_id)["state"] == "running" and queue.get(job_id)["worker"] == "worker-b"

@@ -104,7 +104,9 @@ const budget = (config) => (config?.epochs != null ? `${config.epochs} epochs` :
 function progress(entry) {
   const { record } = entry;
   if (record.state === "running" && record.stage && record.stage !== "training") {
-    const since = duration((Date.now() - entry.stageSince) / 1000);
+    // since the stage began, as the worker recorded it (else since this page saw it begin)
+    const began = typeof record.stage_since === "number" ? record.stage_since * 1000 : entry.stageSince;
+    const since = duration((Date.now() - began) / 1000);
     return [progressBar(null, `${record.stage}, ${since} so far`), ` ${since}`];
   }
   if (record.state === "queued") return [progressBar(null, "waiting for a trainer"), " waiting"];
