@@ -35,8 +35,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     training.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")
     training.add_argument("--init", help="continue from this checkpoint (same method, same labels)")
     training.add_argument("--no-demos", action="append_const", const="demos=none", dest="options")
-    for flag in ("knn-loss", "knn-infer"):  # --no-knn-loss is the default now, still accepted
-        training.add_argument(f"--no-{flag}", action="append_const", const=f"no-{flag}", dest="options")
+    training.add_argument("--no-knn-infer", action="append_const", const="no-knn-infer", dest="options")
     training.add_argument("--knn-loss", action="append_const", const="knn-loss", dest="options")
     add_prompt_arguments(training)
     add_label_scoring_argument(training)
