@@ -1,9 +1,9 @@
 """`python -m research <command>`: the laboratory's command line.
 
 eval (the resumable grid of methods x seeds), methods, relabel, splits, continual, knn-selection,
-first-use, bench (the library's benches), learning-curve (through the service), ipt-table and
-profile-report. One module per command, each with `add_parser(commands)` and `run(args, argv)`, as the
-product's commands (`openbook.cli`) are; their common arguments are the library's
+first-use, bench (the library's benches), learning-curve (through the service), ipt-table,
+profile-report and two-readers. One module per command, each with `add_parser(commands)` and
+`run(args, argv)`, as the product's commands (`openbook.cli`) are; their common arguments are the library's
 (`openbook/cli/common.py`), what a results directory records is `settings.py`.
 """
 
@@ -28,6 +28,7 @@ from research.cli import (
     profile_report,
     relabel,
     splits,
+    two_readers,
 )
 
 COMMANDS = {
@@ -42,6 +43,7 @@ COMMANDS = {
     "learning-curve": learning_curve,
     "ipt-table": ipt_table,
     "profile-report": profile_report,
+    "two-readers": two_readers,
 }
 
 

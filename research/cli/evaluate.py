@@ -65,6 +65,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         " (to compare configurations; an --out holds runs of one kind)",
     )
     evaluate.add_argument("--calibration", choices=CALIBRATION_MODES, default="domain")
+    evaluate.add_argument(
+        "--reader",
+        help="a sentence encoder that keys the book (mpnet, or a model folder): each trained method's run"
+        " tunes it on the training examples, and the store's readings read its neighbours; trained methods"
+        " only",
+    )
     add_knn_arguments(evaluate)
     evaluate.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
     evaluate.add_argument(
@@ -123,6 +129,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         )
     if args.no_test and args.test_size is not None:
         raise DataError("--test-size samples the test split, which --no-test never reads: give one of them")
+    if args.reader and (frozen or peers):
+        raise DataError(
+            f"--reader reads trained methods only; drop {', '.join([*frozen, *peers])} from --methods"
+        )
     config = train_config(args, seeds[0])  # a bad budget or knob fails before anything is written
     if args.parallel < 1:
         raise ValueError(f"--parallel must be at least 1, got {args.parallel}")
@@ -153,6 +163,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     check_method_options(records, trainable, args.out)
     knn = knn_config(args)  # a bad kNN option fails before anything is written
     sampled = {} if args.test_size is None else {"test_size": args.test_size}  # recorded only when used
+    sampled |= {"reader": args.reader} if args.reader else {}
     settings = checked_settings(args, sampled | knn_settings(knn))
     if args.parallel > 1:  # everything above was checked once, here; each unit checks it again
         from research.experiments.reports import write_results
@@ -185,7 +196,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         pending_peers = {p: pending for p, pending in pending_peers.items() if pending}
         if not pending_seeds and not pending_runs and not pending_peers:
             continue
-        classifier = classifier_from_args(args, task)
+        classifier = classifier_from_args(args, task, reader=args.reader)
         classifier.knn = knn
 
         def save(record):

@@ -28,8 +28,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from openbook.classifier import Classifier
+from openbook.classifier import Classifier, Embeddings
 from openbook.data import KShotSplits, example_labels, load_kshot
+from openbook.fitting import LabelledTexts, tune_reader
 from openbook.methods import Method, build_method, method_config
 from openbook.train_config import TrainConfig
 from openbook.training import train
@@ -48,8 +49,17 @@ from research.experiments.evaluation import (
 )
 
 # The three ways every trained classifier is read, its own inference among them (`readings` in each
-# record): the prompt alone, the store of trained keys alone, both interpolated (INFERENCE_METHODS).
+# record): the prompt alone, the store of trained keys alone, both interpolated (INFERENCE_METHODS). With a
+# sentence reader (`--reader`), the store is read in its space: the second reader alone, and both.
 READINGS = ("zero-shot", "knn", "knn-interp")
+
+
+def in_book_space(classifier: Classifier, embedded: Embeddings) -> Embeddings:
+    """`embedded` with the queries of the classifier's kNN book as its vectors (a sentence reader's, where
+    it has one), so that the selection and readings below read the book the classifier serves."""
+    if classifier.reader is None:
+        return embedded
+    return dataclasses.replace(embedded, vectors=classifier.knn_queries(embedded))
 
 
 def _reading(
@@ -99,6 +109,10 @@ def evaluate_trained(
             trained = method.prepare(
                 dataclasses.replace(classifier, store=classifier.empty_store(), label_bias=None, prompt=None)
             )
+            reader_started = time.perf_counter()
+            if trained.reader is not None:  # tuned on the training examples first, as a service job does
+                tune_reader(trained, LabelledTexts([e.text for e in train_split], train_labels), seed)
+            reader_seconds = time.perf_counter() - reader_started
             result = train(
                 trained,
                 method,
@@ -116,7 +130,13 @@ def evaluate_trained(
             if test_texts is not None:
                 test = trained.embed(test_texts, progress=f"{task} test" if progress else False)
             inputs = method_inputs(
-                trained.store, trained.label_bias, dev, dev_labels, test, test_labels, knn=classifier.knn
+                trained.knn_book(),
+                trained.label_bias,
+                in_book_space(trained, dev),
+                dev_labels,
+                None if test is None else in_book_space(trained, test),
+                test_labels,
+                knn=classifier.knn,
             )
             shared_seconds = time.perf_counter() - started
             read = {reading: INFERENCE_METHODS[reading](inputs) for reading in READINGS}
@@ -149,6 +169,7 @@ def evaluate_trained(
                         "check_every": result.check_every,
                         "steps_run": result.steps_run,
                         "train_seconds": round(result.seconds, 1),
+                        **({} if trained.reader is None else {"reader_seconds": round(reader_seconds, 1)}),
                         "shared_training": [s for s in group if s != spec],
                         "readings": readings,
                         **ran_on(classifier.backbone),

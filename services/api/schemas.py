@@ -156,8 +156,12 @@ class PredictionOut(BaseModel):
     label: str | None  # None when the prediction abstained
     abstained: bool = False  # its best label's probability is below min_confidence
     probabilities: dict[str, float]
-    p_lm: dict[str, float]
-    p_knn: dict[str, float] | None
+    p_lm: dict[str, float] = Field(description="the first reader: the cloze prompt's distribution")
+    p_knn: dict[str, float] | None = Field(
+        description="the second reader: the stored examples' neighbours, in the task's sentence encoder's"
+        " space where it names a reader (ClassifyOut.reader), else in the prompt's slot vectors';"
+        " null: none found"
+    )
     neighbours: list[NeighbourOut] | None = None
     truncated: bool
 
@@ -165,6 +169,7 @@ class PredictionOut(BaseModel):
 class ClassifyOut(BaseModel):
     predictions: list[PredictionOut]
     min_confidence: float | None = None  # the threshold applied: the request's, else the task's
+    reader: str | None = None  # the sentence encoder whose neighbours p_knn reads; None: the prompt's slots
     model_version: str
     store_version: str
 
@@ -202,7 +207,8 @@ class JobOut(BaseModel):
     state: str  # queued, running, succeeded, failed, cancelled (its task was deleted)
     progress: float  # of the training steps
     # what a running job is doing: preparing (the backbone, the store, calibration, the untrained dev
-    # score), training (its steps: progress), finishing (the store under the kept weights), judging (the
+    # score), reader (a task's sentence reader tuned: its steps), training (its steps: progress),
+    # finishing (the store under the kept weights), judging (the
     # promotion gate, publishing); once it has ended, the last stage it reached
     stage: str | None = None
     stage_since: float | None = None  # when `stage` began, in seconds since the epoch

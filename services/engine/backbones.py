@@ -13,6 +13,7 @@ from pathlib import Path
 
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.classifier import Classifier
+from openbook.encoders import ENCODERS
 from openbook.mixed import MixedForward
 from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
 
@@ -57,18 +58,34 @@ class Backbones:
         model hub, which takes long offline and lets a client make the server fetch models; and a path
         outside those directories lets a client probe the server's files.
         """
-        if name in PACKAGED_MODELS or name == self.default_backbone:
+        if name in PACKAGED_MODELS or name == self.default_backbone or self._local(name, "config.json"):
             return
-        path = Path(name)
-        if path.is_absolute():
-            resolved = path.resolve()
-            for root in self.model_dirs:
-                if resolved.is_relative_to(root.resolve()) and (resolved / "config.json").is_file():
-                    return
         known = ", ".join(sorted({*PACKAGED_MODELS, self.default_backbone}))
         where = ", ".join(str(d) for d in self.model_dirs)
         raise UnknownBackbone(
             f"unknown backbone {name!r}: use one of {known}, or the path of a model directory under {where}"
+        )
+
+    def check_reader(self, name: str) -> None:
+        """Raise UnknownBackbone unless `name` is a sentence encoder this service may load without
+        reaching out: a registered one (openbook.encoders), or a sentence-transformers folder (with a
+        modules.json) under the model cache or `model_dirs`."""
+        if name in ENCODERS or self._local(name, "modules.json"):
+            return
+        where = ", ".join(str(d) for d in self.model_dirs)
+        raise UnknownBackbone(
+            f"unknown reader {name!r}: use one of {', '.join(sorted(ENCODERS))}, or the path of a "
+            f"sentence-transformers folder under {where}"
+        )
+
+    def _local(self, name: str, marker: str) -> bool:
+        """Whether `name` is the absolute path of a folder holding `marker` under one of `model_dirs`."""
+        path = Path(name)
+        if not path.is_absolute():
+            return False
+        resolved = path.resolve()
+        return (resolved / marker).is_file() and any(
+            resolved.is_relative_to(root.resolve()) for root in self.model_dirs
         )
 
     def backbone(self, name: str) -> Backbone:

@@ -23,7 +23,7 @@ from services.bus.keys import GENERATIONS_KEY, TASKS_KEY
 from services.bus.replies import Fields
 from services.engine.autotrain import update_training
 from services.engine.backbones import Backbones, UnknownBackbone
-from services.engine.task_spec import BadTraining, Task, check_training, task_classifier
+from services.engine.task_spec import BadTraining, Task, check_training, task_classifier, task_reader
 
 
 class TaskExists(ValueError):
@@ -88,6 +88,14 @@ class TaskSpecs:
             backbone = self.backbones.backbone(task.backbone)
         except (OSError, ValueError) as error:  # missing files; a config transformers cannot read
             raise InvalidSpec("backbone", f"backbone {task.backbone!r} cannot be loaded: {error}") from None
+        if task.reader is not None:
+            try:
+                self.backbones.check_reader(task.reader)
+                task_reader(task, str(backbone.device))
+            except UnknownBackbone as error:
+                raise InvalidSpec("reader", str(error)) from None
+            except (OSError, ValueError) as error:  # missing files; not a model a reader can cut
+                raise InvalidSpec("reader", f"reader {task.reader!r} cannot be loaded: {error}") from None
         try:
             method.check_backbone(backbone)
             classifier = task_classifier(task, backbone)

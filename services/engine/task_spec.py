@@ -12,6 +12,7 @@ from openbook.classifier import Classifier
 from openbook.knn import KnnConfig
 from openbook.label_names import words_for_names
 from openbook.methods import DEFAULT_METHOD, build_method
+from openbook.sentence_reader import SentenceReader, untuned_reader
 from openbook.train_config import TrainConfig
 from openbook.untrained import UNTRAINED_KNN, build_classifier
 from openbook.word_scores import VECTORS_ABOVE, LabelScoringChoice
@@ -267,6 +268,13 @@ class TaskCreate(BaseModel):
         f" labels, far cheaper with many labels of long words on a causal backbone; auto: exact up to"
         f" {VECTORS_ABOVE} labels, vectors above (as the task's labels stand when its classifier is built)",
     )
+    reader: str | None = Field(
+        None,
+        description="a sentence encoder that keys the book: P_kNN reads the examples' neighbours in its space"
+        " and a training job tunes its top layers on them (mpnet: all-mpnet-base-v2); null: the prompt's slot"
+        " vectors key the book",
+        examples=["mpnet"],
+    )
     knn: KnnSettings = KnnSettings()
     training: TrainingSettings = TrainingSettings()
     min_confidence: MinConfidence = Field(
@@ -281,12 +289,24 @@ class Task(TaskCreate):
 
 
 def task_classifier(task: Task, backbone: Backbone) -> Classifier:
-    """The untrained classifier a task starts from (`untrained.build_classifier`); bad templates or label
-    words raise PromptError."""
+    """The untrained classifier a task starts from (`untrained.build_classifier`), with its sentence
+    reader where it names one; bad templates or label words raise PromptError."""
     knn = KnnConfig(
         task.knn.k,
         task.knn.temperature,
         UNTRAINED_KNN.lam if task.knn.lam is None else task.knn.lam,  # None: TaskRuntime chooses it
         task.knn.similarity,
     )
-    return build_classifier(backbone, task.template, task.labels, knn=knn, label_scoring=task.label_scoring)
+    return build_classifier(
+        backbone,
+        task.template,
+        task.labels,
+        knn=knn,
+        label_scoring=task.label_scoring,
+        reader=task_reader(task, str(backbone.device)),
+    )
+
+
+def task_reader(task: Task, device: str) -> SentenceReader | None:
+    """The task's untuned sentence reader on the process's shared base of its encoder, or None."""
+    return None if task.reader is None else untuned_reader(task.reader, device)

@@ -4,8 +4,9 @@
 manifest that says how to rebuild everything around them (method and config,
 backbone and the hash of its base weights, template, label words, the fixed
 label log-prior, the kNN and demonstration settings and the confidence
-temperature chosen on dev, a hash of the training data, dev metrics, and the
-dev scores behind them for the version's quality report). `load_classifier` verifies every file's
+temperature chosen on dev, the sentence reader's description (its top layers go
+with the weights), a hash of the training data, dev metrics, and the dev scores
+behind them for the version's quality report). `load_classifier` verifies every file's
 sha256 before reading it and refuses a backbone whose base weights differ, so
 a loaded classifier predicts exactly as the trained one did.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from openbook.artifacts import MANIFEST_NAME, CheckpointError, load_checkpoint, write_checkpoint
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
@@ -30,8 +32,11 @@ from openbook.devices import default_device, require_device, resolve_device
 from openbook.knn import KnnConfig
 from openbook.methods import METHODS, Method, MethodError, weights_sha256
 from openbook.prompting import Template, Verbalizer
+from openbook.sentence_reader import SentenceReader, reader_config_of, shared_encoder
 from openbook.train_config import TrainConfig
 from openbook.version import __version__
+
+READER_PREFIX = "reader."  # the sentence reader's tensors in a checkpoint's weights file
 
 
 def examples_sha256(examples: Sequence[Example]) -> str:
@@ -81,17 +86,42 @@ def save_classifier(
         "confidence_temperature": classifier.confidence_temperature,
         "demos": None if classifier.demos is None else dataclasses.asdict(classifier.demos),
         "label_scoring": classifier.label_scoring,
+        "reader": None if classifier.reader is None else classifier.reader.description(),
         "training_data_sha256": training_data_sha256,
         "dev_metrics": dev_metrics,
         **(extra or {}),
     }
     return write_checkpoint(
         path,
-        tensors=method.checkpoint_tensors(classifier),
+        tensors={**method.checkpoint_tensors(classifier), **reader_tensors(classifier)},
         store=classifier.store,
         manifest=manifest,
         overwrite=overwrite,
     )
+
+
+def reader_tensors(classifier: Classifier) -> dict[str, torch.Tensor]:
+    """The sentence reader's own top layers (float16), under `READER_PREFIX`: none where it is untuned."""
+    if classifier.reader is None:
+        return {}
+    return {READER_PREFIX + key: tensor for key, tensor in classifier.reader.state_dict().items()}
+
+
+def _reader_of(
+    manifest: dict[str, Any], tensors: dict[str, torch.Tensor], device: str
+) -> SentenceReader | None:
+    """The sentence reader a manifest describes, on the process's shared base (`shared_encoder`)."""
+    description = manifest.get("reader")
+    if description is None:
+        return None
+    layers = {
+        key.removeprefix(READER_PREFIX): t for key, t in tensors.items() if key.startswith(READER_PREFIX)
+    }
+    base = shared_encoder(reader_config_of(description), device)
+    try:
+        return SentenceReader.restore(description, layers or None, base, "the checkpoint's reader")
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
 
 
 def method_of(manifest: dict[str, Any]) -> Method:
@@ -163,6 +193,7 @@ def load_classifier(
                 f"({spec['name']}, weights sha256 {spec['weights_sha256'][:12]}…)"
             )
         bias = manifest["label_bias"]
+        reader = _reader_of(manifest, checkpoint.tensors, device)
         classifier = Classifier(
             backbone,
             Template(manifest["template"]),
@@ -173,13 +204,16 @@ def load_classifier(
             label_bias=None if bias is None else np.asarray(bias, dtype=np.float32),
             confidence_temperature=float(manifest["confidence_temperature"]),
             label_scoring=manifest["label_scoring"],
+            reader=reader,
         )
     except (KeyError, TypeError) as error:
         raise CheckpointError(f"{path}: manifest is missing or has a malformed entry: {error}") from None
     except MethodError as error:
         raise CheckpointError(f"{path}: {error}") from None
     classifier = method.prepare(classifier)  # e.g. builds the soft prompt that the tensors fill
-    method.load_trained(classifier, checkpoint.tensors)
+    method.load_trained(
+        classifier, {key: t for key, t in checkpoint.tensors.items() if not key.startswith(READER_PREFIX)}
+    )
     classifier.backbone.model.eval()
     if classifier.prompt is not None:
         classifier.prompt.eval()

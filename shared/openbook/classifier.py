@@ -9,7 +9,11 @@ prediction carries both, and the neighbours it used, as its explanation. With
 `knn.lam` None, lam is chosen on the stored examples, each left out in turn, and
 kept level with the store as examples come and go (`lambda_on_store.py`).
 
-Store keys and kNN queries are the slot vectors of the plain prompt. With
+With a sentence reader (`reader`, `sentence_reader.py`), P_kNN is read from the same examples keyed by
+the reader's sentence embeddings instead (`knn_book`, `reader_book.py`): two readers of one book, the
+cloze prompt's P_LM and the encoder's neighbours, mixed by lambda as above.
+
+Store keys and kNN queries are otherwise the slot vectors of the plain prompt. With
 demonstrations on (vectors or texts, `demonstrations.py`), a second pass
 shows them and only P_LM is read from it, so the store never depends on what
 was retrieved into it. What reads the vectors alone (store keys, the first pass
@@ -41,6 +45,8 @@ from openbook.demonstrations import (
 from openbook.knn import KnnConfig, knn_distribution, knn_mixture, knn_search
 from openbook.lambda_on_store import LambdaOnStore
 from openbook.prompting import EncodedBatch, PromptEncoder, PromptError, Template, TextInput, Verbalizer
+from openbook.reader_book import ReaderBook, as_string
+from openbook.sentence_reader import SentenceReader
 from openbook.soft_prompts import SoftPrompt
 from openbook.store import KnowledgeStore, SearchResult
 from openbook.word_scores import LabelScoring
@@ -68,6 +74,9 @@ class Embeddings:
     vectors: np.ndarray  # (N, H) unit-norm slot representations (store keys / kNN queries)
     lm_log_probs: np.ndarray  # (N, C) log P(label word | prompt), uncalibrated
     truncated: np.ndarray  # (N,) bool
+    reader_vectors: np.ndarray | None = (
+        None  # (N, H') the sentence reader's unit embeddings, where it has one
+    )
 
 
 @dataclass(frozen=True)
@@ -104,9 +113,12 @@ class Classifier:
     # With `knn.lam` None: the stored examples' label scores and the lambda chosen on them. Every classifier
     # starts its own (`dataclasses.replace` too): the scores are of its prompt, labels and store.
     lam_on_store: LambdaOnStore = field(init=False, repr=False, compare=False)
+    # The book's second reader: with one, P_kNN reads the store's examples keyed by its sentence embeddings
+    reader: SentenceReader | None = None
 
     def __post_init__(self) -> None:
         self.lam_on_store = LambdaOnStore()
+        self._reader_book: ReaderBook | None = None  # the book as `reader` keys it, made when first read
         if self.label_scoring not in get_args(LabelScoring):
             choices = ", ".join(get_args(LabelScoring))
             raise ValueError(f"label_scoring must be one of {choices}, got {self.label_scoring!r}")
@@ -135,6 +147,23 @@ class Classifier:
     @property
     def labels(self) -> tuple[str, ...]:
         return self.verbalizer.labels
+
+    def knn_book(self) -> KnowledgeStore:
+        """The keys P_kNN reads: the store's examples under the reader's embeddings where the classifier
+        has a sentence reader (brought level with the store here), else the store itself."""
+        if self.reader is None:
+            return self.store
+        if self._reader_book is None or self._reader_book.reader is not self.reader:  # a new or tuned reader
+            self._reader_book = ReaderBook(self.reader)
+        return self._reader_book.of(self.store)
+
+    def knn_queries(self, embeddings: Embeddings) -> np.ndarray:
+        """The (N, H) unit queries of `embeddings` in `knn_book`'s space."""
+        if self.reader is None:
+            return embeddings.vectors
+        if embeddings.reader_vectors is None:
+            raise ValueError("these embeddings lack the sentence reader's: take them with embed(texts)")
+        return embeddings.reader_vectors
 
     def calibration_bias(
         self, mode: CalibrationMode, domain_lm_log_probs: np.ndarray | None = None
@@ -198,7 +227,11 @@ class Classifier:
                 vectors.append(hidden)
                 scores.append(log_probs.cpu().numpy())
                 truncated.append(cut.numpy())
-        return Embeddings(*self._in_given_order(texts, vectors, scores, truncated))
+        slots, lm_log_probs, cut_rows = self._in_given_order(texts, vectors, scores, truncated)
+        read = None
+        if self.reader is not None and not vectors_only:
+            read = self.reader.embed([as_string(text) for text in texts])
+        return Embeddings(slots, lm_log_probs, cut_rows, read)
 
     def embed_vectors(self, texts: Sequence[TextInput], *, progress: bool | str = False) -> SlotVectors:
         """The unit slot vectors of the plain prompt, as `embed` gives them, with no label scored:
@@ -310,7 +343,8 @@ class Classifier:
                 p_lm, np.zeros_like(p_lm), with_temperature(p_lm, self.confidence_temperature), None
             )
         knn = knn or self.served_knn()
-        hits = knn_search(self.store, embeddings.vectors, knn.k, knn.similarity, exclude_ids=exclude_ids)
+        queries = self.knn_queries(embeddings)
+        hits = knn_search(self.knn_book(), queries, knn.k, knn.similarity, exclude_ids=exclude_ids)
         p_knn, p = knn_mixture(p_lm, hits.similarities, hits.labels, knn)
         return Scores(p_lm, p_knn, with_temperature(p, self.confidence_temperature), hits)
 

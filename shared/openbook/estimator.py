@@ -36,6 +36,7 @@ from openbook.methods import DEFAULT_METHOD, Method, build_method, weights_sha25
 from openbook.models import default_backbone
 from openbook.prompting import Template, TextInput, Verbalizer
 from openbook.quality import Scored
+from openbook.sentence_reader import ReaderConfig, untuned_reader
 from openbook.train_config import TrainConfig
 from openbook.training import TrainResult
 from openbook.untrained import build_classifier
@@ -177,21 +178,28 @@ def create_classifier(
     method: str | Method = DEFAULT_METHOD,
     device: str | None = None,
     label_scoring: LabelScoringChoice = "auto",
+    reader: str | ReaderConfig | None = None,
 ) -> Estimator:
     """An untrained classifier, as a new service task starts: `labels` as label -> word, or label names
     alone (each scored by its readable word, book_flight -> "book flight"); `backbone` a registered name,
     a local model directory or hub id, or a loaded Backbone (default `$OPENBOOK_DEFAULT_BACKBONE`, else
     gemma3-270m); `method` a spec (`retroprompt/knn-loss`); `label_scoring` "exact", "vectors" (one
     product for all labels, cheaper with many labels of long words: `word_scores.py`) or "auto" (exact up
-    to 16 labels, vectors above).
-    Before `fit` it predicts from the prompt alone (its store is empty)."""
+    to 16 labels, vectors above); `reader` a sentence encoder that keys the book, by its registered name
+    ("mpnet") or a `ReaderConfig`: P_kNN then reads its neighbours, and `fit` tunes it on the examples
+    (`sentence_reader.py`; tasks of a process share its base, `shared_encoder`).
+    Before `fit` it predicts from the prompt, and from its store once examples are added."""
     method = build_method(method) if isinstance(method, str) else method
     backbone = default_backbone() if backbone is None else backbone
     if isinstance(backbone, str):
         config = BackboneConfig(name=backbone, device=device or default_device())
         backbone = load_backbone(config)
     method.check_backbone(backbone)
-    return Estimator(build_classifier(backbone, template, labels, label_scoring=label_scoring), method)
+    sentence_reader = None if reader is None else untuned_reader(reader, str(backbone.device))
+    classifier = build_classifier(
+        backbone, template, labels, label_scoring=label_scoring, reader=sentence_reader
+    )
+    return Estimator(classifier, method)
 
 
 def load(path: str | Path, *, device: str | None = None, backbone: Backbone | None = None) -> Estimator:

@@ -5,8 +5,9 @@ train` (cli/train.py) and the service's trainer (services/trainer/worker.py). Th
 
 0. labelled examples under ids become the sets training reads (`FitSets.of`): dev held out by a hash of
    the ids (`dev_split.split_dev`, the service's split), or given apart (`openbook train`'s k-shot dev);
+0b. a classifier with a sentence reader has it tuned on the train examples (`tune_reader`);
 1. `training.train` (the kept weights are the best on dev);
-2. how the classifier predicts: a method that interpolates with kNN gets its
+2. how the classifier predicts: a method that interpolates with kNN (or any, with a sentence reader) gets its
    k, T and lambda chosen on dev alone (`choose_knn_on_dev`: the training examples
    are no evidence once the prompt has been fitted to them), any other
    predicts from the prompt alone (lambda = 0);
@@ -42,7 +43,9 @@ from openbook.knn import KnnConfig, knn_search
 from openbook.methods import Method
 from openbook.prompting import TextInput
 from openbook.quality import Scored, calibrate, score_examples
+from openbook.reader_book import as_string
 from openbook.selection import DEFAULT_RULE, Evidence, SelectionRule, Split, select
+from openbook.sentence_reader import ReaderConfig
 from openbook.store import KnowledgeStore
 from openbook.train_config import TrainConfig
 from openbook.training import DevScore, TrainResult, train
@@ -177,6 +180,8 @@ def fit_classifier(
     result and the dev scores (None with fewer than 2 dev examples). `on_step` and `on_stage` are
     `training.train`'s: an exception they raise stops training there, and comes out of here."""
     train_set, dev_set = sets.train, sets.dev
+    if classifier.reader is not None:
+        tune_reader(classifier, train_set, config.seed, on_step=on_step, on_stage=on_stage)
     result = train(
         classifier,
         method,
@@ -200,7 +205,7 @@ def fit_classifier(
     dev = result.dev_embeddings
     if dev is None and len(dev_set.texts):
         dev = classifier.embed(dev_set.texts)
-    if method.inference == "knn-interp":
+    if method.inference == "knn-interp" or classifier.reader is not None:
         classifier.knn, dev_metrics["accuracy_with_knn"] = choose_knn_on_dev(
             classifier, dev_set.texts, dev_set.labels, embedded=dev
         )
@@ -211,6 +216,35 @@ def fit_classifier(
         dev_metrics["calibration"], dev_scores = calibrate_on_dev(classifier, dev_set, embedded=dev)
     serve_store(classifier, sets.store, train_set, dev_set, dev)
     return dev_metrics, result, dev_scores
+
+
+def tune_reader(
+    classifier: Classifier,
+    train_set: LabelledTexts,
+    seed: int,
+    *,
+    on_step: Callable[[int, int, float], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> None:
+    """Step 0b: the classifier's sentence reader, a copy of its own (the untrained one's is left as it
+    was), tuned on the train examples by the contrastive loss (`SentenceReader.tune`), at its config's
+    settings (the base's defaults for an untuned one) and the training's seed. Its book is re-keyed by the
+    tuned reader when next read."""
+    reader = classifier.reader
+    assert reader is not None
+    if on_stage is not None:
+        on_stage("reader")
+    base = reader.base
+    tuning = reader.config or ReaderConfig(
+        encoder=base.name, top_layers=base.top_layers, max_length=base.max_length
+    )
+    tuning = dataclasses.replace(tuning, seed=seed)
+    report = None if on_step is None else (lambda step, loss: on_step(step + 1, tuning.steps, loss))
+    tuned = reader.copy()
+    tuned.tune(
+        [as_string(text) for text in train_set.texts], _label_names(classifier, train_set), tuning, report
+    )
+    classifier.reader = tuned
 
 
 def choose_knn_on_dev(
@@ -231,7 +265,7 @@ def choose_knn_on_dev(
     base = classifier.knn
     dev = classifier.embed(dev_texts) if embedded is None else embedded
     k = min(max(rule.ks), len(classifier.store))
-    hits = knn_search(classifier.store, dev.vectors, k, base.similarity)
+    hits = knn_search(classifier.knn_book(), classifier.knn_queries(dev), k, base.similarity)
     p_lm_dev = calibrated_p_lm(dev.lm_log_probs, classifier.label_bias)
     return select(Evidence(p_lm_dev, Split(dev_labels, hits)), rule, len(classifier.store), base)
 

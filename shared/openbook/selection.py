@@ -228,6 +228,10 @@ class StoreReader(Protocol):
     store: KnowledgeStore
     label_bias: np.ndarray | None
 
+    def knn_book(self) -> KnowledgeStore:
+        """The keys P_kNN reads: the store, or its examples keyed by a sentence reader."""
+        ...
+
 
 def lambda_on_store(classifier: StoreReader, ids: np.ndarray, lm_log_probs: np.ndarray) -> KnnConfig:
     """`classifier.knn` with lambda chosen on stored examples, each scored leave-one-out: an untrained
@@ -248,8 +252,9 @@ def lambda_on_store(classifier: StoreReader, ids: np.ndarray, lm_log_probs: np.n
         ids, lm_log_probs = ids[spread], lm_log_probs[spread]
     k = min(base.k, len(classifier.store) - 1)
     p_lm = calibrated_p_lm(lm_log_probs, classifier.label_bias)
-    vectors = classifier.store.vectors_of(ids)
-    labels = classifier.store.labels_of(ids)
-    evidence = leave_one_out_evidence(classifier.store, ids, vectors, p_lm, labels, k, base.similarity)
+    book = classifier.knn_book()
+    vectors = book.vectors_of(ids)
+    labels = book.labels_of(ids)
+    evidence = leave_one_out_evidence(book, ids, vectors, p_lm, labels, k, base.similarity)
     chosen, _ = select(evidence, lambda_rule(dataclasses.replace(base, k=k)), len(classifier.store), base)
     return dataclasses.replace(base, lam=chosen.lam)

@@ -259,6 +259,42 @@ class SharedEncoder:
         return hidden
 
 
+_SHARED: dict[tuple[str, int, int, str], SharedEncoder] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_encoder(config: ReaderConfig, device: str | None = None) -> SharedEncoder:
+    """The process's one base for `config`'s (encoder, top_layers, max_length) on `device`: every task's
+    reader runs on it, so a hundred tasks hold one copy of the encoder and their own top layers."""
+    resolved = resolve_device(device or default_device())
+    key = (config.encoder, config.top_layers, config.max_length, resolved)
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = SharedEncoder.load(config, resolved)
+        return _SHARED[key]
+
+
+def untuned_reader(encoder: str | ReaderConfig, device: str | None = None) -> SentenceReader:
+    """A new task's reader: `encoder` (a registered name or a model folder, at the defaults, or a config)
+    on the process's shared base, its top layers the base's own until tuned."""
+    config = ReaderConfig(encoder=encoder) if isinstance(encoder, str) else encoder
+    return SentenceReader(shared_encoder(config, device), None, config)
+
+
+def reader_config_of(description: dict[str, Any]) -> ReaderConfig:
+    """The config of the base a `SentenceReader.description` names (its own tuning where it has one)."""
+    saved = description["base"]
+    tuning = description.get("config") or {}
+    return ReaderConfig(
+        **{
+            **tuning,
+            "encoder": saved["name"],
+            "top_layers": saved["top_layers"],
+            "max_length": saved["max_length"],
+        }
+    )
+
+
 def _forked_rng(device: torch.device) -> AbstractContextManager[None]:
     """The torch RNG of the CPU and of `device` restored on leaving the block (seeded within it)."""
     if device.type == "cpu":
@@ -362,11 +398,10 @@ class SentenceReader:
         """The task's own tensors: its top layers in float16; empty while untuned."""
         return dict(self.layers or {})
 
-    def save(self, directory: str | Path) -> Path:
-        """Write `directory` (atomically): reader.safetensors (the top layers, when tuned) and
-        reader_config.json (the config, the base's name, weights sha256 and cut)."""
-        target = Path(directory)
-        description = {
+    def description(self) -> dict[str, Any]:
+        """What rebuilds this reader around its tensors (JSON): the config, the base's name, weights sha256
+        and cut, whether it is tuned. `save` writes it; a classifier's checkpoint keeps it in its manifest."""
+        return {
             "format": FORMAT_VERSION,
             "config": None if self.config is None else asdict(self.config),
             "base": {
@@ -378,6 +413,16 @@ class SentenceReader:
             "dtype": str(STATE_DTYPE).removeprefix("torch."),
             "tuned": self.layers is not None,
         }
+
+    def copy(self) -> SentenceReader:
+        """A reader of its own on the same base: tuning it leaves this one as it is."""
+        return SentenceReader(self.base, self.layers, self.config)
+
+    def save(self, directory: str | Path) -> Path:
+        """Write `directory` (atomically): reader.safetensors (the top layers, when tuned) and
+        reader_config.json (`description`)."""
+        target = Path(directory)
+        description = self.description()
         with staged_directory(target) as staging:
             if self.layers is not None:
                 save_file({key: t.contiguous() for key, t in self.layers.items()}, str(staging / STATE_FILE))
@@ -390,6 +435,19 @@ class SentenceReader:
         (its weights), another cut or another max_length, or its tensors do not fit the top layers."""
         source = Path(directory)
         description = json.loads((source / CONFIG_FILE).read_text())
+        layers = load_file(str(source / STATE_FILE)) if description.get("tuned") else None
+        return cls.restore(description, layers, base, str(source))
+
+    @classmethod
+    def restore(
+        cls,
+        description: dict[str, Any],
+        layers: dict[str, torch.Tensor] | None,
+        base: SharedEncoder,
+        source: str = "the reader",
+    ) -> SentenceReader:
+        """The reader `description` describes, its top layers `layers` (None: untuned), on `base`;
+        ValueError as `load` says."""
         if description.get("format") != FORMAT_VERSION:
             raise ValueError(
                 f"{source}: reader format {description.get('format')}, expected {FORMAT_VERSION}"
@@ -406,7 +464,8 @@ class SentenceReader:
         config = None if description["config"] is None else ReaderConfig(**description["config"])
         if not description["tuned"]:
             return cls(base, None, config)
-        layers = load_file(str(source / STATE_FILE))
+        if layers is None:
+            raise ValueError(f"{source}: a tuned reader without its top layers")
         expected = {key: tensor.shape for key, tensor in base.top_state().items()}
         found = {key: tensor.shape for key, tensor in layers.items()}
         if found != expected or any(t.dtype != STATE_DTYPE for t in layers.values()):

@@ -22,6 +22,7 @@ from openbook.calibration import CalibrationMode
 from openbook.classifier import Classifier
 from openbook.knn import KnnConfig
 from openbook.prompting import Template, Verbalizer
+from openbook.sentence_reader import SentenceReader
 from openbook.word_scores import LabelScoringChoice, resolve_label_scoring
 
 # Lambda None: chosen on the stored examples (`lambda_on_store.py`); with no neighbour to mix, P_LM alone is
@@ -39,19 +40,21 @@ def build_classifier(
     calibration: CalibrationMode = UNTRAINED_CALIBRATION,
     batch_size: int = Classifier.batch_size,
     label_scoring: LabelScoringChoice = "auto",
+    reader: SentenceReader | None = None,
 ) -> Classifier:
     """A classifier with an empty store and the untrained defaults (bad templates or label words raise
-    PromptError); `labels` as label -> word, or label names alone (each scored by its readable word).
+        PromptError); `labels` as label -> word, or label names alone (each scored by its readable word).
 
-    The content-free prior is measured here (a forward); "none" sets no bias, for a caller that measures
-    or resets it itself; a domain prior needs texts, so "domain" leaves the bias for the caller to set
-    from them. `label_scoring` "auto" scores the label words exactly up to 16 labels and by label vectors
-    above (`word_scores.resolve_label_scoring`)."""
+        The content-free prior is measured here (a forward); "none" sets no bias, for a caller that measures
+        or resets it itself; a domain prior needs texts, so "domain" leaves the bias for the caller to set
+        from them. `label_scoring` "auto" scores the label words exactly up to 16 labels and by label vectors
+        above (`word_scores.resolve_label_scoring`). With a sentence `reader`, P_kNN reads the store's
+    examples keyed by its embeddings (`classifier.py`)."""
     verbalizer = labels if isinstance(labels, Verbalizer) else Verbalizer.of(labels)
     template = template if isinstance(template, Template) else Template(template)
     scoring = resolve_label_scoring(label_scoring, len(verbalizer.labels))
     classifier = Classifier(
-        backbone, template, verbalizer, knn=knn, batch_size=batch_size, label_scoring=scoring
+        backbone, template, verbalizer, knn=knn, batch_size=batch_size, label_scoring=scoring, reader=reader
     )
     if calibration != "domain":
         classifier.label_bias = classifier.calibration_bias(calibration)

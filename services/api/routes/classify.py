@@ -47,6 +47,7 @@ async def classify(body: schemas.ClassifyIn, served: Serving) -> schemas.Classif
         model_version=model_version,
         store_version=store_version,
         min_confidence=threshold,
+        reader=runtime.task.reader,
     )
 
 

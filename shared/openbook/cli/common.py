@@ -178,16 +178,22 @@ def classifier_from_args(
     *,
     knn: KnnConfig | None = None,
     calibration: CalibrationMode = "none",
+    reader: str | None = None,
 ) -> Classifier:
     """The backbone and prompt the arguments name, with an empty store (`untrained.build_classifier`).
     No label bias unless `calibration` asks for one: the commands that evaluate measure each mode's bias
-    themselves, and training resets it."""
+    themselves, and training resets it. `reader`: a sentence encoder that keys the book (`classifier.py`)."""
+    from openbook.sentence_reader import untuned_reader
     from openbook.untrained import UNTRAINED_KNN, build_classifier
 
+    backbone, template, verbalizer = load_prompt(args, task)
     return build_classifier(
-        *load_prompt(args, task),
+        backbone,
+        template,
+        verbalizer,
         knn=UNTRAINED_KNN if knn is None else knn,
         calibration=calibration,
         batch_size=args.batch_size,
         label_scoring=args.label_scoring,
+        reader=None if reader is None else untuned_reader(reader, str(backbone.device)),
     )

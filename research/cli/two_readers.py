@@ -1,0 +1,125 @@
+"""`python -m research two-readers`: the two readers' dev probes (docs/experiments/two-readers.md).
+
+Runs (task, seed, n per class, variant) not yet in `--out`/runs.jsonl, appending each record as it
+lands, so a grid stopped anywhere resumes; `--read` prints the probes' rules read on the records."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from openbook.cli.common import add_data_argument
+
+RECORDS = "runs.jsonl"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    probe = commands.add_parser(
+        "two-readers",
+        help="dev probes of a sentence encoder as the book's second reader, and of mixing it with the prompt",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    add_data_argument(probe, "k-shot", "directory in the k-shot layout")
+    probe.add_argument("--tasks", default="SST-2,trec,mpqa,sst-5", help="tasks, separated by commas")
+    probe.add_argument("--seeds", default="13,21,42,87,100")
+    probe.add_argument("--shots", default="4,16", help="examples per class, separated by commas")
+    probe.add_argument(
+        "--variants", default="t2:2,t4:4", help="tunings name:top_layers[:steps[:lr]], separated by commas"
+    )
+    probe.add_argument("--backbone", default="gemma3-270m", help="the prompt's language model")
+    probe.add_argument("--threads", type=int, default=1, help="torch threads")
+    probe.add_argument("--out", required=True, help="directory of runs.jsonl")
+    probe.add_argument("--read", action="store_true", help="print the rules' readings only; run nothing")
+
+
+def _records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _read(records: list[dict]) -> None:
+    from research.experiments.two_readers import probe1_choice, probe2_choice, variant_table
+
+    print("variant shots runs | lm frozen_knn knn logreg | tune_s median")
+    for row in variant_table(records):
+        print(
+            f"{row['variant']:7} {row['shots']:5} {row['runs']:4} | {row['lm']:.1f} {row['frozen_knn']:.1f} "
+            f"{row['knn']:.1f} {row['logreg']:.1f} | {row['tune_s_median']:.0f}"
+        )
+    choice = probe1_choice(records)
+    print("probe 1:", json.dumps(choice))
+    second = probe2_choice(records, choice["chosen"])
+    print("probe 2 (reader, n0) -> mean dev accuracy:")
+    for (reader, n0), row in second["table"].items():
+        cells = " ".join(
+            f"{task}/{shots}:{score:.1f}" for (task, shots), score in sorted(row["cells"].items())
+        )
+        print(f"  {reader:6} n0={n0:<4} {row['mean']:.1f} | {cells}")
+    print(
+        f"probe 2: best {second['best']}, best single {second['best_single']}, gain {second['gain']:+.2f}, "
+        f"worst cell {second['worst_cell']:+.2f}, adopted {second['adopted']}"
+    )
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    out = Path(args.out)
+    records_path = out / RECORDS
+    if args.read:
+        _read(_records(records_path))
+        return
+    import numpy as np
+    import torch
+    from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.data import load_train_dev
+    from openbook.prompting import get_preset
+    from openbook.reader_book import as_string
+    from openbook.sentence_reader import ReaderConfig, SentenceReader, SharedEncoder
+    from openbook.untrained import build_classifier
+
+    from research.experiments.two_readers import Variant, probe_run
+
+    torch.set_num_threads(args.threads)
+    tasks = [t for t in args.tasks.split(",") if t]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    shots = [int(s) for s in args.shots.split(",")]
+    variants = [Variant.parse(v) for v in args.variants.split(",") if v]
+    out.mkdir(parents=True, exist_ok=True)
+    done = {(r["task"], r["seed"], r["shots"], r["variant"]) for r in _records(records_path)}
+    backbone = load_backbone(BackboneConfig(name=args.backbone, device="cpu"))
+    bases = {v.top_layers: SharedEncoder.load(ReaderConfig(top_layers=v.top_layers), "cpu") for v in variants}
+    frozen = SentenceReader(next(iter(bases.values())))
+    for task in tasks:
+        template, verbalizer = get_preset(task).prompt(backbone.kind, Path(args.data) / task)
+        classifier = build_classifier(backbone, template, verbalizer)
+        labels = list(classifier.labels)
+        for seed in seeds:
+            todo = [(n, v) for n in shots for v in variants if (task, seed, n, v.name) not in done]
+            if not todo:
+                continue
+            train, dev = load_train_dev(args.data, task, seed, 16)
+            dev_texts = [as_string(e.text) for e in dev]
+            p_lm = np.array([[p.p_lm[label] for label in labels] for p in classifier.predict(dev_texts)])
+            for n, variant in todo:
+                record = probe_run(
+                    task=task,
+                    seed=seed,
+                    shots=n,
+                    variant=variant,
+                    labels=labels,
+                    train=([as_string(e.text) for e in train], [e.label for e in train]),
+                    dev=(dev_texts, [e.label for e in dev]),
+                    p_lm_dev=p_lm,
+                    frozen=frozen,
+                    base=bases[variant.top_layers],
+                )
+                with records_path.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
+                print(
+                    f"{task} {seed} n={n} {variant.name}: lm {record['lm']:.1f} "
+                    f"frozen {record['frozen_knn']:.1f} knn {record['knn']:.1f} "
+                    f"logreg {record['logreg']:.1f} ({record['tune_s']:.0f} s)",
+                    flush=True,
+                )

@@ -1,0 +1,246 @@
+"""The two readers' dev probes (docs/experiments/two-readers.md): what the untrained cloze prompt and the
+sentence encoder, frozen or tuned per task (`openbook.sentence_reader`), each read on dev, and how a mix
+of the two reads. Test is never read.
+
+A run is (task, seed, n per class, tuning variant): the first n examples of each class of the seed's
+training split in a seeded order (`class_prefix`) tune the encoder's top layers and form its book; every
+dev example is then read by
+- the untrained prompt (gemma3-270m by default, content-free calibrated: what a fresh task serves): P_LM;
+- the frozen encoder's and the tuned encoder's kNN over the book (cosine, k = 16, T = 0.05);
+- a logistic regression on the tuned embeddings of the book (SetFit's head).
+A run's record keeps each reader's dev distribution (rounded to 4 decimals), so any mixing rule is read
+from the records alone (`mix_table`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+KNN_K = 16
+KNN_TEMPERATURE = 0.05
+N0_GRID: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, float("inf"))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A tuning of the encoder's top layers: `top_layers` layers, `steps` AdamW steps at `lr`."""
+
+    name: str
+    top_layers: int
+    steps: int = 60
+    lr: float = 1e-4
+
+    @classmethod
+    def parse(cls, spec: str) -> Variant:
+        """`name:top_layers[:steps[:lr]]`, e.g. `t2:2:60:1e-4`."""
+        name, top, *rest = spec.split(":")
+        steps = int(rest[0]) if rest else 60
+        lr = float(rest[1]) if len(rest) > 1 else 1e-4
+        return cls(name, int(top), steps, lr)
+
+
+def class_prefix(labels: Sequence[str], n: int, seed: int) -> list[int]:
+    """Indices of the first `n` examples of each label in a seeded order, sorted."""
+    order = np.random.default_rng(seed).permutation(len(labels))
+    taken: dict[str, int] = defaultdict(int)
+    chosen = []
+    for i in order.tolist():
+        if taken[labels[i]] < n:
+            taken[labels[i]] += 1
+            chosen.append(i)
+    return sorted(chosen)
+
+
+def knn_probabilities(
+    book: np.ndarray, book_labels: np.ndarray, queries: np.ndarray, classes: int
+) -> np.ndarray:
+    """(Q, C): softmax(similarity / T) over each query's k nearest rows of `book` (unit rows, cosine),
+    summed per label."""
+    similarity = queries @ book.T  # (Q, N)
+    k = min(KNN_K, len(book))
+    nearest = np.argsort(-similarity, axis=1)[:, :k]  # (Q, k)
+    scores = np.take_along_axis(similarity, nearest, axis=1)  # (Q, k)
+    weights = np.exp((scores - scores.max(axis=1, keepdims=True)) / KNN_TEMPERATURE)
+    weights /= weights.sum(axis=1, keepdims=True)
+    out = np.zeros((len(queries), classes))
+    for row in range(len(queries)):
+        np.add.at(out[row], book_labels[nearest[row]], weights[row])
+    return out
+
+
+def logistic_probabilities(
+    book: np.ndarray, book_labels: np.ndarray, queries: np.ndarray, classes: int
+) -> np.ndarray:
+    """(Q, C): a logistic regression fitted on the book (sklearn's defaults, as SetFit's head)."""
+    from sklearn.linear_model import LogisticRegression
+
+    head = LogisticRegression(max_iter=1000).fit(book, book_labels)
+    out = np.zeros((len(queries), classes))
+    out[:, head.classes_] = head.predict_proba(queries)
+    return out
+
+
+def accuracy(probabilities: np.ndarray, gold: np.ndarray) -> float:
+    return float((np.asarray(probabilities).argmax(1) == gold).mean() * 100)
+
+
+def _rounded(p: np.ndarray) -> list[list[float]]:
+    return np.round(p, 4).tolist()
+
+
+def probe_run(
+    *,
+    task: str,
+    seed: int,
+    shots: int,
+    variant: Variant,
+    labels: Sequence[str],
+    train: tuple[Sequence[str], Sequence[str]],
+    dev: tuple[Sequence[str], Sequence[str]],
+    p_lm_dev: np.ndarray,
+    frozen: Any,
+    base: Any,
+) -> dict[str, Any]:
+    """One run's record. `frozen` is an untuned SentenceReader, `base` the SharedEncoder cut for
+    `variant.top_layers` (its lower states cached across runs)."""
+    from openbook.sentence_reader import ReaderConfig, SentenceReader
+
+    train_texts, train_labels = train
+    dev_texts, dev_labels = dev
+    chosen = class_prefix(train_labels, shots, seed)
+    book_texts = [train_texts[i] for i in chosen]
+    book_labels = np.array([labels.index(train_labels[i]) for i in chosen])
+    gold = np.array([labels.index(label) for label in dev_labels])
+    classes = len(labels)
+    frozen_knn = knn_probabilities(frozen.embed(book_texts), book_labels, frozen.embed(dev_texts), classes)
+    reader = SentenceReader(base)
+    config = ReaderConfig(top_layers=variant.top_layers, steps=variant.steps, lr=variant.lr, seed=seed)
+    started = time.perf_counter()
+    losses = reader.tune(book_texts, [train_labels[i] for i in chosen], config)
+    tune_seconds = time.perf_counter() - started
+    book, queries = reader.embed(book_texts), reader.embed(dev_texts)
+    knn = knn_probabilities(book, book_labels, queries, classes)
+    logistic = logistic_probabilities(book, book_labels, queries, classes)
+    return {
+        "task": task,
+        "seed": seed,
+        "shots": shots,
+        "variant": variant.name,
+        "labels": list(labels),
+        "lm": accuracy(p_lm_dev, gold),
+        "frozen_knn": accuracy(frozen_knn, gold),
+        "knn": accuracy(knn, gold),
+        "logreg": accuracy(logistic, gold),
+        "tune_s": tune_seconds,
+        "loss": [losses[0], losses[-1]],
+        "gold": gold.tolist(),
+        "p": {
+            "lm": _rounded(p_lm_dev),
+            "frozen_knn": _rounded(frozen_knn),
+            "knn": _rounded(knn),
+            "logreg": _rounded(logistic),
+        },
+    }
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return float(np.mean(values)) if values else float("nan")
+
+
+def variant_table(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Probe 1's reading: per (variant, shots) the mean dev accuracies and the median tuning seconds."""
+    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = defaultdict(list)
+    for record in records:
+        groups[(record["variant"], record["shots"])].append(record)
+    return [
+        {
+            "variant": variant,
+            "shots": shots,
+            "runs": len(group),
+            **{key: _mean(r[key] for r in group) for key in ("lm", "frozen_knn", "knn", "logreg")},
+            "tune_s_median": float(np.median([r["tune_s"] for r in group])),
+        }
+        for (variant, shots), group in sorted(groups.items())
+    ]
+
+
+def probe1_choice(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Probe 1's rule, as written before its grid: the variant with the higher mean dev kNN accuracy
+    over its runs, unless the other is within 0.5 points and cheaper (median tuning seconds at 16 per
+    class); kept only if its mean at 16 per class beats the frozen encoder's by 5 points."""
+    by_variant: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for record in records:
+        by_variant[record["variant"]].append(record)
+    means = {v: _mean(r["knn"] for r in rs) for v, rs in by_variant.items()}
+    cost = {
+        v: float(np.median([r["tune_s"] for r in rs if r["shots"] == 16] or [np.nan]))
+        for v, rs in by_variant.items()
+    }
+    best = max(means, key=lambda v: means[v])
+    for other in means:
+        if other != best and means[best] - means[other] <= 0.5 and cost[other] < cost[best]:
+            best = other
+    at16 = [r for r in by_variant[best] if r["shots"] == 16]
+    gain = _mean(r["knn"] for r in at16) - _mean(r["frozen_knn"] for r in at16)
+    return {
+        "means": means,
+        "median_tune_s_16": cost,
+        "chosen": best,
+        "gain_over_frozen_16": gain,
+        "kept": gain >= 5,
+    }
+
+
+def mixed(record: Mapping[str, Any], reader: str, n0: float) -> np.ndarray:
+    """P = w·P_enc + (1 − w)·P_LM with w = n / (n + n0) (n0 = 0: the encoder alone; inf: the prompt)."""
+    n = record["shots"]
+    w = 1.0 if n0 == 0 else 0.0 if np.isinf(n0) else n / (n + n0)
+    return w * np.asarray(record["p"][reader]) + (1 - w) * np.asarray(record["p"]["lm"])
+
+
+def mix_table(records: Sequence[Mapping[str, Any]], variant: str) -> dict[tuple[str, float], dict[str, Any]]:
+    """Probe 2's grid over the runs of `variant`: per (reader, n0) the mean dev accuracy and the mean per
+    (task, shots)."""
+    runs = [r for r in records if r["variant"] == variant]
+    table = {}
+    for reader in ("knn", "logreg"):
+        for n0 in N0_GRID:
+            cells: dict[tuple[str, int], list[float]] = defaultdict(list)
+            scores = []
+            for record in runs:
+                score = accuracy(mixed(record, reader, n0), np.asarray(record["gold"]))
+                scores.append(score)
+                cells[(record["task"], record["shots"])].append(score)
+            table[(reader, n0)] = {"mean": _mean(scores), "cells": {k: _mean(v) for k, v in cells.items()}}
+    return table
+
+
+def probe2_choice(records: Sequence[Mapping[str, Any]], variant: str) -> dict[str, Any]:
+    """Probe 2's rule, as written before it was read: the (reader, n0) of the highest mean is adopted if
+    it beats the better single reader's mean by 1 point and loses more than 1 point to it in no
+    (task, shots) cell."""
+    table = mix_table(records, variant)
+    singles = {key: row for key, row in table.items() if key[1] in (0.0, float("inf"))}
+    best_single = max(singles, key=lambda key: singles[key]["mean"])
+    best = max(table, key=lambda key: table[key]["mean"])
+    worst_cell = min(
+        table[best]["cells"][cell] - table[best_single]["cells"][cell] for cell in table[best]["cells"]
+    )
+    adopted = (
+        best not in singles and table[best]["mean"] - table[best_single]["mean"] >= 1 and worst_cell >= -1
+    )
+    return {
+        "table": table,
+        "best": best,
+        "best_single": best_single,
+        "gain": table[best]["mean"] - table[best_single]["mean"],
+        "worst_cell": worst_cell,
+        "adopted": adopted,
+    }

@@ -1,0 +1,118 @@
+"""Two readers through the service: a task that names a sentence reader serves P_kNN from the examples'
+neighbours in the reader's space before any training; a job tunes the reader with the prompt, publishes
+both, and the api swaps them in; a replica started afresh rebuilds the same book and answers the same.
+On the tiny causal LM and the tiny random MPNet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from services.api.app import create_app
+from services.api.settings import Settings
+from services.bus.server import EmbeddedRedis
+from services.trainer.worker import Worker
+from tests.services.harness import TRAINING_EXAMPLES, wait_for
+
+TRAIN = {"method": "prompt-ft", "steps": 4, "batch_size": 4, "lr": 1e-3, "eval_every": 2}
+QUERIES = ["fun film", "a dull plot"]
+
+
+@pytest.fixture()
+def server(tmp_path: Path):
+    with EmbeddedRedis(tmp_path / "redis") as running:
+        yield running
+
+
+def _settings(server, causal_dir: Path, sentence_mpnet_dir: Path) -> Settings:
+    return Settings(
+        redis_url=server.url,
+        default_backbone=str(causal_dir),
+        max_length=48,
+        model_dirs=[sentence_mpnet_dir.parent],
+    )
+
+
+def _task(reader: str) -> dict:
+    return {
+        "name": "reviews",
+        "template": "{text} It was {mask}",
+        "labels": {"0": "bad", "1": "good"},
+        "reader": reader,
+        "training": {"auto": False},
+    }
+
+
+def _classify(api: TestClient) -> dict:
+    answer = api.post("/v1/tasks/reviews/classify", json={"texts": QUERIES, "neighbours": True})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_a_job_trains_both_readers_and_a_restarted_replica_serves_the_same(
+    server, causal_dir: Path, sentence_mpnet_dir: Path, tmp_path: Path
+) -> None:
+    settings = _settings(server, causal_dir, sentence_mpnet_dir)
+    with TestClient(create_app(settings)) as api:
+        assert api.post("/v1/tasks", json=_task(str(sentence_mpnet_dir))).status_code == 201
+        body = {"examples": [{"text": t, "label": label} for t, label in TRAINING_EXAMPLES]}
+        assert api.post("/v1/tasks/reviews/examples", json=body).status_code == 201
+
+        untrained = _classify(api)
+        assert untrained["model_version"] == "base" and untrained["reader"] == str(sentence_mpnet_dir)
+        runtime = api.app.state.runtimes.loaded["reviews"]
+        assert runtime.classifier.reader is not None and runtime.classifier.reader.layers is None
+        for prediction in untrained["predictions"]:
+            assert prediction["p_lm"] and prediction["p_knn"] and prediction["neighbours"]
+
+        job = api.post("/v1/tasks/reviews/train", json=TRAIN)
+        assert job.status_code == 202, job.text
+        worker = Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts", max_length=48)
+        assert worker.run_once(block_ms=100) == job.json()["id"]
+        record = api.get(f"/v1/jobs/{job.json()['id']}").json()
+        assert record["state"] == "succeeded", record
+        version = record["published"]["version"]
+        wait_for(lambda: api.app.state.runtimes.loaded["reviews"].model_version == version)
+
+        trained = _classify(api)
+        runtime = api.app.state.runtimes.loaded["reviews"]
+        reader = runtime.classifier.reader
+        assert reader is not None and reader.layers is not None  # the job's tuned top layers, swapped in
+        assert trained["model_version"] == version and trained["reader"] == str(sentence_mpnet_dir)
+        for before, after in zip(untrained["predictions"], trained["predictions"], strict=True):
+            assert after["p_lm"] and after["p_knn"] and after["neighbours"]
+            assert after["p_knn"] != before["p_knn"]  # the tuned reader reads other neighbours' weights
+        book = runtime.classifier.knn_book()
+        assert sorted(book.ids().tolist()) == sorted(runtime.classifier.store.ids().tolist())
+
+    # a replica started afresh: the checkpoint and the log's replay rebuild the same book
+    with TestClient(create_app(settings)) as api:
+        wait_for(lambda: _classify(api)["model_version"] == version)  # loaded, then the version swapped in
+        again = _classify(api)
+        for first, second in zip(trained["predictions"], again["predictions"], strict=True):
+            assert second["label"] == first["label"]
+            assert second["probabilities"] == pytest.approx(first["probabilities"], abs=1e-5)
+            assert second["p_knn"] == pytest.approx(first["p_knn"], abs=1e-5)
+            assert [n["id"] for n in second["neighbours"]] == [n["id"] for n in first["neighbours"]]
+
+        # a second task on the same reader shares its base encoder: only its top layers are its own
+        assert (
+            api.post("/v1/tasks", json={**_task(str(sentence_mpnet_dir)), "name": "other"}).status_code == 201
+        )
+        assert api.post("/v1/tasks/other/classify", json={"texts": QUERIES}).status_code == 200
+        loaded = api.app.state.runtimes.loaded
+        assert loaded["other"].classifier.reader.base is loaded["reviews"].classifier.reader.base
+
+
+def test_a_reader_the_service_may_not_load_is_refused(
+    server, causal_dir: Path, sentence_mpnet_dir: Path
+) -> None:
+    with TestClient(create_app(_settings(server, causal_dir, sentence_mpnet_dir))) as api:
+        for reader in ("sentence-transformers/all-MiniLM-L6-v2", "/etc", str(sentence_mpnet_dir.parent)):
+            answer = api.post("/v1/tasks", json=_task(reader))
+            assert answer.status_code == 422, answer.text
+            assert "reader" in answer.text
+        assert api.get("/v1/tasks/reviews").status_code == 404  # nothing half-written

@@ -1,0 +1,126 @@
+"""Two readers of one book: a classifier with a sentence reader reads P_kNN from the store's examples keyed
+by the reader's embeddings (`reader_book.py`), `fit` tunes the reader (`fitting.tune_reader`), and a
+checkpoint keeps its top layers; on the tiny causal LM and the tiny random MPNet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import openbook
+import pytest
+import torch
+from openbook.artifacts import CheckpointError
+from openbook.backbone import BackboneConfig, load_backbone
+from openbook.knn import KnnConfig
+from openbook.sentence_reader import ReaderConfig, shared_encoder
+
+TEMPLATE = "{text} It was {mask}"
+LABELS = {"0": "bad", "1": "good"}
+TEXTS = [
+    "the movie was great and fun",
+    "a good film with a great cast",
+    "the plot was great fun",
+    "it was terrible and boring",
+    "a bad film , it was awful",
+    "the cast was awful",
+] * 2
+GOLD = ["1", "1", "1", "0", "0", "0"] * 2
+QUERIES = ["a great film", "an awful movie"]
+TRAIN = {"steps": 3, "eval_every": 3, "batch_size": 4, "lr": 1e-3}
+
+
+def _reader(sentence_mpnet_dir: Path, **changes) -> ReaderConfig:
+    return ReaderConfig(
+        **({"encoder": str(sentence_mpnet_dir), "max_length": 64, "steps": 8, "batch_size": 6} | changes)
+    )
+
+
+def _estimator(causal_dir: Path, sentence_mpnet_dir: Path, method: str = "prompt-ft") -> openbook.Estimator:
+    backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))
+    return openbook.create_classifier(
+        TEMPLATE, LABELS, backbone=backbone, method=method, reader=_reader(sentence_mpnet_dir)
+    )
+
+
+def test_the_reader_keys_the_book_and_p_knn_reads_its_neighbours(causal_dir: Path, sentence_mpnet_dir: Path):
+    classifier = _estimator(causal_dir, sentence_mpnet_dir).classifier
+    classifier.knn = KnnConfig(lam=0.5)
+    ids = classifier.add_examples(TEXTS[:6], GOLD[:6])
+    book = classifier.knn_book()
+    reader = classifier.reader
+    assert reader is not None and book is not classifier.store
+    assert book.dim == reader.base.hidden_size
+    np.testing.assert_array_equal(book.ids(), ids)
+    np.testing.assert_allclose(book.vectors_of(ids), reader.embed(TEXTS[:6]), atol=1e-6)
+
+    prediction = classifier.predict([TEXTS[0]])[0]
+    # the query's nearest neighbour in the reader's space is its own stored copy
+    assert prediction.neighbours[0].id == ids[0] and prediction.neighbours[0].similarity == pytest.approx(
+        1, abs=1e-5
+    )
+    assert prediction.p_knn is not None
+    mixed = {label: 0.5 * prediction.p_knn[label] + 0.5 * prediction.p_lm[label] for label in LABELS}
+    assert prediction.probabilities == pytest.approx(mixed, abs=1e-5)
+
+
+def test_the_book_follows_the_store(causal_dir: Path, sentence_mpnet_dir: Path):
+    classifier = _estimator(causal_dir, sentence_mpnet_dir).classifier
+    classifier.knn = KnnConfig(lam=0.5)
+    ids = classifier.add_examples(TEXTS[:6], GOLD[:6])
+    classifier.remove_examples(ids[:2])
+    np.testing.assert_array_equal(classifier.knn_book().ids(), ids[2:])
+    classifier.add_examples(["a great film"], ["1"], ids=[ids[3]])  # replaced: new text, new label
+    book = classifier.knn_book()
+    assert book.labels_of([ids[3]]).tolist() == [1]
+    np.testing.assert_allclose(
+        book.vectors_of([ids[3]]), classifier.reader.embed(["a great film"]), atol=1e-6
+    )
+
+
+def test_lambda_on_the_store_reads_the_readers_neighbours(causal_dir: Path, sentence_mpnet_dir: Path):
+    classifier = _estimator(
+        causal_dir, sentence_mpnet_dir
+    ).classifier  # untrained: lambda chosen on the store
+    assert classifier.knn.lam is None
+    classifier.add_examples(TEXTS[:6], GOLD[:6])
+    lam = classifier.served_knn().lam
+    assert lam is not None and 0 <= lam <= 1
+
+
+def test_fit_tunes_a_copy_of_the_reader_and_a_checkpoint_keeps_it(
+    causal_dir: Path, sentence_mpnet_dir: Path, tmp_path: Path
+):
+    estimator = _estimator(causal_dir, sentence_mpnet_dir)
+    untrained_reader = estimator.classifier.reader
+    stages: list[str] = []
+    estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, on_stage=stages.append, **TRAIN)
+    reader = estimator.classifier.reader
+    assert stages[0] == "reader" and untrained_reader.layers is None  # the untrained one untouched
+    assert reader is not None and reader.layers is not None and reader.base is untrained_reader.base
+    assert estimator.classifier.knn.lam is not None  # chosen on dev: prompt-ft mixes the reader's neighbours
+    np.testing.assert_array_equal(estimator.classifier.knn_book().ids(), estimator.classifier.store.ids())
+
+    first = openbook.load(estimator.save(tmp_path / "a"))
+    second = openbook.load(estimator.save(tmp_path / "b"))
+    assert first.classifier.reader is not None and second.classifier.reader is not None
+    assert first.classifier.reader.base is second.classifier.reader.base  # one base encoder in memory
+    for key, tensor in reader.state_dict().items():
+        assert torch.equal(first.classifier.reader.state_dict()[key], tensor)
+    before = estimator.predict(QUERIES)
+    after = first.predict(QUERIES)
+    for b, a in zip(before, after, strict=True):
+        assert a.label == b.label and a.probabilities == pytest.approx(b.probabilities, abs=1e-5)
+        assert [n.id for n in a.neighbours] == [n.id for n in b.neighbours]
+
+
+def test_a_reader_on_another_base_is_refused(causal_dir: Path, sentence_mpnet_dir: Path, tmp_path: Path):
+    estimator = _estimator(causal_dir, sentence_mpnet_dir)
+    estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, **TRAIN)
+    path = estimator.save(tmp_path / "ckpt")
+    other = shared_encoder(_reader(sentence_mpnet_dir, top_layers=1), "cpu")
+    assert other is not estimator.classifier.reader.base
+    manifest = (path / "manifest.json").read_text().replace('"top_layers": 2', '"top_layers": 1')
+    (path / "manifest.json").write_text(manifest)
+    with pytest.raises(CheckpointError, match="top layers"):
+        openbook.load(path)
