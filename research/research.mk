@@ -8,7 +8,7 @@
 # targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
 KEPT_BEST := --keep best
 
-.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
+.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge two-readers-probe table-16shot-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
 
 eval-sst2: install
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
@@ -291,6 +291,29 @@ layer-judge: judged-splits-4
 	$(BIN)/python -m research eval --data $(JUDGE4_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods knn-interp,retroprompt --seeds $(JUDGE4_SEEDS) --parallel $(PARALLEL) --layer 12 \
 		--out docs/results/layer-judge-12-$(TABLE_BACKBONE)
+
+# Two readers of one book (docs/experiments/two-readers.md). The dev probes of the sentence reader's tuning
+# and of mixing it with the untrained prompt (resumable, one record per run). Then the rule on the default,
+# written before its grid: the default's training read with the slot store and with the reader's book, on
+# seeds 2021-2025 and a judge set of their own; and the 16-shot table's run of the same on the standard
+# seeds. Resumable; PARALLEL=N as above.
+JUDGE5_DATA ?= openbook-data/judged-k-shot-5
+JUDGE5_SEEDS = 2021,2022,2023,2024,2025
+two-readers-probe: install
+	$(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --out docs/results/two-readers-probe1-dev
+
+judged-splits-5: install
+	$(JUDGED_SPLITS) --seeds $(JUDGE5_SEEDS) --out $(JUDGE5_DATA)
+
+readers-judge: judged-splits-5
+	$(BIN)/python -m research eval --data $(JUDGE5_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+		--methods retroprompt --reader mpnet --seeds $(JUDGE5_SEEDS) --parallel $(PARALLEL) \
+		--out docs/results/readers-judge-$(TABLE_BACKBONE)
+
+table-16shot-readers: install
+	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \
+		--methods retroprompt --reader mpnet --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
+		--out docs/results/16shot-readers-$(TABLE_BACKBONE)
 
 # clinc150: 150 intents, 10 examples per intent (--shots 10), the 4,500 in-scope test queries and the
 # 1,000 out-of-scope ones (scored for refusal only: docs/cli.md, "Data layout"). The untrained methods,

@@ -456,7 +456,7 @@ TINY_SENTENCE_MPNET = {
 }
 
 
-def _save_sentence_mpnet(directory: Path, tokenizer_dir: Path) -> Path:
+def _save_sentence_mpnet(directory: Path, tokenizer_dir: Path, **overrides) -> Path:
     """A tiny random MPNet on the tiny BERT's WordPiece tokenizer, saved as a sentence-transformers folder
     with the modules all-mpnet-base-v2 has: Transformer, Pooling (mean), Normalize."""
     from sentence_transformers import SentenceTransformer
@@ -467,7 +467,9 @@ def _save_sentence_mpnet(directory: Path, tokenizer_dir: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     torch.manual_seed(0)
     hf_dir = directory / "hf"
-    MPNetModel(MPNetConfig(vocab_size=len(tokenizer), **TINY_SENTENCE_MPNET)).save_pretrained(hf_dir)
+    MPNetModel(MPNetConfig(vocab_size=len(tokenizer), **(TINY_SENTENCE_MPNET | overrides))).save_pretrained(
+        hf_dir
+    )
     tokenizer.save_pretrained(hf_dir)
     transformer = Transformer(str(hf_dir), max_seq_length=64)
     modules = [transformer, Pooling(transformer.get_embedding_dimension(), "mean"), Normalize()]
@@ -479,3 +481,10 @@ def _save_sentence_mpnet(directory: Path, tokenizer_dir: Path) -> Path:
 def sentence_mpnet_dir(masked_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random MPNet sentence encoder (3 layers, hidden size 32), as a sentence-transformers folder."""
     return _save_sentence_mpnet(tmp_path_factory.mktemp("tiny-sentence-mpnet"), masked_dir)
+
+
+@pytest.fixture(scope="session")
+def reader_mpnet_dir(masked_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny MPNet with 5 layers: a reader at the default cut (its top 4 layers) leaves one shared. For
+    the tests of the plumbing around a reader (classifier, fit, checkpoint, service), not its tuning."""
+    return _save_sentence_mpnet(tmp_path_factory.mktemp("tiny-reader-mpnet"), masked_dir, num_hidden_layers=5)

@@ -12,11 +12,16 @@ import pytest
 import torch
 from openbook.sentence_reader import (
     CONFIG_FILE,
+    MATRIX_DTYPE,
+    SCALE_SUFFIX,
+    SERVING_MODULES,
     STATE_DTYPE,
     STATE_FILE,
     ReaderConfig,
     SentenceReader,
     SharedEncoder,
+    pack_state,
+    unpack_state,
 )
 
 # Four labels the tiny model's corpus reads apart by their words.
@@ -32,7 +37,7 @@ TUNING = {"steps": 30, "batch_size": 8, "lr": 1e-3}  # the tiny model moves in a
 
 
 def _config(directory: Path, **changes) -> ReaderConfig:
-    return ReaderConfig(**({"encoder": str(directory), "max_length": 64} | changes))
+    return ReaderConfig(**({"encoder": str(directory), "max_length": 64, "top_layers": 2} | changes))
 
 
 @pytest.fixture
@@ -162,10 +167,37 @@ def test_a_saved_state_loads_to_the_same_embeddings(
     loaded = SentenceReader.load(saved, base)
     assert loaded.config == config
     assert np.array_equal(loaded.embed(texts), expected)
-    assert all(t.dtype == STATE_DTYPE for t in loaded.state_dict().values())
+    state = loaded.state_dict()
+    assert {t.dtype for key, t in state.items() if key + SCALE_SUFFIX in state} == {MATRIX_DTYPE}
+    assert {t.dtype for key, t in state.items() if key + SCALE_SUFFIX not in state} == {STATE_DTYPE}
     # another process's copy of the encoder: the lower states of other batches may differ in the last bits
     elsewhere = SentenceReader.load(saved, SharedEncoder.load(config, "cpu"))
     assert np.abs(elsewhere.embed(texts) - expected).max() < 1e-6
+
+
+def test_packing_rounds_each_weight_within_half_its_rows_step():
+    torch.manual_seed(0)
+    state = {"w": torch.randn(8, 16) * torch.linspace(0.01, 3, 8)[:, None], "b": torch.randn(16)}
+    state["w"][3] = 0  # a row of zeros keeps a positive scale and comes back zero
+    packed = pack_state(state)
+    assert packed["w"].dtype == MATRIX_DTYPE and packed["b"].dtype == STATE_DTYPE
+    unpacked = unpack_state(packed)
+    assert unpacked.keys() == state.keys()
+    step = packed["w" + SCALE_SUFFIX].float()  # (8, 1): each row's largest magnitude / 127
+    assert torch.all((unpacked["w"] - state["w"]).abs() <= step / 2 + 1e-3 * step)
+    assert torch.equal(unpacked["w"][3], torch.zeros(16))
+    assert torch.allclose(unpacked["b"], state["b"], atol=1e-3)
+    assert packed["w"].abs().max() == 127
+
+
+def test_the_layers_read_most_recently_are_kept_unpacked(base: SharedEncoder):
+    states = [pack_state(base.top_state()) for _ in range(SERVING_MODULES + 1)]  # tasks' own, alike
+    first = base.serving_module(states[0])
+    assert base.serving_module(states[0]) is first  # read again: not unpacked again
+    for state in states[1:]:
+        base.serving_module(state)
+    assert base.serving_module(states[-1]) is base.serving_module(states[-1])
+    assert base.serving_module(states[0]) is not first  # the least recent was let go
 
 
 def test_an_untuned_reader_saves_no_tensors(base: SharedEncoder, tmp_path: Path):
@@ -182,8 +214,13 @@ def test_the_saved_state_is_the_top_layers_only(
     reader = SentenceReader(base)
     reader.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **(TUNING | {"steps": 2})))
     top = base.top_state()
-    assert reader.state_dict().keys() == top.keys()
-    tensor_bytes = sum(t.numel() for t in top.values()) * torch.finfo(STATE_DTYPE).bits // 8
+    state = reader.state_dict()
+    matrices = {key for key, t in top.items() if t.dim() == 2}
+    assert state.keys() == top.keys() | {key + SCALE_SUFFIX for key in matrices}
+    # a byte per matrix entry, two per row scale and per entry of every other tensor
+    tensor_bytes = sum(t.numel() * (1 if key in matrices else 2) for key, t in top.items())
+    tensor_bytes += 2 * sum(top[key].shape[0] for key in matrices)
+    assert sum(t.numel() * t.element_size() for t in state.values()) == tensor_bytes
     size = (reader.save(tmp_path / "reader") / STATE_FILE).stat().st_size
     assert tensor_bytes < size < tensor_bytes + 16_384  # the tensors and safetensors' header
 
@@ -261,5 +298,5 @@ def test_the_real_encoders_split_reproduces_encode_and_a_task_owns_under_50_mb(t
     reader = SentenceReader(base)
     reader.tune([*texts, "Who painted the Mona Lisa ?"], ["what", "who", "what", "who"], config)
     size = (reader.save(tmp_path / "reader") / STATE_FILE).stat().st_size
-    print(f"a task's state at top_layers=2: {size:,} bytes")
+    print(f"a task's state at top_layers={config.top_layers}: {size:,} bytes")
     assert size <= 50_000_000

@@ -30,21 +30,21 @@ QUERIES = ["a great film", "an awful movie"]
 TRAIN = {"steps": 3, "eval_every": 3, "batch_size": 4, "lr": 1e-3}
 
 
-def _reader(sentence_mpnet_dir: Path, **changes) -> ReaderConfig:
+def _reader(reader_mpnet_dir: Path, **changes) -> ReaderConfig:
     return ReaderConfig(
-        **({"encoder": str(sentence_mpnet_dir), "max_length": 64, "steps": 8, "batch_size": 6} | changes)
+        **({"encoder": str(reader_mpnet_dir), "max_length": 64, "steps": 8, "batch_size": 6} | changes)
     )
 
 
-def _estimator(causal_dir: Path, sentence_mpnet_dir: Path, method: str = "prompt-ft") -> openbook.Estimator:
+def _estimator(causal_dir: Path, reader_mpnet_dir: Path, method: str = "prompt-ft") -> openbook.Estimator:
     backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))
     return openbook.create_classifier(
-        TEMPLATE, LABELS, backbone=backbone, method=method, reader=_reader(sentence_mpnet_dir)
+        TEMPLATE, LABELS, backbone=backbone, method=method, reader=_reader(reader_mpnet_dir)
     )
 
 
-def test_the_reader_keys_the_book_and_p_knn_reads_its_neighbours(causal_dir: Path, sentence_mpnet_dir: Path):
-    classifier = _estimator(causal_dir, sentence_mpnet_dir).classifier
+def test_the_reader_keys_the_book_and_p_knn_reads_its_neighbours(causal_dir: Path, reader_mpnet_dir: Path):
+    classifier = _estimator(causal_dir, reader_mpnet_dir).classifier
     classifier.knn = KnnConfig(lam=0.5)
     ids = classifier.add_examples(TEXTS[:6], GOLD[:6])
     book = classifier.knn_book()
@@ -64,8 +64,8 @@ def test_the_reader_keys_the_book_and_p_knn_reads_its_neighbours(causal_dir: Pat
     assert prediction.probabilities == pytest.approx(mixed, abs=1e-5)
 
 
-def test_the_book_follows_the_store(causal_dir: Path, sentence_mpnet_dir: Path):
-    classifier = _estimator(causal_dir, sentence_mpnet_dir).classifier
+def test_the_book_follows_the_store(causal_dir: Path, reader_mpnet_dir: Path):
+    classifier = _estimator(causal_dir, reader_mpnet_dir).classifier
     classifier.knn = KnnConfig(lam=0.5)
     ids = classifier.add_examples(TEXTS[:6], GOLD[:6])
     classifier.remove_examples(ids[:2])
@@ -78,10 +78,8 @@ def test_the_book_follows_the_store(causal_dir: Path, sentence_mpnet_dir: Path):
     )
 
 
-def test_lambda_on_the_store_reads_the_readers_neighbours(causal_dir: Path, sentence_mpnet_dir: Path):
-    classifier = _estimator(
-        causal_dir, sentence_mpnet_dir
-    ).classifier  # untrained: lambda chosen on the store
+def test_lambda_on_the_store_reads_the_readers_neighbours(causal_dir: Path, reader_mpnet_dir: Path):
+    classifier = _estimator(causal_dir, reader_mpnet_dir).classifier  # untrained: lambda chosen on the store
     assert classifier.knn.lam is None
     classifier.add_examples(TEXTS[:6], GOLD[:6])
     lam = classifier.served_knn().lam
@@ -89,9 +87,9 @@ def test_lambda_on_the_store_reads_the_readers_neighbours(causal_dir: Path, sent
 
 
 def test_fit_tunes_a_copy_of_the_reader_and_a_checkpoint_keeps_it(
-    causal_dir: Path, sentence_mpnet_dir: Path, tmp_path: Path
+    causal_dir: Path, reader_mpnet_dir: Path, tmp_path: Path
 ):
-    estimator = _estimator(causal_dir, sentence_mpnet_dir)
+    estimator = _estimator(causal_dir, reader_mpnet_dir)
     untrained_reader = estimator.classifier.reader
     stages: list[str] = []
     estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, on_stage=stages.append, **TRAIN)
@@ -114,13 +112,13 @@ def test_fit_tunes_a_copy_of_the_reader_and_a_checkpoint_keeps_it(
         assert [n.id for n in a.neighbours] == [n.id for n in b.neighbours]
 
 
-def test_a_reader_on_another_base_is_refused(causal_dir: Path, sentence_mpnet_dir: Path, tmp_path: Path):
-    estimator = _estimator(causal_dir, sentence_mpnet_dir)
+def test_a_reader_on_another_base_is_refused(causal_dir: Path, reader_mpnet_dir: Path, tmp_path: Path):
+    estimator = _estimator(causal_dir, reader_mpnet_dir)
     estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, **TRAIN)
     path = estimator.save(tmp_path / "ckpt")
-    other = shared_encoder(_reader(sentence_mpnet_dir, top_layers=1), "cpu")
+    other = shared_encoder(_reader(reader_mpnet_dir, top_layers=1), "cpu")
     assert other is not estimator.classifier.reader.base
-    manifest = (path / "manifest.json").read_text().replace('"top_layers": 2', '"top_layers": 1')
+    manifest = (path / "manifest.json").read_text().replace('"top_layers": 4', '"top_layers": 1')
     (path / "manifest.json").write_text(manifest)
     with pytest.raises(CheckpointError, match="top layers"):
         openbook.load(path)

@@ -50,7 +50,8 @@ from research.experiments.evaluation import (
 
 # The three ways every trained classifier is read, its own inference among them (`readings` in each
 # record): the prompt alone, the store of trained keys alone, both interpolated (INFERENCE_METHODS). With a
-# sentence reader (`--reader`), the store is read in its space: the second reader alone, and both.
+# sentence reader (`--reader`), the store is read in its space: the second reader alone, and both; and
+# `slot_readings` read the same training as it would be read without one (the slot vectors' store).
 READINGS = ("zero-shot", "knn", "knn-interp")
 
 
@@ -144,6 +145,19 @@ def evaluate_trained(
                 reading: _reading(outcome_of, test_labels, len(classifier.labels))
                 for reading, outcome_of in read.items()
             }
+            slot_readings = {}
+            if trained.reader is not None:  # the same training read with the slot store, as without a reader
+                slot_inputs = method_inputs(
+                    trained.store, trained.label_bias, dev, dev_labels, test, test_labels, knn=classifier.knn
+                )
+                slot_readings = {
+                    "slot_readings": {
+                        reading: _reading(
+                            INFERENCE_METHODS[reading](slot_inputs), test_labels, len(classifier.labels)
+                        )
+                        for reading in READINGS
+                    }
+                }
             for spec in group:
                 inference_started = time.perf_counter()
                 inference = methods[spec].inference
@@ -172,6 +186,7 @@ def evaluate_trained(
                         **({} if trained.reader is None else {"reader_seconds": round(reader_seconds, 1)}),
                         "shared_training": [s for s in group if s != spec],
                         "readings": readings,
+                        **slot_readings,
                         **ran_on(classifier.backbone),
                         **params_on_test(test, test_labels),
                         **out_of_scope_on_test(outcome, dev_labels, test_labels),

@@ -1,6 +1,7 @@
 """The second reader of the open book: a sentence encoder cut in two, its top layers tuned per task.
 
-all-mpnet-base-v2 (12 layers) is cut before its top L layers (`ReaderConfig.top_layers`, 2). The
+all-mpnet-base-v2 (12 layers) is cut before its top L layers (`ReaderConfig.top_layers`, 4: the
+dev probe's rule, docs/experiments/two-readers.md). The
 lower layers are frozen and shared by every task of a process (`SharedEncoder`, one per model, device
 and cut): each text's hidden states entering the top layers are computed once and kept in a bounded
 cache keyed by the text. A task's reader (`SentenceReader`) owns only its copy of the top L layers,
@@ -14,29 +15,31 @@ Normalize: the rows are unit either way, as `encode(normalize_embeddings=True)` 
 else (CLS or max pooling, a Dense module) is refused, as is a model other than MPNet, whose layers
 `SharedEncoder` calls itself (with MPNet's relative position bias).
 
-A task's state is its top layers in float16 (`STATE_DTYPE`), in memory and on disk, upcast to float32
-for each forward (a new module per `embed` call, so tasks never swap weights in a shared one): float32
-layers would be 56.7 MB at L = 2 (14,175,744 parameters), over the 50 MB a task may own; float16 makes
-them 28.4 MB. float16 rather than bfloat16: its 10-bit mantissa rounds the tuned weights 8 times more
-finely than bfloat16's 7 bits, and the weights lie far inside its range. Measured against the float32
-layers they were rounded from, after tuning at the defaults (trec, seed 13, 16 per class; the 96 dev
-texts as queries, the 96 training texts as the book): float16's embeddings have cosine >= 0.9999997
-with float32's (largest coordinate error 1.0e-4), bfloat16's >= 0.999988 (8.6e-4); both keep every kNN
-top-1 neighbour, so dev accuracy stays 79.2 (the frozen encoder: 54.2).
+A task's state is its top layers packed (`pack_state`), in memory and on disk: each weight matrix in
+int8 with a float16 scale per output row, the biases and LayerNorms in float16. float32 layers would be
+113 MB at L = 4 (28,351,488 parameters) and float16 ones 56.7 MB, over the 50 MB a task may own; packed
+they take 28.4 MB. Measured against the float32 layers they were rounded from, after tuning at the
+defaults (trec, seed 13, 16 per class; the 96 dev texts as queries, the 96 training texts as the book):
+the packed layers' embeddings have cosine >= 0.99977 with float32's (largest coordinate error 4.7e-3;
+float16's: 0.9999998 and 8.6e-5), the kNN top-1 neighbour of 95 of the 96 queries is kept, and dev
+accuracy stays 83.3 (the frozen encoder's: 54.2). Unpacking them into float32 modules costs 80 ms, so a
+base keeps the modules of the tasks it read most recently (`SharedEncoder.serving_module`, 4 of them);
+a task read again meanwhile is not unpacked again. Tasks never swap weights in a shared module.
 
 The batches are class-balanced (`class_balanced_batches`) rather than random: the loss learns only
 from anchors with a positive in the batch, and with 150 intents a random batch of 32 holds few pairs.
 On trec (6 labels) the two are level: 79.2 on dev either way.
 
-Measured on a shared 2-core x86-64 CPU (Intel Xeon, Sapphire Rapids) while other people's jobs ran
-(load 2 to 4), so times vary by up to 2x and the second thread often helps little or hurts;
-all-mpnet-base-v2, max_length 128, L = 2, float32 compute:
+Measured on a 2-core x86-64 CPU (Intel Xeon, Sapphire Rapids) under a load of 2 to 4, so times vary by
+up to 2x and the second thread often helps little or hurts; all-mpnet-base-v2, max_length 128, L = 2
+(before the probe chose 4), float32 compute:
 - `tune` at the defaults (60 steps, batches of 30 from 6 labels) on trec's 96 training texts (10 words
   on average): 27 s with 1 thread (29 s with the lower pass of a cold cache), 66 s with 2; the loss
   goes from 3.15 to 1.40 with either.
 - `embed` of 1,000 texts (11.5 words, 15 tokens): 28 s from a cold cache (lower and upper, 1 thread; 26 s with
   2); again from the cache (upper only): 3.2 s with 1 thread, 1.6 to 1.9 s with 2. Their lower
-  states take 46 MB of the cache. Upcasting a task's float16 layers costs 9 ms per `embed` call.
+  states take 46 MB of the cache.
+- at L = 4, `tune` on trec's 96 texts took 82 s with 1 thread.
 """
 
 from __future__ import annotations
@@ -66,12 +69,17 @@ from openbook.encoders import ENCODERS, encoder_dir
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-STATE_DTYPE = torch.float16  # a task's top layers, in memory and on disk (see the module's docstring)
+# A task's top layers, in memory and on disk (see the module's docstring): each weight matrix in int8, one
+# float16 scale per output row beside it (under its key + SCALE_SUFFIX); every other tensor in float16.
+STATE_DTYPE = torch.float16
+MATRIX_DTYPE = torch.int8
+SCALE_SUFFIX = ".scale"
 STATE_FILE = "reader.safetensors"
 CONFIG_FILE = "reader_config.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: every tensor float16
 DEFAULT_CACHE_BYTES = 512 << 20  # the lower states kept: ~11,000 texts of 15 tokens at hidden size 768
 BATCH_TEXTS = 64  # texts per forward when embedding
+SERVING_MODULES = 4  # tasks' top layers kept unpacked in float32 per base (`SharedEncoder.serving_module`)
 
 
 @dataclass(frozen=True)
@@ -84,7 +92,7 @@ class ReaderConfig:
         metadata={"help": "the sentence encoder: a registered name (openbook.encoders) or a model folder"},
     )
     top_layers: int = field(
-        default=2, metadata={"help": "the encoder's top layers a task tunes and owns; the rest are shared"}
+        default=4, metadata={"help": "the encoder's top layers a task tunes and owns; the rest are shared"}
     )
     max_length: int = field(default=128, metadata={"help": "tokens per text; longer texts are cut"})
     steps: int = field(default=60, metadata={"help": "optimiser steps of a tuning"})
@@ -142,6 +150,9 @@ class SharedEncoder:
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()  # text -> (T, H), least recent first
         self._cached_bytes = 0
         self._lock = threading.Lock()
+        # the unpacked top layers of the tasks read most recently: id(state) -> (state, module)
+        self._serving: OrderedDict[int, tuple[dict[str, torch.Tensor], nn.ModuleList]] = OrderedDict()
+        self._serving_lock = threading.Lock()
 
     @classmethod
     def load(cls, config: ReaderConfig, device: str | None = None, **options: Any) -> SharedEncoder:
@@ -191,12 +202,30 @@ class SharedEncoder:
         training it neither touches the base nor races another task's forward."""
         if state is None and not trainable:
             return nn.ModuleList(self.layers[self.cut :])
-        source = self.top_state() if state is None else state
+        source = self.top_state() if state is None else unpack_state(state)
         with torch.device("meta"):  # built without initialising weights, then given `source`'s
             module = nn.ModuleList(type(layer)(self.auto.config) for layer in self.layers[self.cut :])
         copies = {key: tensor.to(self.device, torch.float32, copy=True) for key, tensor in source.items()}
         module.load_state_dict(copies, assign=True)
         return module.train(trainable).requires_grad_(trainable)
+
+    def serving_module(self, state: dict[str, torch.Tensor] | None) -> nn.ModuleList:
+        """`top_module(state)` for reading, kept for the SERVING_MODULES states read most recently: unpacking
+        a task's int8 layers costs a request 80 ms at L = 4 (float32 layers take 113 MB, so only these few
+        are kept unpacked). Read-only: shared by concurrent forwards."""
+        if state is None:
+            return self.top_module(None)
+        with self._serving_lock:
+            kept = self._serving.get(id(state))
+            if kept is not None and kept[0] is state:
+                self._serving.move_to_end(id(state))
+                return kept[1]
+        module = self.top_module(state)
+        with self._serving_lock:
+            self._serving[id(state)] = (state, module)  # the state kept too: its id is not reused meanwhile
+            while len(self._serving) > SERVING_MODULES:
+                self._serving.popitem(last=False)
+        return module
 
     def lower(self, texts: Sequence[str]) -> list[torch.Tensor]:
         """Each text's hidden states entering the top layers, unpadded: (T_i, H), float32. A text found
@@ -257,6 +286,33 @@ class SharedEncoder:
         for layer in layers:
             hidden = layer(hidden, additive, bias)[0]
         return hidden
+
+
+def pack_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Top layers as a task keeps them: each 2-D weight in int8, scaled per output row so that the row's
+    largest magnitude is 127 (symmetric; the scale, in float16, under key + SCALE_SUFFIX); every other
+    tensor (biases, LayerNorm) in float16. On the CPU."""
+    packed = {}
+    for key, tensor in state.items():
+        values = tensor.detach().to("cpu", torch.float32)
+        if values.dim() != 2:
+            packed[key] = values.to(STATE_DTYPE)
+            continue
+        scale = (values.abs().amax(dim=1, keepdim=True) / 127).clamp_min(1e-12).to(STATE_DTYPE)  # (out, 1)
+        packed[key] = torch.round(values / scale.float()).clamp(-127, 127).to(MATRIX_DTYPE)
+        packed[key + SCALE_SUFFIX] = scale
+    return packed
+
+
+def unpack_state(packed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`pack_state`'s tensors back in float32 (each matrix times its row scales)."""
+    return {
+        key: (tensor.float() * packed[key + SCALE_SUFFIX].float())
+        if tensor.dtype == MATRIX_DTYPE
+        else tensor.float()
+        for key, tensor in packed.items()
+        if not key.endswith(SCALE_SUFFIX)
+    }
 
 
 _SHARED: dict[tuple[str, int, int, str], SharedEncoder] = {}
@@ -325,8 +381,9 @@ def _check_pipeline(model: SentenceTransformer) -> None:
 
 
 class SentenceReader:
-    """A task's sentence reader: the shared `base` and the task's own top layers (`layers`, float16;
-    None: the base's own, untuned, zero bytes of its own). Three calls: `tune`, `embed`, `save`/`load`."""
+    """A task's sentence reader: the shared `base` and the task's own top layers (`layers`, packed by
+    `pack_state`; None: the base's own, untuned, zero bytes of its own). Three calls: `tune`, `embed`,
+    `save`/`load`."""
 
     def __init__(
         self,
@@ -343,7 +400,7 @@ class SentenceReader:
         if not texts:
             return np.zeros((0, self.base.hidden_size), dtype=np.float32)
         states = self.base.lower(texts)
-        top = self.base.top_module(self.layers)
+        top = self.base.serving_module(self.layers)
         order = np.argsort([-len(s) for s in states], kind="stable")  # similar lengths share a batch
         rows = np.empty((len(texts), self.base.hidden_size), dtype=np.float32)
         with torch.no_grad():
@@ -388,14 +445,12 @@ class SentenceReader:
                 if on_step is not None:
                     on_step(step, losses[-1])
         # one assignment: a concurrent `embed` reads the old layers or the new ones
-        self.layers = {
-            key: tensor.detach().to("cpu", STATE_DTYPE) for key, tensor in top.state_dict().items()
-        }
+        self.layers = pack_state(top.state_dict())
         self.config = config
         return losses
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The task's own tensors: its top layers in float16; empty while untuned."""
+        """The task's own tensors: its top layers as kept (`pack_state`); empty while untuned."""
         return dict(self.layers or {})
 
     def description(self) -> dict[str, Any]:
@@ -410,7 +465,7 @@ class SentenceReader:
                 "top_layers": self.base.top_layers,
                 "max_length": self.base.max_length,
             },
-            "dtype": str(STATE_DTYPE).removeprefix("torch."),
+            "dtype": "int8 matrices, float16 row scales and vectors",
             "tuned": self.layers is not None,
         }
 
@@ -466,8 +521,8 @@ class SentenceReader:
             return cls(base, None, config)
         if layers is None:
             raise ValueError(f"{source}: a tuned reader without its top layers")
-        expected = {key: tensor.shape for key, tensor in base.top_state().items()}
-        found = {key: tensor.shape for key, tensor in layers.items()}
-        if found != expected or any(t.dtype != STATE_DTYPE for t in layers.values()):
+        expected = {key: (t.shape, t.dtype) for key, t in pack_state(base.top_state()).items()}
+        found = {key: (t.shape, t.dtype) for key, t in layers.items()}
+        if found != expected:
             raise ValueError(f"{source}: its tensors are not {base.top_layers} top layers of {base.name}")
         return cls(base, layers, config)

@@ -27,12 +27,12 @@ def server(tmp_path: Path):
         yield running
 
 
-def _settings(server, causal_dir: Path, sentence_mpnet_dir: Path) -> Settings:
+def _settings(server, causal_dir: Path, reader_mpnet_dir: Path) -> Settings:
     return Settings(
         redis_url=server.url,
         default_backbone=str(causal_dir),
         max_length=48,
-        model_dirs=[sentence_mpnet_dir.parent],
+        model_dirs=[reader_mpnet_dir.parent],
     )
 
 
@@ -53,16 +53,16 @@ def _classify(api: TestClient) -> dict:
 
 
 def test_a_job_trains_both_readers_and_a_restarted_replica_serves_the_same(
-    server, causal_dir: Path, sentence_mpnet_dir: Path, tmp_path: Path
+    server, causal_dir: Path, reader_mpnet_dir: Path, tmp_path: Path
 ) -> None:
-    settings = _settings(server, causal_dir, sentence_mpnet_dir)
+    settings = _settings(server, causal_dir, reader_mpnet_dir)
     with TestClient(create_app(settings)) as api:
-        assert api.post("/v1/tasks", json=_task(str(sentence_mpnet_dir))).status_code == 201
+        assert api.post("/v1/tasks", json=_task(str(reader_mpnet_dir))).status_code == 201
         body = {"examples": [{"text": t, "label": label} for t, label in TRAINING_EXAMPLES]}
         assert api.post("/v1/tasks/reviews/examples", json=body).status_code == 201
 
         untrained = _classify(api)
-        assert untrained["model_version"] == "base" and untrained["reader"] == str(sentence_mpnet_dir)
+        assert untrained["model_version"] == "base" and untrained["reader"] == str(reader_mpnet_dir)
         runtime = api.app.state.runtimes.loaded["reviews"]
         assert runtime.classifier.reader is not None and runtime.classifier.reader.layers is None
         for prediction in untrained["predictions"]:
@@ -81,7 +81,7 @@ def test_a_job_trains_both_readers_and_a_restarted_replica_serves_the_same(
         runtime = api.app.state.runtimes.loaded["reviews"]
         reader = runtime.classifier.reader
         assert reader is not None and reader.layers is not None  # the job's tuned top layers, swapped in
-        assert trained["model_version"] == version and trained["reader"] == str(sentence_mpnet_dir)
+        assert trained["model_version"] == version and trained["reader"] == str(reader_mpnet_dir)
         for before, after in zip(untrained["predictions"], trained["predictions"], strict=True):
             assert after["p_lm"] and after["p_knn"] and after["neighbours"]
             assert after["p_knn"] != before["p_knn"]  # the tuned reader reads other neighbours' weights
@@ -100,7 +100,7 @@ def test_a_job_trains_both_readers_and_a_restarted_replica_serves_the_same(
 
         # a second task on the same reader shares its base encoder: only its top layers are its own
         assert (
-            api.post("/v1/tasks", json={**_task(str(sentence_mpnet_dir)), "name": "other"}).status_code == 201
+            api.post("/v1/tasks", json={**_task(str(reader_mpnet_dir)), "name": "other"}).status_code == 201
         )
         assert api.post("/v1/tasks/other/classify", json={"texts": QUERIES}).status_code == 200
         loaded = api.app.state.runtimes.loaded
@@ -108,10 +108,10 @@ def test_a_job_trains_both_readers_and_a_restarted_replica_serves_the_same(
 
 
 def test_a_reader_the_service_may_not_load_is_refused(
-    server, causal_dir: Path, sentence_mpnet_dir: Path
+    server, causal_dir: Path, reader_mpnet_dir: Path
 ) -> None:
-    with TestClient(create_app(_settings(server, causal_dir, sentence_mpnet_dir))) as api:
-        for reader in ("sentence-transformers/all-MiniLM-L6-v2", "/etc", str(sentence_mpnet_dir.parent)):
+    with TestClient(create_app(_settings(server, causal_dir, reader_mpnet_dir))) as api:
+        for reader in ("sentence-transformers/all-MiniLM-L6-v2", "/etc", str(reader_mpnet_dir.parent)):
             answer = api.post("/v1/tasks", json=_task(reader))
             assert answer.status_code == 422, answer.text
             assert "reader" in answer.text

@@ -417,20 +417,23 @@ def test_a_grid_stopped_mid_way_keeps_the_chunks_it_embedded(
 
 
 def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
-    tmp_path, causal_dir, sentence_mpnet_dir, capsys, training_flags, toy_dataset
+    tmp_path, causal_dir, reader_mpnet_dir, capsys, training_flags, toy_dataset
 ):
     data = toy_dataset(tmp_path / "data")
     out = tmp_path / "out"
     args = [
         "eval", "--data", str(data), "--task", "toy", "--seeds", "1", "--out", str(out),
         "--template", "{text} It was {mask}", "--labels", "0=bad,1=good", "--backbone", str(causal_dir),
-        "--methods", "retroprompt", "--reader", str(sentence_mpnet_dir), *training_flags,
+        "--methods", "retroprompt", "--reader", str(reader_mpnet_dir), *training_flags,
     ]  # fmt: skip
     assert main(args) == 0
     (record,) = json.loads((out / "results.json").read_text())
     assert record["params"]["reader_seconds"] > 0
-    assert set(record["params"]["readings"]) == {"zero-shot", "knn", "knn-interp"}
-    assert json.loads((out / "settings.json").read_text())["reader"] == str(sentence_mpnet_dir)
+    readings, slots = record["params"]["readings"], record["params"]["slot_readings"]
+    assert set(readings) == set(slots) == {"zero-shot", "knn", "knn-interp"}
+    assert readings["zero-shot"] == slots["zero-shot"]  # one prompt, its book read two ways
+    assert record["accuracy"] == readings["knn-interp"]["accuracy"]
+    assert json.loads((out / "settings.json").read_text())["reader"] == str(reader_mpnet_dir)
     # the untrained methods read no reader: refused before anything is written
     refused = [*args, "--methods", "zero-shot"]
     refused[refused.index("--out") + 1] = str(tmp_path / "refused")
