@@ -105,7 +105,7 @@ def _connect(base: str) -> http.client.HTTPConnection:
     return http.client.HTTPConnection(address.hostname, address.port, timeout=600)
 
 
-def _load(base: str, texts: list[str], clients: int) -> float:
+def _load(base: str, texts: list[str], clients: int, task: str = "bench") -> float:
     """Seconds for `clients` concurrent clients to classify `texts`, one text per request.
 
     The clients are coroutines on one event loop in a process of its own, each with a keep-alive
@@ -113,18 +113,19 @@ def _load(base: str, texts: list[str], clients: int) -> float:
     threads hand Python's GIL to each other as their answers arrive together, and that convoy, not
     the server, spread each wave of requests over about 100 ms.
     """
-    return asyncio.run(_load_async(urlsplit(base), texts, clients))
+    return asyncio.run(_load_async(urlsplit(base), texts, clients, task))
 
 
-async def _load_async(address: SplitResult, texts: list[str], clients: int) -> float:
+async def _load_async(address: SplitResult, texts: list[str], clients: int, task: str) -> float:
     async def client_run(share: list[str]) -> None:
         reader, writer = await asyncio.open_connection(address.hostname, address.port)
         try:
             for text in share:
                 body = json.dumps({"texts": [text]}).encode()
                 writer.write(
-                    b"POST /v1/tasks/bench/classify HTTP/1.1\r\nHost: bench\r\n"
-                    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                    b"POST /v1/tasks/%s/classify HTTP/1.1\r\nHost: bench\r\n"
+                    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (task.encode(), len(body), body)
                 )
                 head = await reader.readuntil(b"\r\n\r\n")
                 status = int(head.split(b" ", 2)[1])
@@ -174,12 +175,14 @@ def run_api_bench(
     stand_in: bool = False,
     workers: Sequence[int] = (1,),
     fronts: Sequence[int] = (0,),
+    reader: str | None = None,
 ) -> None:
     """`clients`: one throughput measurement per count, e.g. (32, 256).
 
     `stand_in`: serve `make_stand_in`'s model of `backbone` instead of `backbone` itself.
     `workers`: api processes behind the port, one group of measurements per count (the module's docstring).
     `fronts`: front processes before them, one group per count of fronts and of workers; 0: none.
+    `reader`: a sentence encoder; a task keyed by it is measured against `bench` (`measure_reader_cost`).
     """
     client_counts = [clients] if isinstance(clients, int) else list(clients)
     torch.manual_seed(0)
@@ -221,6 +224,8 @@ def run_api_bench(
                 pool.stop()
         if len(measured) > 1:
             print(choose_workers(measured, client_counts[-1]))
+        if reader is not None:
+            measure_reader_cost(bench, reader, requests, client_counts[-1])
         if 1 in workers:
             second = Served(settings())
             measure_hot_swap(bench, second, max_length)
@@ -307,6 +312,45 @@ def measure_throughput(bench: _Bench, clients: int, base: str) -> float:
         f" ({forwards:.0f} forwards of {forwarded / max(1, forwards):.1f} texts each)"
     )
     return served_rate
+
+
+def measure_reader_cost(bench: _Bench, reader: str, requests: int, clients: int) -> None:
+    """What a second reader costs a classify: the `bench` task and the same task keyed by `reader`, with
+    the same examples, on the in-process api. One request of one text, the two tasks alternating on texts
+    neither has seen (a text seen before would find its lower states in the reader's cache), then
+    `clients` concurrent clients on each; the ratios are the reader's task over the other."""
+    name = "bench-reader"
+    bench.api.post("/v1/tasks", json={**TASK, "name": name, "reader": reader}).raise_for_status()
+    examples = [
+        {"text": t, "label": str(i % 2), "id": i} for i, t in enumerate(synthetic_sentences(64, seed=3))
+    ]
+    bench.api.post(f"/v1/tasks/{name}/examples", json={"examples": examples}).raise_for_status()
+    lean = _connect(bench.first.base)
+    texts = synthetic_sentences(requests + 1, seed=29)
+    for task in ("bench", name):  # warm up
+        _post(lean, f"/v1/tasks/{task}/classify", {"texts": [texts[0]]})
+
+    def classify(task: str, text: str) -> float:
+        return _seconds(lambda: _post(lean, f"/v1/tasks/{task}/classify", {"texts": [text]}))
+
+    pairs = [(classify("bench", text), classify(name, text)) for text in texts[1:]]
+    lean.close()
+    without, with_reader = (statistics.median(times) for times in zip(*pairs, strict=True))
+    print(
+        f"reader {reader}: one classify {with_reader * 1e3:.1f} ms vs {without * 1e3:.1f} ms without"
+        f" -> {with_reader / without:.2f}x"
+    )
+    spawn = multiprocessing.get_context("spawn")
+    batch = synthetic_sentences(clients * 4, seed=31)
+    with ProcessPoolExecutor(1, mp_context=spawn) as load:
+        rates = {}
+        for task in ("bench", name):
+            load.submit(_load, bench.first.base, batch[:clients], clients, task).result()  # warm up
+            rates[task] = len(batch) / load.submit(_load, bench.first.base, batch, clients, task).result()
+    print(
+        f"reader {reader}: {clients} clients {rates[name]:.1f} texts/s vs {rates['bench']:.1f} without"
+        f" -> {rates['bench'] / rates[name]:.2f}x the time per text"
+    )
 
 
 def measure_freshness(bench: _Bench, base: str, group: int = 0) -> None:

@@ -487,4 +487,9 @@ def sentence_mpnet_dir(masked_dir: Path, tmp_path_factory: pytest.TempPathFactor
 def reader_mpnet_dir(masked_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny MPNet with 5 layers: a reader at the default cut (its top 4 layers) leaves one shared. For
     the tests of the plumbing around a reader (classifier, fit, checkpoint, service), not its tuning."""
-    return _save_sentence_mpnet(tmp_path_factory.mktemp("tiny-reader-mpnet"), masked_dir, num_hidden_layers=5)
+    return _save_sentence_mpnet(
+        tmp_path_factory.mktemp("tiny-reader-mpnet"),
+        masked_dir,
+        num_hidden_layers=5,
+        max_position_embeddings=130,  # texts of the default max_length, 128 tokens
+    )

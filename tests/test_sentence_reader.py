@@ -277,6 +277,11 @@ def test_a_pooling_it_does_not_implement_is_refused(base: SharedEncoder, sentenc
             SharedEncoder(model, name="x", weights_file=Path("x"), top_layers=1, max_length=64)
 
 
+def test_a_max_length_past_the_models_positions_is_refused(sentence_mpnet_dir: Path):
+    with pytest.raises(ValueError, match="max_length must be at most 64"):
+        SharedEncoder.load(_config(sentence_mpnet_dir, max_length=65), "cpu")  # 66 positions from id 2
+
+
 def test_an_encoder_that_is_no_model_folder_is_refused(tmp_path: Path):
     with pytest.raises(FileNotFoundError, match="neither a registered encoder nor a model folder"):
         SharedEncoder.load(ReaderConfig(encoder=str(tmp_path)), "cpu")

@@ -41,6 +41,10 @@ def add_parser(benches: argparse._SubParsersAction) -> None:
         " count, e.g. 1,2,4 (1: in the bench's process; N > 1: `openbook serve` with OPENBOOK_API_WORKERS=N)",
     )
     parser.add_argument(
+        "--reader",
+        help="also measure a task keyed by this sentence encoder (e.g. mpnet) against the same task without",
+    )
+    parser.add_argument(
         "--fronts",
         type=_counts,
         default=[0],
@@ -60,5 +64,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         stand_in=args.stand_in,
         workers=args.workers,
         fronts=args.fronts,
+        reader=args.reader,
     )
     return 0

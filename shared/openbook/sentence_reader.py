@@ -140,6 +140,10 @@ class SharedEncoder:
         self.layers: nn.ModuleList = self.auto.encoder.layer
         if not 1 <= top_layers <= len(self.layers):
             raise ValueError(f"top_layers must be within 1..{len(self.layers)} for {name}, got {top_layers}")
+        config = self.auto.config  # MPNet numbers positions from its pad id + 1
+        positions = int(config.max_position_embeddings) - int(config.pad_token_id) - 1
+        if max_length > positions:
+            raise ValueError(f"max_length must be at most {positions} for {name}, got {max_length}")
         self.name = name
         self.weights_file = weights_file
         self.top_layers = top_layers

@@ -39,6 +39,26 @@ def test_train_writes_a_checkpoint_that_classify_reads(tmp_path, causal_dir, cap
     assert "exists" in capsys.readouterr().err
 
 
+def test_train_with_a_reader_writes_a_checkpoint_that_classify_reads_with_it(
+    tmp_path, causal_dir, reader_mpnet_dir, capsys, train_args, toy_dataset
+):
+    data = toy_dataset(tmp_path / "data")
+    out = tmp_path / "ckpt"
+    assert (
+        main(train_args(data, out, causal_dir, "--method", "prompt-ft", "--reader", str(reader_mpnet_dir)))
+        == 0
+    )
+    capsys.readouterr()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["reader"]["tuned"] and manifest["reader"]["base"]["name"] == str(reader_mpnet_dir)
+    assert manifest["knn"]["lam"] is not None  # chosen on dev: prompt-ft mixes the reader's neighbours
+    assert main(["classify", "--checkpoint", str(out), "a good film"]) == 0
+    assert json.loads(capsys.readouterr().out)["p_knn"] is not None
+    again = train_args(data, tmp_path / "again", causal_dir, "--method", "prompt-ft", "--reader", "mpnet")
+    assert main([*again, "--init", str(out)]) == 2
+    assert "drop --reader" in capsys.readouterr().err
+
+
 def test_train_bad_inputs_are_clear_errors_and_write_nothing(
     tmp_path, causal_dir, capsys, train_args, toy_dataset
 ):

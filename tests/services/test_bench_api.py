@@ -113,3 +113,15 @@ def test_bench_job_times_an_automatic_job_through_the_service(causal_dir, tmp_pa
     assert record["then"]["state"] in {"not queued", "queued", "running"}
     assert main([*args[:-4], "--data", str(tmp_path / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+def test_bench_api_measures_what_a_reader_costs_a_classify(causal_dir, reader_mpnet_dir, capsys, monkeypatch):
+    monkeypatch.setenv("OPENBOOK_MODEL_DIRS", json.dumps([str(reader_mpnet_dir.parent)]))
+    args = ["bench", "api", "--backbone", str(causal_dir), "--max-length", "48", "--requests", "3"]
+    assert main([*args, "--clients", "4", "--reader", str(reader_mpnet_dir)]) == 0
+    out = capsys.readouterr().out
+    one = re.search(r"reader .*: one classify ([\d.]+) ms vs ([\d.]+) ms without -> ([\d.]+)x", out)
+    many = re.search(r"reader .*: 4 clients ([\d.]+) texts/s vs ([\d.]+) without -> ([\d.]+)x", out)
+    assert one and many, out
+    assert float(one[3]) == pytest.approx(float(one[1]) / float(one[2]), abs=0.01)
+    assert float(many[3]) == pytest.approx(float(many[2]) / float(many[1]), abs=0.01)

@@ -37,6 +37,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     training.add_argument("--no-demos", action="append_const", const="demos=none", dest="options")
     training.add_argument("--no-knn-infer", action="append_const", const="no-knn-infer", dest="options")
     training.add_argument("--knn-loss", action="append_const", const="knn-loss", dest="options")
+    training.add_argument(
+        "--reader",
+        help="a sentence encoder that keys the book (mpnet, or a sentence-transformers folder): tuned on the"
+        " training examples first, its neighbours are P_kNN (not with --init: a checkpoint keeps its own)",
+    )
     add_prompt_arguments(training)
     add_label_scoring_argument(training)
     add_training_arguments(training)
@@ -55,6 +60,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     if out.exists() and not args.overwrite:
         raise ValueError(f"{out} exists; pass --overwrite to replace it")
     splits = load_kshot(args.data, args.task, args.seed, args.shots)
+    if args.init and args.reader:
+        raise ValueError("--init trains a checkpoint on with the reader it has: drop --reader")
     if args.init:
         loaded = load(args.init, device=args.device)  # verified: its manifest names the base weights
         if loaded.method.name != method.name:
@@ -69,7 +76,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             loaded.classifier, method, base_weights_sha256=loaded.record.base_weights_sha256
         )
     else:
-        estimator = Estimator(classifier_from_args(args, args.task), method)
+        estimator = Estimator(classifier_from_args(args, args.task, reader=args.reader), method)
     example_labels(estimator.classifier, splits.train + splits.dev)  # an unknown label names its line
     report = estimator.fit(
         [e.text for e in splits.train],

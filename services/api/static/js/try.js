@@ -46,9 +46,14 @@ function probabilityRow(prediction, label) {
   );
 }
 
+// The two readers: the prompt's P_LM, and P_kNN from the neighbours, in the task's sentence reader's space
+// where it names one (its folder's last part for a path), else in the prompt's slot vectors'.
+const readerName = () => state.task.reader?.split("/").filter(Boolean).pop();
+const knnHeader = () => (state.task.reader ? `P_kNN (${readerName()})` : "P_kNN");
+
 // A few labels in the task's order; many, the most probable first, and past PROBABILITY_ROWS folded.
 function probabilities(prediction) {
-  const headers = ["label", "P", "P_LM", "P_kNN"];
+  const headers = ["label", "P", "P_LM (prompt)", knnHeader()];
   const labels = Object.keys(state.task.labels);
   if (labels.length <= PROBABILITY_ROWS) {
     return table(headers, labels.map((label) => probabilityRow(prediction, label)), "Probabilities per label");
@@ -77,7 +82,8 @@ function neighbours(prediction) {
         "Neighbours that voted",
       )
     : el("p", { class: "muted" }, "The store is empty: the language model alone answered.");
-  return el("details", { open: true, class: "neighbours" }, el("summary", {}, `Neighbours that voted (${list.length})`), body);
+  const space = state.task.reader ? `, read by ${readerName()}` : "";
+  return el("details", { open: true, class: "neighbours" }, el("summary", {}, `Neighbours that voted (${list.length})${space}`), body);
 }
 
 function demoClass(demo) {
