@@ -40,6 +40,13 @@ def add_parser(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
     parser.add_argument("--method", default=DEFAULT_METHOD, help="the task's method (default: %(default)s)")
     add_label_scoring_argument(parser)  # the task's, as POST /v1/tasks takes it
+    parser.add_argument("--reader", help="the task's sentence reader (e.g. mpnet; default: none)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=600.0,
+        help="the seconds a job may take, which the job's time is read against (default: 600, a 16-shot job)",
+    )
     parser.add_argument("--per-request", type=int, default=32, help="examples per POST")
     parser.add_argument(
         "--training",
@@ -82,6 +89,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 "labels": dict(zip(verbalizer.labels, verbalizer.words, strict=True)),
                 "method": args.method,
                 "label_scoring": args.label_scoring,
+                "reader": args.reader,
                 "training": {**args.training, "auto": True, "every": len(train)},
             }
         )
@@ -120,10 +128,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         version = next(v for v in client.versions(name) if v["version"] == summary["version"])
     print(
         f"{args.task} seed {args.seed}: {len(train)} examples, {len(verbalizer.labels)} labels, "
-        f"method {args.method}, label scoring {args.label_scoring}, backbone {args.backbone}, device "
-        f"{args.device}, training {args.training}"
+        f"method {args.method}, label scoring {args.label_scoring}, reader {args.reader}, backbone "
+        f"{args.backbone}, device {args.device}, training {args.training}"
     )
     print(f"job done {done:.0f} s after the first POST; its version served after {served:.0f} s")
+    print(f"budget: the job took {done / args.budget:.2f}x the {args.budget:.0f} s a job may take")
     examples, dev = version["examples"], version["dev_metrics"]
     print(
         f"trained on {examples['train']} examples, {examples['dev']} held out as dev: {dev['steps_run']} of "
@@ -154,7 +163,7 @@ def _record(args: argparse.Namespace, argv: Sequence[str], outcome: dict) -> Non
     from openbook.atomic import add_json_record
     from openbook.methods import method_config
 
-    options = ("task", "seed", "shots", "backbone", "method", "label_scoring", "device", "training")
+    options = ("task", "seed", "shots", "backbone", "method", "label_scoring", "reader", "device", "training")
     record = {
         "command": shlex.join(["openbook", *argv]),  # as a shell takes it back
         **{key: getattr(args, key) for key in options},

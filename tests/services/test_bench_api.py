@@ -125,3 +125,40 @@ def test_bench_api_measures_what_a_reader_costs_a_classify(causal_dir, reader_mp
     assert one and many, out
     assert float(one[3]) == pytest.approx(float(one[1]) / float(one[2]), abs=0.01)
     assert float(many[3]) == pytest.approx(float(many[2]) / float(many[1]), abs=0.01)
+
+
+def test_bench_job_with_a_reader_reads_its_time_against_the_budget(
+    causal_dir, reader_mpnet_dir, tmp_path, toy_dataset, capsys, monkeypatch
+):
+    monkeypatch.setenv("OPENBOOK_MODEL_DIRS", json.dumps([str(reader_mpnet_dir.parent)]))
+    data = toy_dataset(tmp_path / "k-shot", seeds=(1,), task="SST-2")
+    args = [
+        "bench",
+        "job",
+        "--task",
+        "SST-2",
+        "--seed",
+        "1",
+        "--data",
+        str(data),
+        "--backbone",
+        str(causal_dir),
+    ]
+    records = tmp_path / "records"
+    options = [
+        "--max-length",
+        "48",
+        "--reader",
+        str(reader_mpnet_dir),
+        "--budget",
+        "300",
+        "--out",
+        str(records),
+    ]
+    assert main([*args, *options]) == 0
+    out = capsys.readouterr().out
+    done = float(re.search(r"job done (\d+) s", out).group(1))
+    share = float(re.search(r"budget: the job took ([\d.]+)x the 300 s a job may take", out).group(1))
+    assert share == pytest.approx(done / 300, abs=0.01)
+    (record,) = json.loads((records / "job.json").read_text())
+    assert record["reader"] == str(reader_mpnet_dir)
