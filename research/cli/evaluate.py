@@ -67,9 +67,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--calibration", choices=CALIBRATION_MODES, default="domain")
     evaluate.add_argument(
         "--reader",
-        help="a sentence encoder that keys the book (mpnet, or a model folder): each trained method's run"
-        " tunes it on the training examples, and the store's readings read its neighbours; trained methods"
-        " only",
+        help="a sentence encoder that keys the book (mpnet, or a model folder): the untrained methods read"
+        " its neighbours as it comes, each trained method's run tunes it on the training examples first;"
+        " not with a peer",
     )
     add_knn_arguments(evaluate)
     evaluate.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
@@ -129,10 +129,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         )
     if args.no_test and args.test_size is not None:
         raise DataError("--test-size samples the test split, which --no-test never reads: give one of them")
-    if args.reader and (frozen or peers):
-        raise DataError(
-            f"--reader reads trained methods only; drop {', '.join([*frozen, *peers])} from --methods"
-        )
+    if args.reader and peers:
+        raise DataError(f"--reader keys our book, not a peer's; drop {', '.join(peers)} from --methods")
     config = train_config(args, seeds[0])  # a bad budget or knob fails before anything is written
     if args.parallel < 1:
         raise ValueError(f"--parallel must be at least 1, got {args.parallel}")

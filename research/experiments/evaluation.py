@@ -290,6 +290,10 @@ def embed_once(
         list(classifier.verbalizer.words),
         classifier.label_scoring,
     ]
+    if classifier.reader is not None:  # an untuned reader's embeddings go with them
+        base = classifier.reader.base
+        setting += [base.name, base.weights_sha256, base.top_layers, base.max_length]
+        assert classifier.reader.layers is None, "a tuned reader's embeddings are its run's own"
     parts = []
     starts = range(0, len(texts), CACHE_CHUNK)
     for number, start in enumerate(starts, 1):
@@ -298,19 +302,31 @@ def embed_once(
         path = Path(cache_dir) / f"embeddings-{digest}.npz"
         if path.is_file():
             with np.load(path) as stored:
-                parts.append(Embeddings(stored["vectors"], stored["lm_log_probs"], stored["truncated"]))
+                read = stored["reader_vectors"] if "reader_vectors" in stored.files else None
+                parts.append(Embeddings(stored["vectors"], stored["lm_log_probs"], stored["truncated"], read))
             continue
         part = f" {number}/{len(starts)}" if len(starts) > 1 else ""
         embedded = classifier.embed(chunk, progress=f"{progress}{part}" if progress else False)
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = staging_name(path)
         with staging.open("wb") as handle:
-            np.savez(handle, **dataclasses.asdict(embedded))
+            np.savez(handle, **{k: v for k, v in dataclasses.asdict(embedded).items() if v is not None})
         staging.replace(path)
         parts.append(embedded)
     return Embeddings(
-        *(np.concatenate([getattr(p, f) for p in parts]) for f in ("vectors", "lm_log_probs", "truncated"))
+        np.concatenate([p.vectors for p in parts]),
+        np.concatenate([p.lm_log_probs for p in parts]),
+        np.concatenate([p.truncated for p in parts]),
+        None if classifier.reader is None else np.concatenate([p.reader_vectors for p in parts]),
     )
+
+
+def in_book_space(classifier: Classifier, embedded: Embeddings) -> Embeddings:
+    """`embedded` with the queries of the classifier's kNN book as its vectors (a sentence reader's, where
+    it has one), so that the selection and readings read the book the classifier serves."""
+    if classifier.reader is None:
+        return embedded
+    return dataclasses.replace(embedded, vectors=classifier.knn_queries(embedded))
 
 
 def macro_f1(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
@@ -356,8 +372,14 @@ def evaluate_task(
     started = time.perf_counter()
     test_embeddings = None
     if queries is not None:
-        test_embeddings = embed_once(
-            classifier, [e.text for e in queries], cache_dir, progress=f"{task} test" if progress else False
+        test_embeddings = in_book_space(
+            classifier,
+            embed_once(
+                classifier,
+                [e.text for e in queries],
+                cache_dir,
+                progress=f"{task} test" if progress else False,
+            ),
         )
     test_seconds_per_seed = (time.perf_counter() - started) / len(seeds)
     records = []
@@ -365,11 +387,14 @@ def evaluate_task(
         started = time.perf_counter()
         train_labels, dev_labels = labels[seed]
         train, dev = (
-            embed_once(
+            in_book_space(
                 classifier,
-                [e.text for e in getattr(splits[seed], part)],
-                cache_dir,
-                progress=f"{task} {part} (seed {seed})" if progress else False,
+                embed_once(
+                    classifier,
+                    [e.text for e in getattr(splits[seed], part)],
+                    cache_dir,
+                    progress=f"{task} {part} (seed {seed})" if progress else False,
+                ),
             )
             for part in ("train", "dev")
         )

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from openbook.classifier import Classifier, Embeddings
+from openbook.classifier import Classifier
 from openbook.data import KShotSplits, example_labels, load_kshot
 from openbook.fitting import LabelledTexts, tune_reader
 from openbook.methods import Method, build_method, method_config
@@ -40,6 +40,7 @@ from research.experiments.evaluation import (
     INFERENCE_METHODS,
     EvalRecord,
     MethodResult,
+    in_book_space,
     method_inputs,
     out_of_scope_on_test,
     params_on_test,
@@ -53,14 +54,6 @@ from research.experiments.evaluation import (
 # sentence reader (`--reader`), the store is read in its space: the second reader alone, and both; and
 # `slot_readings` read the same training as it would be read without one (the slot vectors' store).
 READINGS = ("zero-shot", "knn", "knn-interp")
-
-
-def in_book_space(classifier: Classifier, embedded: Embeddings) -> Embeddings:
-    """`embedded` with the queries of the classifier's kNN book as its vectors (a sentence reader's, where
-    it has one), so that the selection and readings below read the book the classifier serves."""
-    if classifier.reader is None:
-        return embedded
-    return dataclasses.replace(embedded, vectors=classifier.knn_queries(embedded))
 
 
 def _reading(

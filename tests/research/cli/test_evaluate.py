@@ -434,9 +434,14 @@ def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
     assert readings["zero-shot"] == slots["zero-shot"]  # one prompt, its book read two ways
     assert record["accuracy"] == readings["knn-interp"]["accuracy"]
     assert json.loads((out / "settings.json").read_text())["reader"] == str(reader_mpnet_dir)
-    # the untrained methods read no reader: refused before anything is written
-    refused = [*args, "--methods", "zero-shot"]
+    # the untrained methods read the untuned reader's neighbours; a peer reads no book of ours
+    frozen = [*args, "--methods", "zero-shot,knn,knn-interp"]
+    frozen[frozen.index("--out") + 1] = str(tmp_path / "frozen")
+    assert main(frozen) == 0
+    records = {r["method"]: r for r in json.loads((tmp_path / "frozen" / "results.json").read_text())}
+    assert set(records) == {"zero-shot", "knn", "knn-interp"}
+    refused = [*args, "--methods", "setfit"]
     refused[refused.index("--out") + 1] = str(tmp_path / "refused")
     assert main(refused) == 2
-    assert "--reader reads trained methods only" in capsys.readouterr().err
+    assert "--reader keys our book, not a peer's" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
