@@ -40,6 +40,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="instead: a fresh sentiment task probed with near-paraphrases and plain probes "
         "(research.experiments.first_use_probes), its answers added to OUT/probes.json per --backbone",
     )
+    check.add_argument("--reader", help="with --probes: the task's sentence reader (e.g. mpnet)")
     add_prompt_arguments(check)
     add_label_scoring_argument(check)
 
@@ -81,14 +82,27 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
 def _probes(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.atomic import add_json_record
     from openbook.backbone import BackboneConfig, load_backbone
+    from openbook.sentence_reader import untuned_reader
 
     from research.experiments.first_use_probes import fresh_task, probe
 
-    classifier, ids = fresh_task(load_backbone(BackboneConfig(name=args.backbone, device=args.device)))
-    record = {"command": f"{PROG} {shlex.join(argv)}", "backbone": args.backbone, **probe(classifier, ids)}
-    # one record per backbone: a run again replaces its own
-    add_json_record(Path(args.out) / "probes.json", record, lambda old: old["backbone"] == args.backbone)
+    backbone = load_backbone(BackboneConfig(name=args.backbone, device=args.device))
+    reader = None if args.reader is None else untuned_reader(args.reader, str(backbone.device))
+    classifier, ids = fresh_task(backbone, reader)
+    record = {
+        "command": f"{PROG} {shlex.join(argv)}",
+        "backbone": args.backbone,
+        **({"reader": args.reader} if args.reader else {}),
+        **probe(classifier, ids),
+    }
+    # one record per backbone and reader: a run again replaces its own
+    add_json_record(
+        Path(args.out) / "probes.json",
+        record,
+        lambda old: (old["backbone"], old.get("reader")) == (args.backbone, args.reader),
+    )
+    name = args.backbone + (f" + {args.reader}" if args.reader else "")
     print(
-        f"{args.backbone}: {record['paraphrases_known']} of {len(record['paraphrases'])} paraphrases known, "
+        f"{name}: {record['paraphrases_known']} of {len(record['paraphrases'])} paraphrases known, "
         f"{record['probes_right']} of {len(record['probes'])} plain probes right (λ {record['lam']})"
     )

@@ -16,6 +16,7 @@ from openbook.backbone import Backbone
 from openbook.classifier import Classifier
 from openbook.prompting import Template, Verbalizer
 from openbook.selection import lambda_on_store
+from openbook.sentence_reader import SentenceReader
 
 TEMPLATE = "Review: {text}\nSentiment: {mask}"
 LABELS = "0=negative,1=positive"
@@ -51,9 +52,9 @@ PROBES = [
 ]
 
 
-def fresh_task(backbone: Backbone) -> tuple[Classifier, np.ndarray]:
-    """The task, holding EXAMPLES, and their ids in its store."""
-    classifier = Classifier(backbone, Template(TEMPLATE), Verbalizer.parse(LABELS))
+def fresh_task(backbone: Backbone, reader: SentenceReader | None = None) -> tuple[Classifier, np.ndarray]:
+    """The task, holding EXAMPLES, and their ids in its store; with a `reader`, its book keyed by it."""
+    classifier = Classifier(backbone, Template(TEMPLATE), Verbalizer.parse(LABELS), reader=reader)
     classifier.label_bias = classifier.calibration_bias("content-free")
     texts, labels = [text for text, _ in EXAMPLES], [label for _, label in EXAMPLES]
     embedded = classifier.embed(texts, vectors_only=True)
