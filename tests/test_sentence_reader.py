@@ -1,6 +1,7 @@
-"""The sentence reader: the split encoder against sentence-transformers' own `encode`, the lower cache, the
-contrastive tuning of a task's top layers, their saving and loading, on a tiny random MPNet; and the
-split and a task's state size on the real all-mpnet-base-v2 where it is installed."""
+"""The sentence reader and its base (`split_encoder.py`): the split encoder against sentence-transformers'
+own `encode`, the lower cache, the contrastive tuning of a task's top layers, their packing, saving and
+loading, on a tiny random MPNet; and the split and a task's state size on the real all-mpnet-base-v2
+where it is installed."""
 
 from __future__ import annotations
 
@@ -10,15 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from openbook.sentence_reader import (
-    CONFIG_FILE,
+from openbook.sentence_reader import CONFIG_FILE, STATE_FILE, ReaderConfig, SentenceReader
+from openbook.split_encoder import (
     MATRIX_DTYPE,
     SCALE_SUFFIX,
     SERVING_MODULES,
     STATE_DTYPE,
-    STATE_FILE,
-    ReaderConfig,
-    SentenceReader,
     SharedEncoder,
     pack_state,
     unpack_state,

@@ -76,7 +76,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.data import load_train_dev
     from openbook.prompting import get_preset
     from openbook.reader_book import as_string
-    from openbook.sentence_reader import ReaderConfig, SentenceReader, SharedEncoder
+    from openbook.sentence_reader import ReaderConfig, SentenceReader
+    from openbook.split_encoder import SharedEncoder
     from openbook.untrained import build_classifier
 
     from research.experiments.two_readers import Variant, probe_run
