@@ -26,11 +26,7 @@ request ends with its results on the host, which waits for them anyway.
 
 from __future__ import annotations
 
-import asyncio
-import http.client
-import json
 import multiprocessing
-import re
 import statistics
 import tempfile
 import threading
@@ -39,7 +35,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import SplitResult, urlsplit
 
 import httpx
 import redis
@@ -50,6 +45,7 @@ from openbook.prompting import EncodedBatch
 from openbook.timing import median_seconds, synchronize, synthetic_sentences
 
 from services.api.settings import Settings
+from services.bench_http import classify_one, connect, forward_counts, post, seconds, with_clients
 from services.bench_stack import Served, ServedWorkers, make_stand_in
 from services.bus.server import EmbeddedRedis, free_port
 from services.trainer.worker import Worker
@@ -62,84 +58,6 @@ TASK = {
         "auto": False
     },  # the one job is the hot swap's: an automatic one would take the worker first
 }
-
-
-def _post(connection: http.client.HTTPConnection, path: str, payload: dict) -> dict:
-    """POST JSON on a keep-alive `http.client` connection; the decoded answer, which must be 2xx.
-
-    The bench's clients use the standard library's `http.client`, the leanest client at hand: on a
-    small machine a client's CPU is taken from the server being measured, and httpx spends several
-    times more per request.
-    """
-    connection.request("POST", path, json.dumps(payload), {"Content-Type": "application/json"})
-    response = connection.getresponse()
-    body = response.read()
-    if not 200 <= response.status < 300:
-        raise RuntimeError(f"POST {path} answered {response.status}: {body[:200]!r}")
-    return json.loads(body)
-
-
-def _classify(connection: http.client.HTTPConnection, text: str) -> None:
-    _post(connection, "/v1/tasks/bench/classify", {"texts": [text]})
-
-
-def _seconds(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
-
-
-def _forwards(base: str) -> tuple[float, float]:
-    """(forwards run, texts forwarded) so far, from the api's /metrics (summed over its workers)."""
-    values = {}
-    for line in httpx.get(f"{base}/metrics", timeout=60).text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in ("openbook_forward_batch_texts_count", "openbook_forward_batch_texts_sum"):
-            values[name] = float(value)
-    return values["openbook_forward_batch_texts_count"], values["openbook_forward_batch_texts_sum"]
-
-
-def _connect(base: str) -> http.client.HTTPConnection:
-    address = urlsplit(base)
-    assert address.hostname is not None  # an api's base URL, http://host:port
-    return http.client.HTTPConnection(address.hostname, address.port, timeout=600)
-
-
-def _load(base: str, texts: list[str], clients: int, task: str = "bench") -> float:
-    """Seconds for `clients` concurrent clients to classify `texts`, one text per request.
-
-    The clients are coroutines on one event loop in a process of its own, each with a keep-alive
-    connection speaking just enough HTTP/1.1 for these requests. Threads would not do: 32 client
-    threads hand Python's GIL to each other as their answers arrive together, and that convoy, not
-    the server, spread each wave of requests over about 100 ms.
-    """
-    return asyncio.run(_load_async(urlsplit(base), texts, clients, task))
-
-
-async def _load_async(address: SplitResult, texts: list[str], clients: int, task: str) -> float:
-    async def client_run(share: list[str]) -> None:
-        reader, writer = await asyncio.open_connection(address.hostname, address.port)
-        try:
-            for text in share:
-                body = json.dumps({"texts": [text]}).encode()
-                writer.write(
-                    b"POST /v1/tasks/%s/classify HTTP/1.1\r\nHost: bench\r\n"
-                    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                    % (task.encode(), len(body), body)
-                )
-                head = await reader.readuntil(b"\r\n\r\n")
-                status = int(head.split(b" ", 2)[1])
-                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
-                answer = await reader.readexactly(length)
-                if status != 200:
-                    raise RuntimeError(f"classify answered {status}: {answer[:200]!r}")
-        finally:
-            writer.close()
-            await writer.wait_closed()
-
-    started = time.perf_counter()
-    await asyncio.gather(*(client_run(texts[i::clients]) for i in range(clients)))
-    return time.perf_counter() - started
 
 
 @dataclass
@@ -261,10 +179,10 @@ def measure_latency(bench: _Bench, requests: int, base: str) -> float:
     """One classify request of one text to the api at `base` vs a bare backbone forward of the same prompt."""
     bare_one = bench.bare_forward(bench.classifier.encoder.encode([bench.text]))
     # Bare forwards and requests alternate, so a drift in the machine's speed hits both alike.
-    lean = _connect(base)
+    lean = connect(base)
     bare_one()  # warm up
-    _classify(lean, bench.text)
-    pairs = [(_seconds(bare_one), _seconds(lambda: _classify(lean, bench.text))) for _ in range(requests)]
+    classify_one(lean, bench.text)
+    pairs = [(seconds(bare_one), seconds(lambda: classify_one(lean, bench.text))) for _ in range(requests)]
     lean.close()
     forward_s, request_s = (statistics.median(times) for times in zip(*pairs, strict=True))
     print(
@@ -293,16 +211,16 @@ def measure_throughput(bench: _Bench, clients: int, base: str) -> float:
     # Three rounds, each a bare pass over the texts then the clients sending them.
     bare_s = served_s = forwards = forwarded = 0.0
     spawn = multiprocessing.get_context("spawn")  # the clients never compete with the server's GIL
-    with ProcessPoolExecutor(1, mp_context=spawn) as load:
-        load.submit(_load, base, texts[:clients], clients).result()  # warm up connections
+    with ProcessPoolExecutor(1, mp_context=spawn) as clients_process:
+        clients_process.submit(with_clients, base, texts[:clients], clients).result()  # warm up connections
         # and the bare batches' shapes: a GPU's first forward at a shape (kernel choice, allocator
         # growth) is slower, and the served path has had its own warm-up just above
         bare_batches()
         for _ in range(3):
-            bare_s += _seconds(bare_batches)
-            forwards_before, texts_before = _forwards(base)
-            served_s += load.submit(_load, base, texts, clients).result()
-            forwards_after, texts_after = _forwards(base)
+            bare_s += seconds(bare_batches)
+            forwards_before, texts_before = forward_counts(base)
+            served_s += clients_process.submit(with_clients, base, texts, clients).result()
+            forwards_after, texts_after = forward_counts(base)
             forwards += forwards_after - forwards_before
             forwarded += texts_after - texts_before
     bare_rate, served_rate = 3 * len(texts) / bare_s, 3 * len(texts) / served_s
@@ -325,13 +243,13 @@ def measure_reader_cost(bench: _Bench, reader: str, requests: int, clients: int)
         {"text": t, "label": str(i % 2), "id": i} for i, t in enumerate(synthetic_sentences(64, seed=3))
     ]
     bench.api.post(f"/v1/tasks/{name}/examples", json={"examples": examples}).raise_for_status()
-    lean = _connect(bench.first.base)
+    lean = connect(bench.first.base)
     texts = synthetic_sentences(requests + 1, seed=29)
     for task in ("bench", name):  # warm up
-        _post(lean, f"/v1/tasks/{task}/classify", {"texts": [texts[0]]})
+        post(lean, f"/v1/tasks/{task}/classify", {"texts": [texts[0]]})
 
     def classify(task: str, text: str) -> float:
-        return _seconds(lambda: _post(lean, f"/v1/tasks/{task}/classify", {"texts": [text]}))
+        return seconds(lambda: post(lean, f"/v1/tasks/{task}/classify", {"texts": [text]}))
 
     pairs = [(classify("bench", text), classify(name, text)) for text in texts[1:]]
     lean.close()
@@ -342,11 +260,16 @@ def measure_reader_cost(bench: _Bench, reader: str, requests: int, clients: int)
     )
     spawn = multiprocessing.get_context("spawn")
     batch = synthetic_sentences(clients * 4, seed=31)
-    with ProcessPoolExecutor(1, mp_context=spawn) as load:
+    with ProcessPoolExecutor(1, mp_context=spawn) as clients_process:
         rates = {}
         for task in ("bench", name):
-            load.submit(_load, bench.first.base, batch[:clients], clients, task).result()  # warm up
-            rates[task] = len(batch) / load.submit(_load, bench.first.base, batch, clients, task).result()
+            clients_process.submit(
+                with_clients, bench.first.base, batch[:clients], clients, task
+            ).result()  # warm up
+            rates[task] = (
+                len(batch)
+                / clients_process.submit(with_clients, bench.first.base, batch, clients, task).result()
+            )
     print(
         f"reader {reader}: {clients} clients {rates[name]:.1f} texts/s vs {rates['bench']:.1f} without"
         f" -> {rates['bench'] / rates[name]:.2f}x the time per text"
@@ -358,7 +281,7 @@ def measure_freshness(bench: _Bench, base: str, group: int = 0) -> None:
     replica sees it, vs one bare forward of that example's text + 20 ms. `group` keeps each group of
     measurements' examples apart (ids and texts)."""
     fresh, budgets = [], []
-    lean = _connect(base)  # one connection: the POST and the classify reach the same worker
+    lean = connect(base)  # one connection: the POST and the classify reach the same worker
     for i in range(5):
         new_id = 10_000 + 100 * group + i
         new_text = (
@@ -367,13 +290,13 @@ def measure_freshness(bench: _Bench, base: str, group: int = 0) -> None:
         bare_new = bench.bare_forward(bench.classifier.encoder.encode([new_text]))
         budgets.append(median_seconds(bare_new, repeats=5, device=bench.classifier.backbone.device) + 0.020)
         sent = time.perf_counter()
-        _post(
+        post(
             lean,
             "/v1/tasks/bench/examples",
             {"examples": [{"text": new_text, "label": "1", "id": new_id}]},
         )
         fresh.append(time.perf_counter() - sent)
-        seen = _post(lean, "/v1/tasks/bench/classify", {"texts": [new_text], "neighbours": True})
+        seen = post(lean, "/v1/tasks/bench/classify", {"texts": [new_text], "neighbours": True})
         assert seen["predictions"][0]["neighbours"][0]["id"] == new_id, "a posted example was not visible"
     lean.close()
     post_s, budget_s = statistics.median(fresh), statistics.median(budgets)
