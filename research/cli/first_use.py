@@ -40,7 +40,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="instead: a fresh sentiment task probed with near-paraphrases and plain probes "
         "(research.experiments.first_use_probes), its answers added to OUT/probes.json per --backbone",
     )
-    check.add_argument("--reader", help="with --probes: the task's sentence reader (e.g. mpnet)")
+    check.add_argument("--reader", help="the task's sentence reader (e.g. mpnet): P_kNN reads its neighbours")
     add_prompt_arguments(check)
     add_label_scoring_argument(check)
 
@@ -62,15 +62,16 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     data = {(t, s): load_train_dev(args.data, t, s) for t in tasks for s in seeds}  # all checked up front
     records = []
     for task in tasks:
-        classifier = classifier_from_args(args, task)
+        classifier = classifier_from_args(args, task, reader=args.reader)
         for seed in tqdm(seeds, desc=f"{task} seeds"):
             records += check_seed(classifier, task, seed, *data[task, seed], per_class)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "results.json", json.dumps([dataclasses.asdict(r) for r in records], indent=1) + "\n")
     table = (
-        f"# First use: an untrained task with a few examples per class, backbone {args.backbone}, "
-        f"seeds {args.seeds}\n\n"
+        f"# First use: an untrained task with a few examples per class, backbone {args.backbone}"
+        + (f", reader {args.reader}" if args.reader else "")
+        + f", seeds {args.seeds}\n\n"
         "Dev accuracy in %, mean over seeds, of the prediction an untrained task serves "
         "(P_LM alone / P_kNN alone in brackets).\n\n"
         f"Command: `{PROG} {shlex.join(argv)}`\n\n" + first_use_table(records)

@@ -9,7 +9,8 @@ For each seed, `per_class` examples of each class are drawn from the 16-shot tra
 permutation per class, so the 2-per-class draw is part of the 4-per-class one) into an empty store, and
 the seed's dev split is scored under each calibration, with λ either the task's default or chosen by
 the frozen prompt's rule on the store's own examples, each scored leave-one-out
-(`selection.lambda_on_store`).
+(`selection.lambda_on_store`). With a sentence reader (`--reader`), P_kNN reads the drawn examples' book
+in its space, untuned, as a new task's does.
 The test split is never read.
 """
 
@@ -75,7 +76,9 @@ def check_seed(
         rows = draw_per_class(train_labels, count, seed)
         drawn = subset(train_embedded, rows)
         classifier.store = classifier.empty_store()
-        ids = classifier.add_embeddings(drawn, [classifier.labels[i] for i in train_labels[rows]])
+        ids = classifier.add_embeddings(  # with their texts: a sentence reader keys its book by them
+            drawn, [classifier.labels[i] for i in train_labels[rows]], texts=[train[i].text for i in rows]
+        )
         biases = {"content-free": content_free, "domain": mean_prediction_bias(drawn.lm_log_probs)}
         for calibration in FIRST_USE_CALIBRATIONS:
             classifier.label_bias = biases[calibration]

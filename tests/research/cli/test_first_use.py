@@ -3,6 +3,8 @@ rule."""
 
 import json
 
+from openbook.data import read_split
+
 from research.cli import main
 
 
@@ -27,6 +29,36 @@ def test_the_check_reads_no_test_file_and_scores_every_setting(tmp_path, causal_
     table = (out / "results.md").read_text()
     assert "| 2 | domain | LOO, mean" in table and "Command: `python -m research first-use" in table
     assert table in capsys.readouterr().out
+
+
+def test_the_check_with_a_reader_reads_the_book_in_its_space(
+    tmp_path, causal_dir, reader_mpnet_dir, capsys, toy_dataset, monkeypatch
+):
+    from openbook.sentence_reader import SentenceReader
+
+    embedded: list[str] = []  # every text the reader embeds
+    embed = SentenceReader.embed
+    monkeypatch.setattr(
+        SentenceReader, "embed", lambda self, texts: embedded.extend(texts) or embed(self, texts)
+    )
+    data = toy_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    args = [
+        "first-use", "--data", str(data), "--task", "toy", "--seeds", "1", "--per-class", "2",
+        "--template", "{text} It was {mask}", "--labels", "0=bad,1=good", "--backbone", str(causal_dir),
+        "--reader", str(reader_mpnet_dir), "--out", str(out),
+    ]  # fmt: skip
+    assert main(args) == 0
+    with_reader = json.loads((out / "results.json").read_text())
+    assert f"reader {reader_mpnet_dir}" in (out / "results.md").read_text()
+    args[args.index("--reader") : args.index("--reader") + 2] = []
+    args[-1] = str(tmp_path / "without")
+    assert main(args) == 0
+    without = json.loads((tmp_path / "without" / "results.json").read_text())
+    assert [r["p_lm"] for r in with_reader] == [r["p_lm"] for r in without]  # one prompt
+    # the reader embedded the dev texts (the queries) and the drawn examples (the book), once each
+    train, dev = (read_split(data / "toy" / "16-1" / f"{part}.csv") for part in ("train", "dev"))
+    assert {e.text for e in dev} <= set(embedded) and len(set(embedded) & {e.text for e in train}) >= 2
 
 
 def test_counts_below_one_are_refused(tmp_path, capsys, toy_dataset):
