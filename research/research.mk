@@ -299,18 +299,18 @@ layer-judge: judged-splits-4
 # seeds. Resumable; PARALLEL=N as above.
 JUDGE5_DATA ?= openbook-data/judged-k-shot-5
 JUDGE5_SEEDS = 2021,2022,2023,2024,2025
-two-readers-probe: install
+two-readers-probe: setfit
 	$(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --out docs/results/two-readers-probe1-dev
 
 judged-splits-5: install
 	$(JUDGED_SPLITS) --seeds $(JUDGE5_SEEDS) --out $(JUDGE5_DATA)
 
-readers-judge: judged-splits-5
+readers-judge: setfit judged-splits-5
 	$(BIN)/python -m research eval --data $(JUDGE5_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods retroprompt --reader mpnet --seeds $(JUDGE5_SEEDS) --parallel $(PARALLEL) \
 		--out docs/results/readers-judge-$(TABLE_BACKBONE)
 
-table-16shot-readers: install
+table-16shot-readers: setfit
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \
 		--methods retroprompt --reader mpnet --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
 		--out docs/results/16shot-readers-$(TABLE_BACKBONE)
