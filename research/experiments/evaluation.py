@@ -321,6 +321,39 @@ def embed_once(
     )
 
 
+def _untrained_inputs(
+    train: Embeddings,
+    dev: Embeddings,
+    test: Embeddings | None,
+    labels: tuple[np.ndarray, np.ndarray, np.ndarray | None],  # train, dev, test
+    bias: np.ndarray | None,
+    knn: KnnConfig,
+) -> MethodInputs:
+    """An untrained classifier's inputs: a store of the training examples, which count as evidence too."""
+    train_labels, dev_labels, test_labels = labels
+    train_ids = np.arange(len(train_labels))
+    store = KnowledgeStore(train.vectors.shape[1])
+    store.add(train_ids, train.vectors, train_labels)
+    return method_inputs(
+        store,
+        bias,
+        dev,
+        dev_labels,
+        test,
+        test_labels,
+        frozen_train=(train_ids, train, train_labels),
+        knn=knn,
+    )
+
+
+def _slot_reading(method: str, inputs: MethodInputs, test_labels: np.ndarray | None) -> dict[str, object]:
+    """`method` read with the slot vectors' store (a reader's run keeps it beside its own): its choice and
+    its test accuracy."""
+    result = INFERENCE_METHODS[method](inputs)
+    accuracy, _ = scores_on_test(result.p_test, test_labels, inputs.num_labels)
+    return {**result.params, "accuracy": accuracy}
+
+
 def in_book_space(classifier: Classifier, embedded: Embeddings) -> Embeddings:
     """`embedded` with the queries of the classifier's kNN book as its vectors (a sentence reader's, where
     it has one), so that the selection and readings read the book the classifier serves."""
@@ -370,48 +403,34 @@ def evaluate_task(
         raise PromptError(f"{task}: the data has fewer than 2 classes")
 
     started = time.perf_counter()
-    test_embeddings = None
+    test_raw = None  # the test queries' embeddings; their kNN queries in the book's space below
     if queries is not None:
-        test_embeddings = in_book_space(
-            classifier,
-            embed_once(
-                classifier,
-                [e.text for e in queries],
-                cache_dir,
-                progress=f"{task} test" if progress else False,
-            ),
+        test_raw = embed_once(
+            classifier, [e.text for e in queries], cache_dir, progress=f"{task} test" if progress else False
         )
+    test_embeddings = None if test_raw is None else in_book_space(classifier, test_raw)
     test_seconds_per_seed = (time.perf_counter() - started) / len(seeds)
     records = []
     for seed in tqdm(seeds, desc=f"{task} seeds", disable=not progress):
         started = time.perf_counter()
         train_labels, dev_labels = labels[seed]
-        train, dev = (
-            in_book_space(
+        train_raw, dev_raw = (
+            embed_once(
                 classifier,
-                embed_once(
-                    classifier,
-                    [e.text for e in getattr(splits[seed], part)],
-                    cache_dir,
-                    progress=f"{task} {part} (seed {seed})" if progress else False,
-                ),
+                [e.text for e in getattr(splits[seed], part)],
+                cache_dir,
+                progress=f"{task} {part} (seed {seed})" if progress else False,
             )
             for part in ("train", "dev")
         )
-        store = KnowledgeStore(train.vectors.shape[1])
-        train_ids = np.arange(len(train_labels))
-        store.add(train_ids, train.vectors, train_labels)
-        bias = classifier.calibration_bias(calibration, domain_lm_log_probs=train.lm_log_probs)
-        inputs = method_inputs(
-            store,
-            bias,
-            dev,
-            dev_labels,
-            test_embeddings,
-            test_labels,
-            frozen_train=(train_ids, train, train_labels),
-            knn=classifier.knn,
-        )
+        bias = classifier.calibration_bias(calibration, domain_lm_log_probs=train_raw.lm_log_probs)
+        labelled = (train_labels, dev_labels, test_labels)
+        book = (in_book_space(classifier, train_raw), in_book_space(classifier, dev_raw), test_embeddings)
+        inputs = _untrained_inputs(*book, labelled, bias, classifier.knn)
+        # with a reader, each method read with the slot store too: the same prompt, the book it had
+        slot_inputs = None
+        if classifier.reader is not None:
+            slot_inputs = _untrained_inputs(train_raw, dev_raw, test_raw, labelled, bias, classifier.knn)
         shared_seconds = time.perf_counter() - started + test_seconds_per_seed
         for method in methods:
             method_started = time.perf_counter()
@@ -429,6 +448,11 @@ def evaluate_task(
                     **ran_on(classifier.backbone),
                     **params_on_test(test_embeddings, test_labels),
                     **out_of_scope_on_test(result, dev_labels, test_labels),
+                    **(
+                        {}
+                        if slot_inputs is None
+                        else {"slot": _slot_reading(method, slot_inputs, test_labels)}
+                    ),
                 },
                 seconds=round(shared_seconds + time.perf_counter() - method_started, 3),
             )

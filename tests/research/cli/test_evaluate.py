@@ -440,6 +440,9 @@ def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
     assert main(frozen) == 0
     records = {r["method"]: r for r in json.loads((tmp_path / "frozen" / "results.json").read_text())}
     assert set(records) == {"zero-shot", "knn", "knn-interp"}
+    # each read with the slot vectors' store too: the prompt alone is one reading either way
+    assert records["zero-shot"]["params"]["slot"]["accuracy"] == records["zero-shot"]["accuracy"]
+    assert 0 <= records["knn"]["params"]["slot"]["accuracy"] <= 1
     refused = [*args, "--methods", "setfit"]
     refused[refused.index("--out") + 1] = str(tmp_path / "refused")
     assert main(refused) == 2
