@@ -6,9 +6,10 @@ import itertools
 
 import numpy as np
 import pytest
-from openbook.classifier import Classifier, Embeddings
+from openbook.classifier import Classifier
 from openbook.fitting import choose_knn_on_dev
 from openbook.knn import KnnConfig, knn_mixture
+from openbook.predictions import Embeddings
 from openbook.prompting import Template, Verbalizer
 from openbook.selection import (
     DEFAULT_RULE,

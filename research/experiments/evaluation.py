@@ -36,10 +36,11 @@ import numpy as np
 from openbook.atomic import staging_name
 from openbook.backbone import Backbone
 from openbook.calibration import CalibrationMode, calibrated_p_lm
-from openbook.classifier import Classifier, Embeddings
+from openbook.classifier import Classifier
 from openbook.data import Example, KShotSplits, example_labels, load_kshot
 from openbook.knn import DEFAULT_KNN, KnnConfig, knn_search
 from openbook.out_of_scope import out_of_scope_scores, threshold_within_cost
+from openbook.predictions import Embeddings
 from openbook.prompting import PromptError, TextInput
 from openbook.selection import (
     K_GRID,

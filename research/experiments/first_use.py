@@ -22,9 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 from openbook.calibration import CalibrationMode, mean_prediction_bias
-from openbook.classifier import Classifier, Embeddings
+from openbook.classifier import Classifier
 from openbook.data import Example, example_labels
 from openbook.knn import DEFAULT_KNN
+from openbook.predictions import Embeddings
 from openbook.selection import lambda_on_store
 
 FIRST_USE_CALIBRATIONS: tuple[CalibrationMode, ...] = ("content-free", "domain")

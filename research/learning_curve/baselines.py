@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 from openbook.backbone import Backbone
-from openbook.classifier import Embeddings
 from openbook.estimator import Estimator
 from openbook.methods import build_method
+from openbook.predictions import Embeddings
 from openbook.selection import lambda_on_store
 from openbook.train_config import TrainConfig
 

@@ -30,10 +30,11 @@ import redis
 from openbook.artifacts import MANIFEST_NAME, CheckpointError, sha256_file
 from openbook.backbone import Backbone
 from openbook.checkpoints import load_classifier, loads_onto
-from openbook.classifier import Classifier, Prediction
+from openbook.classifier import Classifier
 from openbook.demonstrations import DemoConfig, Demonstrations, retrieve_demonstrations
 from openbook.labels import fit_to_labels
 from openbook.mixed import MixedForward
+from openbook.predictions import Prediction
 from openbook.prompting import TextInput
 from openbook.quality import Scored, leave_one_out
 

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from openbook.backbone import Backbone, BackboneConfig, load_backbone
     from openbook.checkpoints import load_classifier, save_classifier
-    from openbook.classifier import Classifier, Prediction
+    from openbook.classifier import Classifier
     from openbook.demonstrations import DemoConfig
     from openbook.estimator import Estimator, FitReport, create_classifier, load
     from openbook.fitting import LabelledTexts
     from openbook.knn import KnnConfig
     from openbook.labels import LabelError, add_label, fit_to_labels
     from openbook.methods import METHODS, Method, build_method
+    from openbook.predictions import Prediction
     from openbook.prompting import Template, Verbalizer
     from openbook.runtime import configure
     from openbook.store import KnowledgeStore

@@ -44,55 +44,13 @@ from openbook.demonstrations import (
 )
 from openbook.knn import KnnConfig, knn_distribution, knn_mixture, knn_search
 from openbook.lambda_on_store import LambdaOnStore
+from openbook.predictions import Embeddings, Neighbour, Prediction, Scores, SlotVectors
 from openbook.prompting import EncodedBatch, PromptEncoder, PromptError, Template, TextInput, Verbalizer
 from openbook.reader_book import ReaderBook, as_string
 from openbook.sentence_reader import SentenceReader
 from openbook.soft_prompts import SoftPrompt
-from openbook.store import KnowledgeStore, SearchResult
+from openbook.store import KnowledgeStore
 from openbook.word_scores import LabelScoring
-
-
-@dataclass(frozen=True)
-class Neighbour:
-    id: int
-    label: str
-    similarity: float  # as the kNN scored it (KnnConfig.similarity: cosine, or centred cosine)
-
-
-@dataclass(frozen=True)
-class Prediction:
-    label: str
-    probabilities: dict[str, float]
-    p_lm: dict[str, float]
-    p_knn: dict[str, float] | None  # None when the store had nothing to offer
-    neighbours: tuple[Neighbour, ...]
-    truncated: bool  # the input was cut to fit the backbone's max_length
-
-
-@dataclass(frozen=True)
-class Embeddings:
-    vectors: np.ndarray  # (N, H) unit-norm slot representations (store keys / kNN queries)
-    lm_log_probs: np.ndarray  # (N, C) log P(label word | prompt), uncalibrated
-    truncated: np.ndarray  # (N,) bool
-    reader_vectors: np.ndarray | None = (
-        None  # (N, H') the sentence reader's unit embeddings, where it has one
-    )
-
-
-@dataclass(frozen=True)
-class SlotVectors:
-    """The slot vectors alone, without label scores: what a store key needs (`Classifier.embed_vectors`)."""
-
-    vectors: np.ndarray  # (N, H) unit-norm slot representations
-    truncated: np.ndarray  # (N,) bool
-
-
-@dataclass(frozen=True)
-class Scores:
-    p_lm: np.ndarray  # (N, C)
-    p_knn: np.ndarray  # (N, C); all-zero rows where no neighbour was found
-    probabilities: np.ndarray  # (N, C)
-    hits: SearchResult | None
 
 
 @dataclass

@@ -28,12 +28,13 @@ import numpy as np
 from openbook.artifacts import MANIFEST_NAME, CheckpointError
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.checkpoints import load_classifier
-from openbook.classifier import Classifier, Prediction
+from openbook.classifier import Classifier
 from openbook.dev_split import DEV_FRACTION
 from openbook.devices import default_device
 from openbook.fitting import FitSets, TrainingRecord, fit_classifier, save_fitted, scored_from_record
 from openbook.methods import DEFAULT_METHOD, Method, build_method, weights_sha256
 from openbook.models import default_backbone
+from openbook.predictions import Prediction
 from openbook.prompting import Template, TextInput, Verbalizer
 from openbook.quality import Scored
 from openbook.sentence_reader import ReaderConfig, untuned_reader

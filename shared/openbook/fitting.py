@@ -36,11 +36,12 @@ import numpy as np
 
 from openbook.calibration import calibrated_p_lm, with_temperature
 from openbook.checkpoints import examples_sha256, save_classifier
-from openbook.classifier import Classifier, Embeddings, SlotVectors
+from openbook.classifier import Classifier
 from openbook.data import Example
 from openbook.dev_split import DEV_FRACTION, Examples, split_dev
 from openbook.knn import KnnConfig, knn_search
 from openbook.methods import Method
+from openbook.predictions import Embeddings, SlotVectors
 from openbook.prompting import TextInput
 from openbook.quality import Scored, calibrate, score_examples
 from openbook.reader_book import as_string

@@ -37,8 +37,9 @@ import torch
 from torch import nn
 
 from openbook.backbone import Backbone
-from openbook.classifier import Classifier, Embeddings, Prediction
+from openbook.classifier import Classifier
 from openbook.compiled import pad_batch
+from openbook.predictions import Embeddings, Prediction
 from openbook.prompting import EncodedBatch, TextInput
 
 # One task's update to one projection: (A (r, in), B (out, r), scaling).

@@ -30,7 +30,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from openbook.calibration import with_temperature
-from openbook.classifier import Classifier, Embeddings
+from openbook.classifier import Classifier
+from openbook.predictions import Embeddings
 from openbook.prompting import TextInput
 
 RELIABILITY_BINS = 10

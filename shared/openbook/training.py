@@ -33,8 +33,9 @@ from tqdm.auto import tqdm
 
 from openbook.backbone import float32_weights
 from openbook.calibration import calibrated_p_lm, mean_prediction_bias
-from openbook.classifier import Classifier, Embeddings
+from openbook.classifier import Classifier
 from openbook.methods.base import Method, TrainBatch, only_these_train
+from openbook.predictions import Embeddings
 from openbook.prompting import PromptError, TextInput
 from openbook.store import KnowledgeStore
 from openbook.train_config import Precision, TrainConfig

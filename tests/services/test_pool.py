@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from openbook.classifier import Prediction
+from openbook.predictions import Prediction
 
 from services.api.serving.unlabelled import disagreement, margin, rank_by_uncertainty
 from tests.services.harness import PAIR_TASK, TASK

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from openbook.classifier import Prediction
 from openbook.demonstrations import Demonstrations
+from openbook.predictions import Prediction
 from openbook.quality import abstains
 
 from services.api import schemas

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from openbook.classifier import Prediction
+from openbook.predictions import Prediction
 from openbook.prompting import TextInput
 
 from services.api import schemas

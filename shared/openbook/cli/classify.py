@@ -13,8 +13,9 @@ from openbook.data import read_split
 from openbook.untrained import UNTRAINED_CALIBRATION, UNTRAINED_KNN
 
 if TYPE_CHECKING:
-    from openbook.classifier import Classifier, Prediction
+    from openbook.classifier import Classifier
     from openbook.data import Example
+    from openbook.predictions import Prediction
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
