@@ -46,7 +46,7 @@ _EXPORTS = {
     "load_classifier": "openbook.checkpoints",
     "save_classifier": "openbook.checkpoints",
     "Classifier": "openbook.classifier",
-    "Prediction": "openbook.classifier",
+    "Prediction": "openbook.predictions",
     "DemoConfig": "openbook.demonstrations",
     "Estimator": "openbook.estimator",
     "FitReport": "openbook.estimator",
