@@ -134,6 +134,12 @@ class TaskRuntime:
             self._apply_log(self.log.read(after=self.offset))
         self.lam_refresh.settle(lambda_wait_s)
 
+    def key_book(self) -> None:
+        """Bring a sentence reader's book level with the store now, rather than in the next request (it
+        embeds every stored example: seconds for thousands). Nothing to do without a reader."""
+        with self.lock:
+            self.classifier.knn_book()
+
     def _apply_log(self, entries: Sequence[LogEntry]) -> None:  # the log after `offset`; the lock is held
         classifier = self.classifier
         replay(classifier, entries)  # the keys, with the label scores λ reads where they come free
@@ -254,6 +260,7 @@ class TaskRuntime:
         entries = self.log.read(after=published.log_offset)
         replay(classifier, entries)  # examples added since the trainer read the log
         caught = entries[-1].offset if entries else published.log_offset
+        classifier.knn_book()  # a sentence reader keys its book here, off the lock (seconds for thousands)
         with self.lock:
             classifier = fit_to_labels(classifier, self.task.labels)  # labels added meanwhile
             start = min(caught, self.offset, key=_order)

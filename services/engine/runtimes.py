@@ -48,6 +48,7 @@ class Runtimes:
                         runtime = self.runtime(task.name)
                         if runtime is not None:
                             runtime.catch_up()
+                            runtime.key_book()
                     except (BrokenTask, ValueError) as error:  # e.g. a log entry the store cannot take
                         logger.warning("task %s not loaded: %s", task.name, error)  # the others are
             except redis.ConnectionError:

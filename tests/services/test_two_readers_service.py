@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from openbook.sentence_reader import SentenceReader
 
 from services.api.app import create_app
 from services.api.settings import Settings
@@ -53,7 +54,7 @@ def _classify(api: TestClient) -> dict:
 
 
 def test_a_job_trains_both_readers_and_a_restarted_replica_serves_the_same(
-    server, causal_dir: Path, reader_mpnet_dir: Path, tmp_path: Path
+    server, causal_dir: Path, reader_mpnet_dir: Path, tmp_path: Path, monkeypatch
 ) -> None:
     settings = _settings(server, causal_dir, reader_mpnet_dir)
     with TestClient(create_app(settings)) as api:
@@ -88,10 +89,19 @@ def test_a_job_trains_both_readers_and_a_restarted_replica_serves_the_same(
         book = runtime.classifier.knn_book()
         assert sorted(book.ids().tolist()) == sorted(runtime.classifier.store.ids().tolist())
 
-    # a replica started afresh: the checkpoint and the log's replay rebuild the same book
+    # a replica started afresh: the checkpoint and the log's replay rebuild the same book, keyed by the
+    # reader before the first request (which then embeds its own texts only)
+    embedded: list[str] = []
+    embed = SentenceReader.embed
+    monkeypatch.setattr(
+        SentenceReader, "embed", lambda self, texts: embedded.extend(texts) or embed(self, texts)
+    )
     with TestClient(create_app(settings)) as api:
-        wait_for(lambda: _classify(api)["model_version"] == version)  # loaded, then the version swapped in
+        wait_for(api.app.state.runtimes.warmed.is_set)
+        wait_for(lambda: api.app.state.runtimes.loaded["reviews"].model_version == version)
+        embedded.clear()
         again = _classify(api)
+        assert sorted(embedded) == sorted(QUERIES)
         for first, second in zip(trained["predictions"], again["predictions"], strict=True):
             assert second["label"] == first["label"]
             assert second["probabilities"] == pytest.approx(first["probabilities"], abs=1e-5)
