@@ -92,11 +92,12 @@ def test_fit_tunes_a_copy_of_the_reader_and_a_checkpoint_keeps_it(
     estimator = _estimator(causal_dir, reader_mpnet_dir)
     untrained_reader = estimator.classifier.reader
     stages: list[str] = []
-    estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, on_stage=stages.append, **TRAIN)
+    report = estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, on_stage=stages.append, **TRAIN)
     reader = estimator.classifier.reader
     assert stages[0] == "reader" and untrained_reader.layers is None  # the untrained one untouched
     assert reader is not None and reader.layers is not None and reader.base is untrained_reader.base
     assert estimator.classifier.knn.lam is not None  # chosen on dev: prompt-ft mixes the reader's neighbours
+    assert 0 <= report.dev_metrics["accuracy_knn_alone"] <= 1  # each reader alone: the neighbours' too
     np.testing.assert_array_equal(estimator.classifier.knn_book().ids(), estimator.classifier.store.ids())
 
     first = openbook.load(estimator.save(tmp_path / "a"))

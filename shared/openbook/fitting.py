@@ -210,6 +210,9 @@ def fit_classifier(
         classifier.knn, dev_metrics["accuracy_with_knn"] = choose_knn_on_dev(
             classifier, dev_set.texts, dev_set.labels, embedded=dev
         )
+        if dev is not None:  # each reader alone: the prompt's is `accuracy`, the neighbours' this
+            p_knn = classifier.score(dev).p_knn
+            dev_metrics["accuracy_knn_alone"] = float(np.mean(p_knn.argmax(1) == dev_set.labels))
     else:
         classifier.knn = dataclasses.replace(classifier.knn, lam=0.0)  # the prompt alone
     dev_scores = None
