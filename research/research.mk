@@ -8,7 +8,7 @@
 # targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
 KEPT_BEST := --keep best
 
-.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge two-readers-probe table-16shot-readers clinc150-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
+.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge two-readers-probe table-16shot-readers clinc150-readers learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
 
 eval-sst2: install
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
@@ -87,6 +87,12 @@ CURVE_UNITS = --data $(OPENBOOK_DATA)/full --task SST-2,trec --seeds 13,21 --rou
 	--device $(CURVE_DEVICE) --parallel $(PARALLEL) --out $(CURVE_DIR)
 learning-curve: setfit
 	$(BIN)/python -m research learning-curve $(CURVE_UNITS) --orders fixed,uncertainty --baselines $(CURVE_BASELINES)
+
+# The same curve with the service's tasks reading their book with the sentence reader (two readers), the
+# fixed order, beside the same baselines (the untrained task's knn-interp then reads the reader's book).
+learning-curve-readers: setfit
+	$(BIN)/python -m research learning-curve $(subst $(CURVE_DIR),docs/learning-curve-readers-$(CURVE_BACKBONE),$(CURVE_UNITS)) \
+		--orders fixed --reader mpnet --baselines $(CURVE_BASELINES)
 learning-curve-setfit: setfit
 	$(BIN)/python -m research learning-curve $(CURVE_UNITS) --orders fixed --baselines setfit --baselines-only
 

@@ -55,6 +55,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "(default: knn-interp,prompt-ft,setfit)",
     )
     parser.add_argument("--method", default=DEFAULT_METHOD, help="the service task's method")
+    parser.add_argument("--reader", help="the service task's sentence reader (e.g. mpnet; default: none)")
     parser.add_argument(
         "--test-size", type=_size, default=500, help="test examples scored ('all': every one)"
     )
@@ -154,6 +155,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         orders=args.orders,
         baselines=[canonical_baseline(name) for name in args.baselines or BASELINES],
         method=args.method,
+        reader=args.reader,
         test_size=args.test_size,
         pool_size=args.pool_size,
         training={

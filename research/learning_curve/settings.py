@@ -31,6 +31,7 @@ class CurveSettings:
     orders: Sequence[str] = ORDERS
     baselines: Sequence[str] = BASELINES
     method: str = DEFAULT_METHOD  # the service task's method, which its automatic jobs train
+    reader: str | None = None  # the service task's sentence reader (its book's second reader), if any
     test_size: int | None = 500
     pool_size: int | None = 500  # the uncertainty order's pool (the service scores up to 2000)
     # the service task's training settings, its budget spelled out (by default, the default budget), and
@@ -72,5 +73,6 @@ class CurveSettings:
             "template": template.source,
             "labels": dict(zip(verbalizer.labels, verbalizer.words, strict=True)),
             "method": self.method,
+            **({"reader": self.reader} if self.reader else {}),
             "training": {"auto": True, "every": self.rounds[0] * len(data.labels), **self.training},
         }

@@ -28,6 +28,7 @@ def _setup(settings: dict) -> dict:
         {key: _plain(settings.get(key)) for key in SAME_SETUP}
         # added later: a run recorded before either ran without the gate, on test
         | {"untrained_gate": bool(settings.get("untrained_gate")), "judge": settings.get("judge")}
+        | {"reader": settings.get("reader")}  # added later still: a run recorded before had none
         | {"method": _plain(settings["method_config"])}
         | {
             f"baseline {name}": _plain(settings["peer_configs"][name])
@@ -69,7 +70,7 @@ def check_same_setup(s: CurveSettings, runs: Sequence[dict]) -> None:
     """ValueError if `s.out` holds records of another backbone, method, scoring setup or SetFit baseline
     than `s`'s."""
     ours = _setup(
-        {key: getattr(s, key) for key in (*SAME_SETUP, "untrained_gate", "judge", "baselines_only")}
+        {key: getattr(s, key) for key in (*SAME_SETUP, "untrained_gate", "judge", "baselines_only", "reader")}
         | {
             "method_config": method_config(s.method),
             "baselines": list(s.baselines),

@@ -121,11 +121,16 @@ def test_records_are_added_to_only_under_the_same_method_backbone_and_scoring(tm
         ({"training": {**settings.training, "steps": 64}}, "training"),
         ({"untrained_gate": True}, "untrained_gate"),  # a run recorded without the key ran without it
         ({"judge": 200}, "judge"),
+        ({"reader": "mpnet"}, "reader"),  # a run recorded without the key had no reader
     ]:
         with pytest.raises(ValueError, match=f"other settings \\({named}"):
             check_same_setup(settings, [_recorded(settings), _recorded(settings, **changes)])
     with pytest.raises(ValueError, match="demos must be one of"):
         CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13], method="retroprompt/demos=vectors")
+    with_reader = CurveSettings(tmp_path, tmp_path / "out", ["SST-2"], [13], reader="mpnet")
+    check_same_setup(with_reader, [_recorded(with_reader, reader="mpnet")])
+    with pytest.raises(ValueError, match="other settings \\(reader"):
+        check_same_setup(with_reader, [_recorded(with_reader)])
 
 
 def test_setfit_rounds_are_added_to_only_under_the_same_encoder_and_options(tmp_path: Path) -> None:
