@@ -101,6 +101,9 @@ def test_only_lora_tasks_on_this_base_mix(
     assert mixer.mixes(adapted)
     adapted.label_scoring = "vectors"
     assert not mixer.mixes(adapted)  # the shared forward scores every part's words exactly
+    adapted.label_scoring = "exact"
+    adapted.reader = object()  # type: ignore[assignment]  # any reader: its embeddings are its own forward
+    assert not mixer.mixes(adapted)
 
 
 def test_stack_pads_each_batch_to_the_widest(backbone: Backbone, tasks: list[Classifier]) -> None:

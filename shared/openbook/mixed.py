@@ -124,8 +124,11 @@ class MixedForward:
 
     def mixes(self, classifier: Classifier) -> bool:
         """Whether `classifier` can share a forward here: LoRA adapters over this base, nothing else (its
-        label words scored exactly, as the shared forward scores every part's)."""
+        label words scored exactly, as the shared forward scores every part's; no sentence reader, whose
+        embeddings the shared forward does not take)."""
         if classifier.prompt is not None or (classifier.demos is not None and len(classifier.store) > 0):
+            return False
+        if classifier.reader is not None:
             return False
         if classifier.label_scoring != "exact":
             return False
