@@ -48,6 +48,7 @@ from research.experiments.evaluation import (
     scored_queries,
     scores_on_test,
 )
+from research.experiments.two_readers import head_readings
 
 # The three ways every trained classifier is read, its own inference among them (`readings` in each
 # record): the prompt alone, the store of trained keys alone, both interpolated (INFERENCE_METHODS). With a
@@ -139,6 +140,18 @@ def evaluate_trained(
                 for reading, outcome_of in read.items()
             }
             slot_readings = {}
+            if trained.reader is not None:  # probe 2's head on the tuned reader, alone and mixed
+                readings |= head_readings(
+                    trained.knn_book().vectors_of(np.arange(len(train_labels))),
+                    train_labels,
+                    {
+                        "dev": trained.knn_queries(dev),
+                        "test": None if test is None else trained.knn_queries(test),
+                    },
+                    {"dev": inputs.p_lm_dev, "test": inputs.p_lm_test},
+                    {"dev": dev_labels, "test": test_labels},
+                    len(classifier.labels),
+                )
             if trained.reader is not None:  # the same training read with the slot store, as without a reader
                 slot_inputs = method_inputs(
                     trained.store, trained.label_bias, dev, dev_labels, test, test_labels, knn=classifier.knn

@@ -86,6 +86,37 @@ def logistic_probabilities(
     return out
 
 
+# Probe 2's adopted mix: P = w·P_head + (1 − w)·P_LM, w = n / (n + HEAD_MIX_N0) for n examples per class
+HEAD_MIX_N0 = 1.0
+
+
+def head_readings(
+    book: np.ndarray,
+    book_labels: np.ndarray,
+    queries: dict[str, np.ndarray | None],  # "dev" and "test": the reader's unit embeddings of the queries
+    p_lm: dict[str, np.ndarray | None],  # the same queries' calibrated P_LM
+    gold: dict[str, np.ndarray | None],  # their label indices (OUT_OF_SCOPE rows are not scored)
+    classes: int,
+) -> dict[str, dict[str, float | None]]:
+    """Probe 2's head read on a trained run: a logistic regression on the reader's embeddings of the
+    book (`head`), and mixed with P_LM at w = n / (n + HEAD_MIX_N0) (`head-mix`), each with its dev and
+    test accuracy (test None in a dev-only run)."""
+    n = len(book_labels) / len(np.unique(book_labels))
+    w = n / (n + HEAD_MIX_N0)
+    out: dict[str, dict[str, float | None]] = {"head": {}, "head-mix": {}}
+    for split in ("dev", "test"):
+        rows, labels, prior = queries[split], gold[split], p_lm[split]
+        key = "dev_accuracy" if split == "dev" else "accuracy"
+        if rows is None or labels is None or prior is None:
+            out["head"][key] = out["head-mix"][key] = None
+            continue
+        head = logistic_probabilities(book, book_labels, rows, classes)
+        inside = labels >= 0
+        out["head"][key] = accuracy(head[inside], labels[inside]) / 100
+        out["head-mix"][key] = accuracy((w * head + (1 - w) * prior)[inside], labels[inside]) / 100
+    return out
+
+
 def accuracy(probabilities: np.ndarray, gold: np.ndarray) -> float:
     return float((np.asarray(probabilities).argmax(1) == gold).mean() * 100)
 

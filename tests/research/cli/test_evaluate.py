@@ -430,7 +430,11 @@ def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
     (record,) = json.loads((out / "results.json").read_text())
     assert record["params"]["reader_seconds"] > 0
     readings, slots = record["params"]["readings"], record["params"]["slot_readings"]
-    assert set(readings) == set(slots) == {"zero-shot", "knn", "knn-interp"}
+    assert set(slots) == {"zero-shot", "knn", "knn-interp"}
+    assert set(readings) == set(slots) | {"head", "head-mix"}  # probe 2's head on the tuned reader
+    assert all(
+        0 <= readings[name][key] <= 1 for name in ("head", "head-mix") for key in ("accuracy", "dev_accuracy")
+    )
     assert readings["zero-shot"] == slots["zero-shot"]  # one prompt, its book read two ways
     assert record["accuracy"] == readings["knn-interp"]["accuracy"]
     assert json.loads((out / "settings.json").read_text())["reader"] == str(reader_mpnet_dir)
