@@ -101,7 +101,8 @@ def save_classifier(
 
 
 def reader_tensors(classifier: Classifier) -> dict[str, torch.Tensor]:
-    """The sentence reader's own top layers (float16), under `READER_PREFIX`: none where it is untuned."""
+    """The sentence reader's own top layers (packed: `split_encoder.pack_state`), under `READER_PREFIX`;
+    none where it is untuned."""
     if classifier.reader is None:
         return {}
     return {READER_PREFIX + key: tensor for key, tensor in classifier.reader.state_dict().items()}
