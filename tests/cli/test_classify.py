@@ -24,6 +24,20 @@ def test_classify_prints_explained_predictions(tmp_path, causal_dir, capsys):
     assert abs(sum(first["probabilities"].values()) - 1) < 1e-5
 
 
+def test_classify_with_a_reader_finds_each_text_its_own_example_first(
+    tmp_path, causal_dir, reader_mpnet_dir, capsys
+):
+    examples = tmp_path / "examples.tsv"
+    examples.write_text("sentence\tlabel\na good film\t1\na bad film\t0\ngreat fun\t1\n")
+    args = _classify_args(causal_dir, examples, "great fun", "a bad film")
+    assert main([*args, "--reader", str(reader_mpnet_dir), "--lam", "0.5"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["neighbours"][0]["id"] for line in lines] == [2, 1]  # in the reader's space, itself
+    assert all(abs(line["neighbours"][0]["similarity"] - 1) < 1e-4 for line in lines)
+    assert main([*args, "--reader", "mpnet", "--checkpoint", str(tmp_path)]) == 2
+    assert "drop --reader" in capsys.readouterr().err
+
+
 def test_classify_with_an_unknown_example_label_is_a_clear_error(tmp_path, causal_dir, capsys):
     examples = tmp_path / "examples.tsv"
     examples.write_text("sentence\tlabel\na good film\t1\na bad film\tmeh\n")

@@ -32,6 +32,11 @@ def add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", help="preset name for the template and labels")
     parser.add_argument("--examples", help="labelled examples for the store (.tsv/.csv/.jsonl, as in eval)")
     parser.add_argument("--checkpoint", help="a trained classifier from `openbook train`")
+    parser.add_argument(
+        "--reader",
+        help="a sentence encoder that keys the --examples' book (mpnet, or a sentence-transformers folder);"
+        " a checkpoint keeps its own",
+    )
     # The defaults are an untrained service task's (openbook.untrained), so both serve the same classifier.
     parser.add_argument("--k", type=int, default=UNTRAINED_KNN.k)
     parser.add_argument("--temperature", type=float, default=UNTRAINED_KNN.temperature)
@@ -58,6 +63,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
 def classifier_of(args: argparse.Namespace, examples: Sequence[Example]) -> Classifier:
     """The checkpoint's classifier, else the untrained task of the prompt arguments with `examples` in
     its store (λ chosen on them as an untrained service task chooses it, unless --lam is given)."""
+    if args.checkpoint and args.reader:
+        raise ValueError("a checkpoint classifies with the reader it was trained with: drop --reader")
     if args.checkpoint:
         from openbook.checkpoints import load_classifier
 
@@ -69,7 +76,9 @@ def classifier_of(args: argparse.Namespace, examples: Sequence[Example]) -> Clas
     # lam None (no --lam): chosen on the --examples, each left out in turn, by the classifier itself
     # (openbook.lambda_on_store), as an untrained service task chooses it
     knn = dataclasses.replace(UNTRAINED_KNN, k=args.k, temperature=args.temperature, lam=args.lam)
-    classifier = classifier_from_args(args, args.task, knn=knn, calibration=args.calibration)
+    classifier = classifier_from_args(
+        args, args.task, knn=knn, calibration=args.calibration, reader=args.reader
+    )
     if examples:
         from openbook.data import example_labels
 
