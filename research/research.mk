@@ -302,7 +302,9 @@ layer-judge: judged-splits-4
 # and of mixing it with the untrained prompt (resumable, one record per run). Then the rule on the default,
 # written before its grid: the default's training read with the slot store and with the reader's book, on
 # seeds 2021-2025 and a judge set of their own; and the 16-shot table's run of the same on the standard
-# seeds. Resumable; PARALLEL=N as above.
+# seeds. Resumable; PARALLEL=N as above. On a GPU (the wheelhouse's `make install-offline` first), both
+# grids in one go: make readers-judge table-16shot-readers PARALLEL=20 READERS_DEVICE=cuda.
+READERS_DEVICE ?= cpu
 JUDGE5_DATA ?= openbook-data/judged-k-shot-5
 JUDGE5_SEEDS = 2021,2022,2023,2024,2025
 two-readers-probe: setfit
@@ -313,12 +315,12 @@ judged-splits-5: install
 
 readers-judge: setfit judged-splits-5
 	$(BIN)/python -m research eval --data $(JUDGE5_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
-		--methods retroprompt --reader mpnet --seeds $(JUDGE5_SEEDS) --parallel $(PARALLEL) \
+		--methods retroprompt --reader mpnet --seeds $(JUDGE5_SEEDS) --parallel $(PARALLEL) --device $(READERS_DEVICE) \
 		--out docs/results/readers-judge-$(TABLE_BACKBONE)
 
 table-16shot-readers: setfit
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \
-		--methods retroprompt --reader mpnet --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
+		--methods retroprompt --reader mpnet --seeds 13,21,42,87,100 --parallel $(PARALLEL) --device $(READERS_DEVICE) \
 		--out docs/results/16shot-readers-$(TABLE_BACKBONE)
 
 # clinc150's untrained task with the reader: the untrained methods read the frozen encoder's book, each
