@@ -40,6 +40,9 @@ def test_walkthrough_from_a_new_task_to_a_trained_version(console: Console, stac
     spec = stack.http.get("/v1/tasks/reviews").json()
     assert spec["labels"] == {"0": "bad", "1": "good"}
     assert (spec["training"]["auto"], spec["training"]["every"]) == (True, 100)
+    assert spec["reader"] is None  # the form's second reader left empty
+    console.tab("Tasks")
+    expect(page.locator("#task-spec")).to_contain_text("none: the prompt's slot vectors key the examples")
 
     console.tab("Teach")
     expect(page.locator("#label-form")).to_be_visible()  # the api can add labels

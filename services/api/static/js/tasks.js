@@ -85,6 +85,7 @@ function renderList() {
             el("dt", {}, "Labels"), el("dd", {}, Object.entries(task.labels).map(([l, w]) => labelText(l, w)).join(", ")),
             el("dt", {}, "Backbone"), el("dd", {}, task.backbone),
             el("dt", {}, "Method"), el("dd", {}, task.method),
+            el("dt", {}, "Second reader"), el("dd", {}, task.reader ?? "none: the prompt's slot vectors key the examples"),
             el("dt", {}, "kNN"), el("dd", {}, `k=${task.knn.k}, T=${task.knn.temperature}, λ=${task.knn.lam ?? "chosen on the examples"}`),
           ),
         ]
@@ -102,6 +103,7 @@ async function create(event) {
   };
   if ($("new-method").value.trim()) body.method = $("new-method").value.trim();
   if ($("new-backbone").value.trim()) body.backbone = $("new-backbone").value.trim();
+  if ($("new-reader").value.trim()) body.reader = $("new-reader").value.trim();
   if (canAutoTrain) {
     body.training = { auto: $("new-auto").checked };
     if ($("new-every").value) body.training.every = Number($("new-every").value);
