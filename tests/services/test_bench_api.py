@@ -123,8 +123,15 @@ def test_bench_api_measures_what_a_reader_costs_a_classify(causal_dir, reader_mp
     one = re.search(r"reader .*: one classify ([\d.]+) ms vs ([\d.]+) ms without -> ([\d.]+)x", out)
     many = re.search(r"reader .*: 4 clients ([\d.]+) texts/s vs ([\d.]+) without -> ([\d.]+)x", out)
     assert one and many, out
-    assert float(one[3]) == pytest.approx(float(one[1]) / float(one[2]), abs=0.01)
-    assert float(many[3]) == pytest.approx(float(many[2]) / float(many[1]), abs=0.01)
+    assert _ratio_of_printed(float(one[1]), float(one[2]), float(one[3]))
+    assert _ratio_of_printed(float(many[2]), float(many[1]), float(many[3]))
+
+
+def _ratio_of_printed(top: float, bottom: float, ratio: float) -> bool:
+    """Whether `ratio`, printed to 0.01, is top / bottom of figures printed to 0.1 (milliseconds of a
+    tiny model's request can be a few, so their rounding moves the quotient by more than 0.01)."""
+    slack = top / bottom * (0.05 / top + 0.05 / bottom) + 0.005
+    return abs(ratio - top / bottom) <= slack
 
 
 def test_bench_job_with_a_reader_reads_its_time_against_the_budget(
