@@ -24,8 +24,6 @@ accuracy of what was chosen (`params["dev_accuracy"]`) and no test figures.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,7 +31,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from openbook.atomic import staging_name
 from openbook.backbone import Backbone
 from openbook.calibration import CalibrationMode, calibrated_p_lm
 from openbook.classifier import Classifier
@@ -41,7 +38,7 @@ from openbook.data import Example, KShotSplits, example_labels, load_kshot
 from openbook.knn import DEFAULT_KNN, KnnConfig, knn_search
 from openbook.out_of_scope import out_of_scope_scores, threshold_within_cost
 from openbook.predictions import Embeddings
-from openbook.prompting import PromptError, TextInput
+from openbook.prompting import PromptError
 from openbook.selection import (
     K_GRID,
     TEMPERATURE_GRID,
@@ -57,6 +54,8 @@ from openbook.selection import (
 )
 from openbook.store import KnowledgeStore
 from tqdm.auto import tqdm
+
+from research.experiments.embedding_cache import embed_once, in_book_space
 
 
 @dataclass(frozen=True)
@@ -266,62 +265,6 @@ def query_counts(test_labels: np.ndarray | None) -> dict[str, int]:
     return counts | ({"out_of_scope_examples": refused} if refused else {})
 
 
-CACHE_CHUNK = 512  # texts per cached file: a grid stopped mid-way keeps what it embedded
-
-
-def embed_once(
-    classifier: Classifier, texts: list[TextInput], cache_dir: Path | None, *, progress: str | bool
-) -> Embeddings:
-    """`classifier.embed(texts)`, kept in `cache_dir` for the next run of the same grid.
-
-    An untrained classifier embeds the same texts the same way every run, and on a task of many labels
-    that is most of a grid's time (clinc150 at 150 labels: the 5,500 test queries and each seed's 3,000
-    train and dev texts, hours on a CPU), so a grid that resumes reads them back instead. They are kept
-    in chunks of CACHE_CHUNK texts, each file named after its texts and everything that shapes the
-    embeddings (backbone, prompt, label words, length, label scoring) and written whole or not at all,
-    so a run stopped mid-way resumes at the first chunk it had not finished."""
-    if cache_dir is None or not texts:
-        return classifier.embed(texts, progress=progress)
-    setting = [
-        classifier.backbone.config.name,
-        classifier.backbone.config.max_length,
-        classifier.backbone.config.layer,
-        classifier.template.source,
-        list(classifier.verbalizer.labels),
-        list(classifier.verbalizer.words),
-        classifier.label_scoring,
-    ]
-    if classifier.reader is not None:  # an untuned reader's embeddings go with them
-        base = classifier.reader.base
-        setting += [base.name, base.weights_sha256, base.top_layers, base.max_length]
-        assert classifier.reader.layers is None, "a tuned reader's embeddings are its run's own"
-    parts = []
-    starts = range(0, len(texts), CACHE_CHUNK)
-    for number, start in enumerate(starts, 1):
-        chunk = texts[start : start + CACHE_CHUNK]
-        digest = hashlib.sha256(json.dumps([*setting, chunk]).encode()).hexdigest()[:16]
-        path = Path(cache_dir) / f"embeddings-{digest}.npz"
-        if path.is_file():
-            with np.load(path) as stored:
-                read = stored["reader_vectors"] if "reader_vectors" in stored.files else None
-                parts.append(Embeddings(stored["vectors"], stored["lm_log_probs"], stored["truncated"], read))
-            continue
-        part = f" {number}/{len(starts)}" if len(starts) > 1 else ""
-        embedded = classifier.embed(chunk, progress=f"{progress}{part}" if progress else False)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = staging_name(path)
-        with staging.open("wb") as handle:
-            np.savez(handle, **{k: v for k, v in dataclasses.asdict(embedded).items() if v is not None})
-        staging.replace(path)
-        parts.append(embedded)
-    return Embeddings(
-        np.concatenate([p.vectors for p in parts]),
-        np.concatenate([p.lm_log_probs for p in parts]),
-        np.concatenate([p.truncated for p in parts]),
-        None if classifier.reader is None else np.concatenate([p.reader_vectors for p in parts]),
-    )
-
-
 def _untrained_inputs(
     train: Embeddings,
     dev: Embeddings,
@@ -353,14 +296,6 @@ def _slot_reading(method: str, inputs: MethodInputs, test_labels: np.ndarray | N
     result = INFERENCE_METHODS[method](inputs)
     accuracy, _ = scores_on_test(result.p_test, test_labels, inputs.num_labels)
     return {**result.params, "accuracy": accuracy}
-
-
-def in_book_space(classifier: Classifier, embedded: Embeddings) -> Embeddings:
-    """`embedded` with the queries of the classifier's kNN book as its vectors (a sentence reader's, where
-    it has one), so that the selection and readings read the book the classifier serves."""
-    if classifier.reader is None:
-        return embedded
-    return dataclasses.replace(embedded, vectors=classifier.knn_queries(embedded))
 
 
 def macro_f1(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> float:

@@ -36,11 +36,11 @@ from openbook.train_config import TrainConfig
 from openbook.training import train
 from tqdm.auto import tqdm
 
+from research.experiments.embedding_cache import in_book_space
 from research.experiments.evaluation import (
     INFERENCE_METHODS,
     EvalRecord,
     MethodResult,
-    in_book_space,
     method_inputs,
     out_of_scope_on_test,
     params_on_test,

@@ -398,9 +398,9 @@ def _with_seeds(args, seeds):
 def test_a_grid_stopped_mid_way_keeps_the_chunks_it_embedded(
     tmp_path, causal_dir, toy_dataset, monkeypatch, embed_sizes
 ):
-    from research.experiments import evaluation
+    from research.experiments import embedding_cache
 
-    monkeypatch.setattr(evaluation, "CACHE_CHUNK", 4)  # the 10 test sentences: chunks of 4, 4 and 2
+    monkeypatch.setattr(embedding_cache, "CACHE_CHUNK", 4)  # the 10 test sentences: chunks of 4, 4 and 2
     data, out = toy_dataset(tmp_path / "data", seeds=(1,)), tmp_path / "out"
     args = _eval_args(data, out, causal_dir, methods="zero-shot")
     assert main(_with_seeds(args, "1")) == 0
