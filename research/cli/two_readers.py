@@ -30,8 +30,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     probe.add_argument("--backbone", default="gemma3-270m", help="the prompt's language model")
     probe.add_argument("--threads", type=int, default=1, help="torch threads")
-    probe.add_argument("--out", required=True, help="directory of runs.jsonl")
+    probe.add_argument("--out", help="directory of runs.jsonl (the probes; not with --judge)")
     probe.add_argument("--read", action="store_true", help="print the rules' readings only; run nothing")
+    probe.add_argument(
+        "--judge",
+        metavar="DIR",
+        help="run nothing: read the default's rule on a readers judge grid's records (DIR/results.json)",
+    )
 
 
 def _records(path: Path) -> list[dict]:
@@ -64,7 +69,29 @@ def _read(records: list[dict]) -> None:
     )
 
 
+def _read_judge(directory: Path) -> None:
+    from research.experiments.two_readers import judge_table
+
+    read = judge_table(json.loads((directory / "results.json").read_text()))
+    tasks = read["tasks"]
+    print(f"{read['runs']} runs; judge accuracy in %, mean over each task's seeds")
+    print("| reading | " + " | ".join(tasks) + " | mean |")
+    print("|---" * (len(tasks) + 2) + "|")
+    for column, row in read["table"].items():
+        print(f"| {column} | " + " | ".join(f"{row[t]:.1f}" for t in tasks) + f" | {row['mean']:.1f} |")
+    for name, verdict in read["verdicts"].items():
+        print(
+            f"{name}: {verdict['gain']:+.2f} on the mean (+2 asked), worst task {verdict['worst_task']:+.2f}"
+            f" (-1 allowed): criteria 1 and 2 {'met' if verdict['criteria_1_and_2'] else 'missed'}"
+        )
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    if args.judge:
+        _read_judge(Path(args.judge))
+        return
+    if not args.out:
+        raise ValueError("--out is required (unless --judge)")
     out = Path(args.out)
     records_path = out / RECORDS
     if args.read:

@@ -275,3 +275,40 @@ def probe2_choice(records: Sequence[Mapping[str, Any]], variant: str) -> dict[st
         "worst_cell": worst_cell,
         "adopted": adopted,
     }
+
+
+JUDGE_READINGS = {  # the judge table's columns: (where in a record's params, which reading)
+    "slot store (incumbent)": ("slot_readings", "knn-interp"),
+    "two readers": ("readings", "knn-interp"),
+    "head-mix": ("readings", "head-mix"),
+    "prompt alone": ("readings", "zero-shot"),
+    "reader's kNN alone": ("readings", "knn"),
+}
+CANDIDATES = ("two readers", "head-mix")
+
+
+def judge_table(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The default's rule read on the readers judge grid's records (docs/experiments/two-readers.md):
+    per task and over the runs, each reading's mean judge accuracy (in %), and for each candidate
+    criteria 1 (mean at least the incumbent's + 2) and 2 (no task's mean more than 1 below)."""
+    tasks = sorted({r["task"] for r in records})
+    table: dict[str, dict[str, float]] = {}
+    for column, (where, reading) in JUDGE_READINGS.items():
+        scores = {
+            t: [100 * r["params"][where][reading]["accuracy"] for r in records if r["task"] == t]
+            for t in tasks
+        }
+        table[column] = {t: _mean(v) for t, v in scores.items()} | {
+            "mean": _mean(100 * r["params"][where][reading]["accuracy"] for r in records)
+        }
+    incumbent = table["slot store (incumbent)"]
+    verdicts = {
+        name: {
+            "gain": table[name]["mean"] - incumbent["mean"],
+            "worst_task": min(table[name][t] - incumbent[t] for t in tasks),
+            "criteria_1_and_2": table[name]["mean"] - incumbent["mean"] >= 2
+            and min(table[name][t] - incumbent[t] for t in tasks) >= -1,
+        }
+        for name in CANDIDATES
+    }
+    return {"runs": len(records), "tasks": tasks, "table": table, "verdicts": verdicts}

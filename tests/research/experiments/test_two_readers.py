@@ -1,8 +1,9 @@
 """The two readers' probe records, read: probe 2's head mixed with the prompt at w = n / (n + 1)."""
 
 import numpy as np
+import pytest
 
-from research.experiments.two_readers import head_readings
+from research.experiments.two_readers import head_readings, judge_table
 
 
 def _book(per_class: int) -> tuple[np.ndarray, np.ndarray]:
@@ -26,3 +27,29 @@ def test_the_head_reads_the_book_and_the_prompt_weighs_less_as_examples_come():
         )  # fmt: skip
         assert read["head"]["dev_accuracy"] == 1.0 and read["head"]["accuracy"] is None
         assert read["head-mix"]["dev_accuracy"] == mix_right
+
+
+def _record(task: str, slot: float, two: float, head: float) -> dict:
+    reading = lambda accuracy: {"accuracy": accuracy, "dev_accuracy": accuracy}  # noqa: E731
+    readings = {"knn-interp": reading(two), "head-mix": reading(head), "zero-shot": reading(0.5)}
+    return {
+        "task": task,
+        "params": {
+            "readings": readings | {"knn": reading(0.6)},
+            "slot_readings": {"knn-interp": reading(slot)},
+        },
+    }
+
+
+def test_the_default_rule_asks_two_points_on_the_mean_and_no_task_a_point_below():
+    records = [
+        _record("a", 0.80, 0.86, 0.83),
+        _record("a", 0.80, 0.86, 0.83),
+        _record("b", 0.90, 0.895, 0.85),
+    ]
+    read = judge_table(records)
+    assert read["table"]["two readers"]["a"] == pytest.approx(86.0)
+    assert read["table"]["slot store (incumbent)"]["mean"] == pytest.approx(500 / 6)
+    two, head = read["verdicts"]["two readers"], read["verdicts"]["head-mix"]
+    assert two["gain"] == pytest.approx((86 * 2 + 89.5) / 3 - 500 / 6) and two["criteria_1_and_2"]
+    assert head["worst_task"] == pytest.approx(-5.0) and not head["criteria_1_and_2"]  # b: 85 against 90
