@@ -1,0 +1,45 @@
+"""`python -m research eval --reader` on the tiny causal LM and the tiny MPNet: a trained run tunes the
+reader and reads its training both ways (the reader's book and the slot store) and with probe 2's head;
+the untrained methods read the untuned reader's book, each with the slot store beside it."""
+
+import json
+
+from research.cli import main
+
+
+def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
+    tmp_path, causal_dir, reader_mpnet_dir, capsys, training_flags, toy_dataset
+):
+    data = toy_dataset(tmp_path / "data")
+    out = tmp_path / "out"
+    args = [
+        "eval", "--data", str(data), "--task", "toy", "--seeds", "1", "--out", str(out),
+        "--template", "{text} It was {mask}", "--labels", "0=bad,1=good", "--backbone", str(causal_dir),
+        "--methods", "retroprompt", "--reader", str(reader_mpnet_dir), *training_flags,
+    ]  # fmt: skip
+    assert main(args) == 0
+    (record,) = json.loads((out / "results.json").read_text())
+    assert record["params"]["reader_seconds"] > 0
+    readings, slots = record["params"]["readings"], record["params"]["slot_readings"]
+    assert set(slots) == {"zero-shot", "knn", "knn-interp"}
+    assert set(readings) == set(slots) | {"head", "head-mix"}  # probe 2's head on the tuned reader
+    assert all(
+        0 <= readings[name][key] <= 1 for name in ("head", "head-mix") for key in ("accuracy", "dev_accuracy")
+    )
+    assert readings["zero-shot"] == slots["zero-shot"]  # one prompt, its book read two ways
+    assert record["accuracy"] == readings["knn-interp"]["accuracy"]
+    assert json.loads((out / "settings.json").read_text())["reader"] == str(reader_mpnet_dir)
+    # the untrained methods read the untuned reader's neighbours; a peer reads no book of ours
+    frozen = [*args, "--methods", "zero-shot,knn,knn-interp"]
+    frozen[frozen.index("--out") + 1] = str(tmp_path / "frozen")
+    assert main(frozen) == 0
+    records = {r["method"]: r for r in json.loads((tmp_path / "frozen" / "results.json").read_text())}
+    assert set(records) == {"zero-shot", "knn", "knn-interp"}
+    # each read with the slot vectors' store too: the prompt alone is one reading either way
+    assert records["zero-shot"]["params"]["slot"]["accuracy"] == records["zero-shot"]["accuracy"]
+    assert 0 <= records["knn"]["params"]["slot"]["accuracy"] <= 1
+    refused = [*args, "--methods", "setfit"]
+    refused[refused.index("--out") + 1] = str(tmp_path / "refused")
+    assert main(refused) == 2
+    assert "--reader keys our book, not a peer's" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
