@@ -32,6 +32,7 @@ from openbook.classifier import Classifier
 from openbook.data import KShotSplits, example_labels, load_kshot
 from openbook.fitting import LabelledTexts, tune_reader
 from openbook.methods import Method, build_method, method_config
+from openbook.reader_book import as_string
 from openbook.train_config import TrainConfig
 from openbook.training import train
 from tqdm.auto import tqdm
@@ -121,6 +122,10 @@ def evaluate_trained(
             dev = result.dev_embeddings  # the last dev check's, where the trained classifier serves them so
             if dev is None:
                 dev = trained.embed([e.text for e in dev_split])
+            elif trained.reader is not None:  # the dev checks read P_LM alone
+                dev = dataclasses.replace(
+                    dev, reader_vectors=trained.reader.embed([as_string(e.text) for e in dev_split])
+                )
             test = None
             if test_texts is not None:
                 test = trained.embed(test_texts, progress=f"{task} test" if progress else False)

@@ -153,6 +153,7 @@ class Classifier:
         progress: bool | str = False,
         vectors_only: bool = False,
         queries: np.ndarray | None = None,
+        with_reader: bool = True,
     ) -> Embeddings:
         """Slot vectors and label scores for `texts`, in batches, without gradients.
 
@@ -161,7 +162,8 @@ class Classifier:
         plain prompt's, from the forward that gave the vectors. Only the vectors needed? `embed_vectors`.
         `queries`, the (N, H) unit slot vectors of `texts` when already known under the current weights
         (as `embed_vectors` gave them: training's store keys), stand in for the demonstration pass's first
-        forward, which only finds them.
+        forward, which only finds them. A sentence reader embeds the texts too, unless `vectors_only` or
+        not `with_reader` (training's dev checks, which read P_LM alone).
         """
         if queries is not None and len(queries) != len(texts):
             raise ValueError(f"{len(queries)} query vectors for {len(texts)} texts")
@@ -187,7 +189,7 @@ class Classifier:
                 truncated.append(cut.numpy())
         slots, lm_log_probs, cut_rows = self._in_given_order(texts, vectors, scores, truncated)
         read = None
-        if self.reader is not None and not vectors_only:
+        if self.reader is not None and with_reader and not vectors_only:
             read = self.reader.embed([as_string(text) for text in texts])
         return Embeddings(slots, lm_log_probs, cut_rows, read)
 

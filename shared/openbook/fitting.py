@@ -206,6 +206,10 @@ def fit_classifier(
     dev = result.dev_embeddings
     if dev is None and len(dev_set.texts):
         dev = classifier.embed(dev_set.texts)
+    elif dev is not None and classifier.reader is not None:  # the dev checks read P_LM alone: once, here
+        dev = dataclasses.replace(
+            dev, reader_vectors=classifier.reader.embed([as_string(t) for t in dev_set.texts])
+        )
     if method.inference == "knn-interp" or classifier.reader is not None:
         classifier.knn, dev_metrics["accuracy_with_knn"] = choose_knn_on_dev(
             classifier, dev_set.texts, dev_set.labels, embedded=dev

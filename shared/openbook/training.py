@@ -264,7 +264,9 @@ def evaluate_dev(
 ) -> tuple[DevScore, Embeddings]:
     """Dev accuracy and mean gold log-likelihood of the prompt's (calibrated) P_LM, and the embeddings
     they were read from."""
-    embedded = classifier.embed(texts)
+    embedded = classifier.embed(
+        texts, with_reader=False
+    )  # P_LM alone is read here: no sentence reader's pass
     return DevScore.of(calibrated_p_lm(embedded.lm_log_probs, classifier.label_bias), labels, step), embedded
 
 
