@@ -45,6 +45,17 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _append(path: Path, record: dict) -> None:
+    """One record appended under an exclusive lock: processes that split a grid's tasks share one file."""
+    import fcntl
+
+    with path.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _read(records: list[dict]) -> None:
     from research.experiments.two_readers import probe1_choice, probe2_choice, variant_table
 
@@ -143,8 +154,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                     frozen=frozen,
                     base=bases[variant.top_layers],
                 )
-                with records_path.open("a") as f:
-                    f.write(json.dumps(record) + "\n")
+                _append(records_path, record)
                 print(
                     f"{task} {seed} n={n} {variant.name}: lm {record['lm']:.1f} "
                     f"frozen {record['frozen_knn']:.1f} knn {record['knn']:.1f} "
