@@ -233,6 +233,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 on_record=save,
                 shots=args.shots,
                 load=loader(task),
+                out=Path(args.out),
             )
         for peer_name, pending in pending_peers.items():
             evaluate_setfit(

@@ -37,6 +37,7 @@ from openbook.train_config import TrainConfig
 from openbook.training import train
 from tqdm.auto import tqdm
 
+from research.experiments.distributions import write_distributions
 from research.experiments.embedding_cache import in_book_space
 from research.experiments.evaluation import (
     INFERENCE_METHODS,
@@ -80,6 +81,7 @@ def evaluate_trained(
     shots: int = 16,
     progress: bool = True,
     load: Callable[[int], KShotSplits] | None = None,  # seed -> splits; default: the k-shot layout
+    out: Path | None = None,  # the grid's directory: with a reader, each run's distributions kept in it
 ) -> list[EvalRecord]:
     methods = {spec: build_method(spec) for spec in specs}  # unknown methods and options fail first
     for method in methods.values():
@@ -161,14 +163,22 @@ def evaluate_trained(
                 slot_inputs = method_inputs(
                     trained.store, trained.label_bias, dev, dev_labels, test, test_labels, knn=classifier.knn
                 )
+                slot_read = {reading: INFERENCE_METHODS[reading](slot_inputs) for reading in READINGS}
                 slot_readings = {
                     "slot_readings": {
-                        reading: _reading(
-                            INFERENCE_METHODS[reading](slot_inputs), test_labels, len(classifier.labels)
-                        )
-                        for reading in READINGS
+                        reading: _reading(outcome_of, test_labels, len(classifier.labels))
+                        for reading, outcome_of in slot_read.items()
                     }
                 }
+                if out is not None:
+                    write_distributions(
+                        out,
+                        task,
+                        seed,
+                        list(classifier.labels),
+                        read | {f"slot:{r}": slot_read[r] for r in ("knn", "knn-interp")},
+                        {"dev": dev_labels, "test": test_labels},
+                    )
             for spec in group:
                 inference_started = time.perf_counter()
                 inference = methods[spec].inference

@@ -4,7 +4,10 @@ the untrained methods read the untuned reader's book, each with the slot store b
 
 import json
 
+import numpy as np
+
 from research.cli import main
+from research.experiments.distributions import read_distributions
 
 
 def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
@@ -29,6 +32,14 @@ def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
     assert readings["zero-shot"] == slots["zero-shot"]  # one prompt, its book read two ways
     assert record["accuracy"] == readings["knn-interp"]["accuracy"]
     assert json.loads((out / "settings.json").read_text())["reader"] == str(reader_mpnet_dir)
+    # each reading's distributions kept for rules read later: what the record scored, row by row
+    (kept,) = read_distributions(out)
+    assert (kept["task"], kept["seed"], kept["labels"]) == ("toy", 1, ["0", "1"])
+    assert set(kept["readings"]) == {"zero-shot", "knn", "knn-interp", "slot:knn", "slot:knn-interp"}
+    both, gold = kept["readings"]["knn-interp"], kept["gold"]["test"]
+    assert both["params"]["lam"] == record["params"]["lam"]
+    assert both["test"].shape == (len(gold), 2) and np.allclose(both["test"].sum(axis=1), 1, atol=1e-3)
+    assert abs((both["test"].argmax(axis=1) == gold).mean() - record["accuracy"]) <= 1 / len(gold)
     # the untrained methods read the untuned reader's neighbours; a peer reads no book of ours
     frozen = [*args, "--methods", "zero-shot,knn,knn-interp"]
     frozen[frozen.index("--out") + 1] = str(tmp_path / "frozen")
