@@ -8,7 +8,7 @@
 # targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
 KEPT_BEST := --keep best
 
-.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge two-readers-probe two-readers-probe3 table-16shot-readers clinc150-readers learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
+.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge two-readers-probe two-readers-probe3 two-readers-probe4 table-16shot-readers clinc150-readers learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
 
 eval-sst2: install
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
@@ -316,6 +316,11 @@ PROBE3 = $(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --
 	--variants t4:4:60:1e-4,t6:6:60:1e-4,t6s:6:120:5e-5 --out docs/results/two-readers-probe3-dev
 two-readers-probe3: setfit
 	$(PROBE3) --tasks SST-2,mpqa & first=$$!; $(PROBE3) --tasks sst-5,trec; second=$$?; wait $$first && exit $$second
+
+# Probe 4 (all 12 layers, over a task's cap: whether adapters over all layers are worth building).
+two-readers-probe4: setfit
+	$(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --shots 16 \
+		--variants t12:12:60:2e-5 --out docs/results/two-readers-probe4-dev
 
 judged-splits-5: install
 	$(JUDGED_SPLITS) --seeds $(JUDGE5_SEEDS) --out $(JUDGE5_DATA)

@@ -5,7 +5,8 @@ A trained run with a sentence reader (`eval --reader`) writes `distributions/<ta
 its `--out`: the gold label indices of dev and test (OUT_OF_SCOPE rows included, as in the records) and,
 for each reading, its probabilities on both under the settings dev chose for it (k, T and λ, in
 `params`). Readings: `zero-shot` (P_LM, the trained prompt alone), `knn` and `knn-interp` over the
-reader's book, and `slot:knn` and `slot:knn-interp` over the slot store. Probabilities are rounded to 4
+reader's book, `book` (the reader's P_kNN at knn-interp's k and T: what its λ mixes in), and `slot:knn`
+and `slot:knn-interp` over the slot store. Probabilities are rounded to 4
 decimals (a few kB per run, gzipped).
 """
 

@@ -159,6 +159,12 @@ def knn_interp_dev(inputs: MethodInputs) -> MethodResult:
     return _select(inputs, lambda_rule(inputs.knn), _dev_evidence(inputs), "dev")
 
 
+def book_at_knn(inputs: MethodInputs) -> MethodResult:
+    """P_kNN alone at the inputs' own k and T (what knn-interp mixes in), not chosen on anything."""
+    rule = dataclasses.replace(lambda_rule(inputs.knn), lambdas=(1.0,))
+    return _select(inputs, rule, _dev_evidence(inputs), "none: the inputs' k and T")
+
+
 def _dev_evidence(inputs: MethodInputs) -> Evidence:
     return Evidence(inputs.p_lm_dev, inputs.dev)
 

@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from research.experiments.distributions import write_distributions
 from research.experiments.embedding_cache import in_book_space
 from research.experiments.evaluation import (
+    book_at_knn,
     INFERENCE_METHODS,
     EvalRecord,
     MethodResult,
@@ -176,7 +177,9 @@ def evaluate_trained(
                         task,
                         seed,
                         list(classifier.labels),
-                        read | {f"slot:{r}": slot_read[r] for r in ("knn", "knn-interp")},
+                        read
+                        | {"book": book_at_knn(inputs)}
+                        | {f"slot:{r}": slot_read[r] for r in ("knn", "knn-interp")},
                         {"dev": dev_labels, "test": test_labels},
                     )
             for spec in group:

@@ -35,9 +35,11 @@ def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
     # each reading's distributions kept for rules read later: what the record scored, row by row
     (kept,) = read_distributions(out)
     assert (kept["task"], kept["seed"], kept["labels"]) == ("toy", 1, ["0", "1"])
-    assert set(kept["readings"]) == {"zero-shot", "knn", "knn-interp", "slot:knn", "slot:knn-interp"}
+    assert set(kept["readings"]) == {"zero-shot", "knn", "knn-interp", "book", "slot:knn", "slot:knn-interp"}
     both, gold = kept["readings"]["knn-interp"], kept["gold"]["test"]
     assert both["params"]["lam"] == record["params"]["lam"]
+    lam, prompt, book = both["params"]["lam"], kept["readings"]["zero-shot"], kept["readings"]["book"]
+    assert np.allclose(both["test"], lam * book["test"] + (1 - lam) * prompt["test"], atol=1e-3)
     assert both["test"].shape == (len(gold), 2) and np.allclose(both["test"].sum(axis=1), 1, atol=1e-3)
     assert abs((both["test"].argmax(axis=1) == gold).mean() - record["accuracy"]) <= 1 / len(gold)
     # the untrained methods read the untuned reader's neighbours; a peer reads no book of ours
