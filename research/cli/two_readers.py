@@ -33,6 +33,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     probe.add_argument("--out", help="directory of runs.jsonl (the probes; not with --judge)")
     probe.add_argument("--read", action="store_true", help="print the rules' readings only; run nothing")
     probe.add_argument(
+        "--kept",
+        metavar="DIR",
+        help="with --read on probe 4's records: probe 3's directory, whose kept reader t12 is read against",
+    )
+    probe.add_argument(
+        "--combine",
+        metavar="DIR",
+        help="run nothing: read the rule on how the readers combine on a readers grid's distributions/",
+    )
+    probe.add_argument(
         "--judge",
         metavar="DIR",
         help="run nothing: read the default's rule on a readers judge grid's records (DIR/results.json)",
@@ -56,6 +66,40 @@ def _append(path: Path, record: dict) -> None:
         fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _read_combine(directory: Path) -> None:
+    from research.experiments.combining import combine_table
+    from research.experiments.distributions import read_distributions
+
+    read = combine_table(read_distributions(directory))
+    tasks = read["tasks"]
+    print(f"{read['runs']} runs; test (judge) accuracy in %, mean over each task's seeds")
+    print("| combination | " + " | ".join(tasks) + " | mean | mean λ |")
+    print("|---" * (len(tasks) + 3) + "|")
+    for name, row in read["table"].items():
+        cells = " | ".join(f"{row[t]:.1f}" for t in tasks)
+        print(f"| {name} | {cells} | {row['mean']:.1f} | {row['mean_lam']:.2f} |")
+    for name, verdict in read["verdicts"].items():
+        print(
+            f"{name}: {verdict['gain']:+.2f} on the mean (+1 asked), worst task {verdict['worst_task']:+.2f}"
+            f" (-1 allowed): {'replaces linear' if verdict['replaces'] else 'does not replace linear'}"
+        )
+    print("chosen:", read["chosen"])
+
+
+def _read_probes_3_and_4(records: list[dict], kept: Path | None) -> None:
+    from research.experiments.two_readers import probe3_choice, probe4_reading
+
+    variants = {r["variant"] for r in records}
+    if {"t4", "t6", "t6s"} <= variants:
+        print("probe 3:", json.dumps(probe3_choice(records)))
+    if "t12" in variants and kept is not None:
+        third = probe3_choice(_records(kept / RECORDS))
+        kept_mean = third["variants"][third["chosen"]]["mean"]
+        print(
+            f"probe 4 (against probe 3's {third['chosen']}):", json.dumps(probe4_reading(records, kept_mean))
+        )
+
+
 def _read(records: list[dict]) -> None:
     from research.experiments.two_readers import probe1_choice, probe2_choice, variant_table
 
@@ -65,6 +109,8 @@ def _read(records: list[dict]) -> None:
             f"{row['variant']:7} {row['shots']:5} {row['runs']:4} | {row['lm']:.1f} {row['frozen_knn']:.1f} "
             f"{row['knn']:.1f} {row['logreg']:.1f} | {row['tune_s_median']:.0f}"
         )
+    if not {"t2", "t4"} <= {r["variant"] for r in records}:
+        return  # probe 3's or probe 4's records: their rules are read apart
     choice = probe1_choice(records)
     print("probe 1:", json.dumps(choice))
     second = probe2_choice(records, choice["chosen"])
@@ -101,12 +147,16 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     if args.judge:
         _read_judge(Path(args.judge))
         return
+    if args.combine:
+        _read_combine(Path(args.combine))
+        return
     if not args.out:
         raise ValueError("--out is required (unless --judge)")
     out = Path(args.out)
     records_path = out / RECORDS
     if args.read:
         _read(_records(records_path))
+        _read_probes_3_and_4(_records(records_path), Path(args.kept) if args.kept else None)
         return
     import numpy as np
     import torch

@@ -40,10 +40,10 @@ from tqdm.auto import tqdm
 from research.experiments.distributions import write_distributions
 from research.experiments.embedding_cache import in_book_space
 from research.experiments.evaluation import (
-    book_at_knn,
     INFERENCE_METHODS,
     EvalRecord,
     MethodResult,
+    book_at_knn,
     method_inputs,
     out_of_scope_on_test,
     params_on_test,

@@ -229,6 +229,57 @@ def probe1_choice(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def probe3_choice(
+    records: Sequence[Mapping[str, Any]], incumbent: str = "t4", candidates: Sequence[str] = ("t6", "t6s")
+) -> dict[str, Any]:
+    """Probe 3's rule, as written before its grid: a candidate replaces `incumbent` if its kNN mean dev
+    accuracy over the runs is at least the incumbent's + 1.0, no task's mean is more than 1.0 below
+    the incumbent's, and its median tuning seconds are at most 3x the incumbent's; of two that do, the
+    higher mean, unless the other is within 0.5 and cheaper."""
+    runs: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for record in records:
+        runs[record["variant"]].append(record)
+    tasks = sorted({r["task"] for r in records})
+
+    def summary(variant: str) -> dict[str, Any]:
+        group = runs[variant]
+        return {
+            "runs": len(group),
+            "mean": _mean(r["knn"] for r in group),
+            "tasks": {t: _mean(r["knn"] for r in group if r["task"] == t) for t in tasks},
+            "tune_s_median": float(np.median([r["tune_s"] for r in group])) if group else float("nan"),
+        }
+
+    read = {variant: summary(variant) for variant in (incumbent, *candidates)}
+    base = read[incumbent]
+    for variant in candidates:
+        row = read[variant]
+        row["gain"] = row["mean"] - base["mean"]
+        row["worst_task"] = min(row["tasks"][t] - base["tasks"][t] for t in tasks)
+        row["cost_ratio"] = row["tune_s_median"] / base["tune_s_median"]
+        row["qualifies"] = row["gain"] >= 1.0 and row["worst_task"] >= -1.0 and row["cost_ratio"] <= 3.0
+    qualified = sorted((v for v in candidates if read[v]["qualifies"]), key=lambda v: -read[v]["mean"])
+    chosen = qualified[0] if qualified else incumbent
+    for other in qualified[1:]:
+        if read[chosen]["mean"] - read[other]["mean"] <= 0.5 and (
+            read[other]["tune_s_median"] < read[chosen]["tune_s_median"]
+        ):
+            chosen = other
+    return {"variants": read, "chosen": chosen}
+
+
+def probe4_reading(records: Sequence[Mapping[str, Any]], kept_mean: float) -> dict[str, Any]:
+    """Probe 4's rule: adapters over all layers are built if `t12`'s kNN mean dev accuracy is at least
+    `kept_mean` (the reader probe 3 keeps) + 1.5."""
+    mean = _mean(r["knn"] for r in records if r["variant"] == "t12")
+    return {
+        "t12_mean": mean,
+        "kept_mean": kept_mean,
+        "gain": mean - kept_mean,
+        "build": mean - kept_mean >= 1.5,
+    }
+
+
 def mixed(record: Mapping[str, Any], reader: str, n0: float) -> np.ndarray:
     """P = w·P_enc + (1 − w)·P_LM with w = n / (n + n0) (n0 = 0: the encoder alone; inf: the prompt)."""
     n = record["shots"]

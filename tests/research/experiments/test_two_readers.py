@@ -1,9 +1,10 @@
-"""The two readers' probe records, read: probe 2's head mixed with the prompt at w = n / (n + 1)."""
+"""The two readers' probe records, read: probe 2's head mixed with the prompt at w = n / (n + 1), and
+probe 3's and probe 4's rules."""
 
 import numpy as np
 import pytest
 
-from research.experiments.two_readers import head_readings, judge_table
+from research.experiments.two_readers import head_readings, judge_table, probe3_choice, probe4_reading
 
 
 def _book(per_class: int) -> tuple[np.ndarray, np.ndarray]:
@@ -53,3 +54,34 @@ def test_the_default_rule_asks_two_points_on_the_mean_and_no_task_a_point_below(
     two, head = read["verdicts"]["two readers"], read["verdicts"]["head-mix"]
     assert two["gain"] == pytest.approx((86 * 2 + 89.5) / 3 - 500 / 6) and two["criteria_1_and_2"]
     assert head["worst_task"] == pytest.approx(-5.0) and not head["criteria_1_and_2"]  # b: 85 against 90
+
+
+def _probe(variant: str, task: str, knn: float, tune_s: float) -> dict:
+    return {"variant": variant, "task": task, "knn": knn, "tune_s": tune_s}
+
+
+def test_probe_3_takes_a_variant_a_point_better_no_task_worse_and_within_three_times_the_time():
+    records = [
+        _probe("t4", "a", 80, 100), _probe("t4", "b", 60, 100),
+        _probe("t6", "a", 83, 150), _probe("t6", "b", 59.5, 150),  # +1.25, b -0.5: qualifies
+        _probe("t6s", "a", 84, 301), _probe("t6s", "b", 60, 301),  # +2.0 but 3.01x the time
+    ]  # fmt: skip
+    read = probe3_choice(records)
+    assert read["chosen"] == "t6"
+    assert read["variants"]["t6"]["gain"] == pytest.approx(1.25) and read["variants"]["t6"]["qualifies"]
+    assert (
+        read["variants"]["t6s"]["cost_ratio"] == pytest.approx(3.01)
+        and not read["variants"]["t6s"]["qualifies"]
+    )
+    records[-1] = _probe("t6s", "b", 60, 299)  # within 3x now, and 0.75 above t6: the better mean taken
+    assert probe3_choice(records)["chosen"] == "t6s"
+    records[-2] = _probe("t6s", "a", 83.5, 299)  # within 0.5 of t6's mean, which is cheaper: t6
+    assert probe3_choice(records)["chosen"] == "t6"
+    worse = [*records[:2], _probe("t6", "a", 86, 100), _probe("t6", "b", 58.9, 100)]  # b -1.1
+    assert probe3_choice(worse, candidates=("t6",))["chosen"] == "t4"
+
+
+def test_probe_4_builds_adapters_only_a_point_and_a_half_above_the_kept_reader():
+    records = [_probe("t12", "a", 76, 500), _probe("t12", "b", 77, 500), _probe("t4", "a", 99, 1)]
+    assert probe4_reading(records, 75.0)["build"]  # 76.5: +1.5
+    assert not probe4_reading(records, 75.1)["build"]
