@@ -8,7 +8,7 @@
 # targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
 KEPT_BEST := --keep best
 
-.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge two-readers-probe two-readers-probe3 two-readers-probe4 table-16shot-readers clinc150-readers learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
+.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 table-16shot-readers clinc150-readers learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
 
 eval-sst2: install
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
@@ -317,6 +317,12 @@ PROBE3 = $(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --
 two-readers-probe3: setfit
 	$(PROBE3) --tasks SST-2,mpqa & first=$$!; $(PROBE3) --tasks sst-5,trec; second=$$?; wait $$first && exit $$second
 
+# Probe 5 (the kept reader's tuning in bfloat16): PROBE5_VARIANT names probe 3's kept variant in bfloat16.
+PROBE5_VARIANT ?= t4b:4:60:1e-4:bfloat16
+two-readers-probe5: setfit
+	$(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --shots 16 \
+		--variants $(PROBE5_VARIANT) --out docs/results/two-readers-probe3-dev
+
 # Probe 4 (all 12 layers, over a task's cap: whether adapters over all layers are worth building).
 two-readers-probe4: setfit
 	$(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --shots 16 \
@@ -329,6 +335,13 @@ readers-judge: setfit judged-splits-5
 	$(BIN)/python -m research eval --data $(JUDGE5_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods retroprompt --reader mpnet --seeds $(JUDGE5_SEEDS) --parallel $(PARALLEL) --device $(READERS_DEVICE) \
 		--out docs/results/readers-judge-$(TABLE_BACKBONE)
+
+# The judge grid again, each run keeping its readings' distributions (distributions/): the default's rule
+# with the reader probe 3 keeps, and the rule on how the readers combine (two-readers --combine).
+readers-judge-2: setfit judged-splits-5
+	$(BIN)/python -m research eval --data $(JUDGE5_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+		--methods retroprompt --reader mpnet --seeds $(JUDGE5_SEEDS) --parallel $(PARALLEL) --device $(READERS_DEVICE) \
+		--out docs/results/readers-judge-2-$(TABLE_BACKBONE)
 
 table-16shot-readers: setfit
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \

@@ -62,6 +62,7 @@ def _count_lower_rows(base: SharedEncoder) -> list[int]:
         {"lr": 0.0},
         {"temperature": 0.0},
         {"encoder": ""},
+        {"precision": "float16"},
     ],
 )
 def test_config_refuses_bad_values(changes):
@@ -109,13 +110,15 @@ def _cosines(embeddings: np.ndarray) -> tuple[float, float]:
     return float(cosine[same & off_diagonal].mean()), float(cosine[~same].mean())
 
 
-def test_tuning_lowers_the_loss_and_pulls_each_label_together(base: SharedEncoder, sentence_mpnet_dir: Path):
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_tuning_lowers_the_loss_and_pulls_each_label_together(
+    base: SharedEncoder, sentence_mpnet_dir: Path, precision: str
+):
     reader = SentenceReader(base)
     same_before, different_before = _cosines(reader.embed(TOY_TEXTS))
     steps: list[int] = []
-    losses = reader.tune(
-        TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING), on_step=lambda s, _: steps.append(s)
-    )
+    config = _config(sentence_mpnet_dir, **TUNING, precision=precision)
+    losses = reader.tune(TOY_TEXTS, TOY_LABELS, config, on_step=lambda s, _: steps.append(s))
     assert steps == list(range(TUNING["steps"])) and len(losses) == TUNING["steps"]
     assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
     same_after, different_after = _cosines(reader.embed(TOY_TEXTS))
@@ -134,6 +137,19 @@ def test_tuning_is_seeded_and_leaves_the_callers_rng_alone(base: SharedEncoder, 
     assert all(torch.equal(first.layers[key], second.layers[key]) for key in first.layers)
     other.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **(TUNING | {"seed": 14})))
     assert not all(torch.equal(first.layers[key], other.layers[key]) for key in first.layers)
+
+
+def test_bfloat16_tuning_computes_in_bfloat16_and_keeps_the_layers_as_float32s_are_kept(
+    base: SharedEncoder, sentence_mpnet_dir: Path
+):
+    full, mixed = SentenceReader(base), SentenceReader(base)
+    full.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING))
+    mixed.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING, precision="bfloat16"))
+    assert {k: (t.shape, t.dtype) for k, t in mixed.layers.items()} == {
+        k: (t.shape, t.dtype) for k, t in full.layers.items()
+    }
+    assert not all(torch.equal(full.layers[key], mixed.layers[key]) for key in full.layers)
+    assert mixed.embed(TOY_TEXTS).dtype == np.float32
 
 
 def test_tasks_share_the_base_and_never_change_it(base: SharedEncoder, sentence_mpnet_dir: Path):

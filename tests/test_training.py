@@ -170,7 +170,7 @@ def test_bfloat16_precision_multiplies_in_bfloat16_and_updates_float32_weights(
 def test_bfloat16_precision_trains_under_either_label_scoring(
     causal_dir: Path, scoring: str, toy, fresh_classifier
 ) -> None:
-    from openbook.training import precision_context
+    from openbook.devices import precision_context
 
     classifier, method = fresh_classifier(causal_dir, "retroprompt")
     classifier = dataclasses.replace(classifier, label_scoring=scoring)

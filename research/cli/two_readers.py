@@ -87,11 +87,14 @@ def _read_combine(directory: Path) -> None:
 
 
 def _read_probes_3_and_4(records: list[dict], kept: Path | None) -> None:
-    from research.experiments.two_readers import probe3_choice, probe4_reading
+    from research.experiments.two_readers import probe3_choice, probe4_reading, probe5_reading
 
     variants = {r["variant"] for r in records}
     if {"t4", "t6", "t6s"} <= variants:
-        print("probe 3:", json.dumps(probe3_choice(records)))
+        third = probe3_choice(records)
+        print("probe 3:", json.dumps(third))
+        if third["chosen"] + "b" in variants:
+            print("probe 5:", json.dumps(probe5_reading(records, third["chosen"])))
     if "t12" in variants and kept is not None:
         third = probe3_choice(_records(kept / RECORDS))
         kept_mean = third["variants"][third["chosen"]]["mean"]

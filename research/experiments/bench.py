@@ -242,8 +242,7 @@ def _epoch_passes_and_autocast(
     AVX512-BF16 those matmuls run natively. Its cost in accuracy shows as the largest change of a
     label's log-probability over the 32 prompts.
     """
-    from openbook.train_config import Precision
-    from openbook.training import precision_context
+    from openbook.devices import Precision, precision_context
 
     device = base.backbone.device
     timings, scores = {}, {}

@@ -29,20 +29,23 @@ N0_GRID: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, float("inf"))
 
 @dataclass(frozen=True)
 class Variant:
-    """A tuning of the encoder's top layers: `top_layers` layers, `steps` AdamW steps at `lr`."""
+    """A tuning of the encoder's top layers: `top_layers` layers, `steps` AdamW steps at `lr`, in
+    `precision` (ReaderConfig's)."""
 
     name: str
     top_layers: int
     steps: int = 60
     lr: float = 1e-4
+    precision: str = "float32"
 
     @classmethod
     def parse(cls, spec: str) -> Variant:
-        """`name:top_layers[:steps[:lr]]`, e.g. `t2:2:60:1e-4`."""
+        """`name:top_layers[:steps[:lr[:precision]]]`, e.g. `t2:2:60:1e-4` or `t4b:4:60:1e-4:bfloat16`."""
         name, top, *rest = spec.split(":")
         steps = int(rest[0]) if rest else 60
         lr = float(rest[1]) if len(rest) > 1 else 1e-4
-        return cls(name, int(top), steps, lr)
+        precision = rest[2] if len(rest) > 2 else "float32"
+        return cls(name, int(top), steps, lr, precision)
 
 
 def class_prefix(labels: Sequence[str], n: int, seed: int) -> list[int]:
@@ -151,7 +154,13 @@ def probe_run(
     classes = len(labels)
     frozen_knn = knn_probabilities(frozen.embed(book_texts), book_labels, frozen.embed(dev_texts), classes)
     reader = SentenceReader(base)
-    config = ReaderConfig(top_layers=variant.top_layers, steps=variant.steps, lr=variant.lr, seed=seed)
+    config = ReaderConfig(
+        top_layers=variant.top_layers,
+        steps=variant.steps,
+        lr=variant.lr,
+        seed=seed,
+        precision=variant.precision,  # type: ignore[arg-type]  # ReaderConfig checks it
+    )
     started = time.perf_counter()
     losses = reader.tune(book_texts, [train_labels[i] for i in chosen], config)
     tune_seconds = time.perf_counter() - started
@@ -277,6 +286,29 @@ def probe4_reading(records: Sequence[Mapping[str, Any]], kept_mean: float) -> di
         "kept_mean": kept_mean,
         "gain": mean - kept_mean,
         "build": mean - kept_mean >= 1.5,
+    }
+
+
+def probe5_reading(records: Sequence[Mapping[str, Any]], kept: str) -> dict[str, Any]:
+    """Probe 5's rule: `kept` tuned in bfloat16 (variant `kept` + "b") is adopted where bfloat16 is native
+    if its kNN mean dev accuracy is at most 0.5 below float32's, no task's more than 1.0, and its median
+    tuning seconds at most float32's / 1.5."""
+    runs = {v: [r for r in records if r["variant"] == v] for v in (kept, kept + "b")}
+    tasks = sorted({r["task"] for r in runs[kept]})
+    mean = {v: _mean(r["knn"] for r in rs) for v, rs in runs.items()}
+    task_means = {
+        v: {t: _mean(r["knn"] for r in rs if r["task"] == t) for t in tasks} for v, rs in runs.items()
+    }
+    seconds = {v: float(np.median([r["tune_s"] for r in rs])) for v, rs in runs.items()}
+    loss = mean[kept + "b"] - mean[kept]
+    worst = min(task_means[kept + "b"][t] - task_means[kept][t] for t in tasks)
+    speed = seconds[kept] / seconds[kept + "b"]
+    return {
+        "runs": {v: len(rs) for v, rs in runs.items()},
+        "change": loss,
+        "worst_task": worst,
+        "speed_up": speed,
+        "adopted": loss >= -0.5 and worst >= -1.0 and speed >= 1.5,
     }
 
 

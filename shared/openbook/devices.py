@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Literal, get_args
 
@@ -67,3 +68,20 @@ def default_dtype() -> DtypeName:
     if name not in get_args(DtypeName):
         raise ValueError(f"${DTYPE_ENV} must be one of {', '.join(get_args(DtypeName))}, got {name!r}")
     return name  # type: ignore[return-value]  # checked just above
+
+
+# What arithmetic is done in (a training run's `TrainConfig.precision`, a reader's tuning's
+# `ReaderConfig.precision`); the weights are float32 either way.
+Precision = Literal["float32", "bfloat16"]
+
+
+def precision_context(precision: Precision, device: str | torch.device) -> contextlib.AbstractContextManager:
+    """Autocast to bfloat16 on `device` for "bfloat16", nothing for "float32".
+
+    Without its cache of casts: autocast keeps the bfloat16 copy of each float32 weight until the
+    outermost autocast block ends, and this one spans a whole run, so every forward after the first
+    optimiser step would read the weights as they were before it.
+    """
+    if precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, cache_enabled=False)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from safetensors.torch import load_file, save_file
 
 from openbook.atomic import staged_directory
 from openbook.contrastive import class_balanced_batches, supervised_contrastive_loss
-from openbook.devices import default_device, resolve_device
+from openbook.devices import Precision, default_device, precision_context, resolve_device
 from openbook.split_encoder import BATCH_TEXTS, SharedEncoder, pack_state
 
 STATE_FILE = "reader.safetensors"
@@ -59,6 +59,13 @@ class ReaderConfig:
     lr: float = field(default=1e-4, metadata={"help": "AdamW's learning rate"})
     temperature: float = field(default=0.1, metadata={"help": "the contrastive loss's temperature"})
     seed: int = field(default=13, metadata={"help": "the batches' and the dropout's seed"})
+    precision: Precision = field(
+        default="float32",
+        metadata={
+            "help": "the tuning's arithmetic: float32, or bfloat16 (autocast; the layers and AdamW's state "
+            "stay float32). Embedding is float32 either way"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not self.encoder:
@@ -72,6 +79,9 @@ class ReaderConfig:
             raise ValueError(f"batch_size must be at least 2 (a positive pair), got {self.batch_size}")
         if not (self.lr > 0 and self.temperature > 0):
             raise ValueError(f"lr and temperature must be positive, got {self.lr}, {self.temperature}")
+        if self.precision not in get_args(Precision):
+            choices = ", ".join(get_args(Precision))
+            raise ValueError(f"precision must be one of {choices}, got {self.precision!r}")
 
 
 _SHARED: dict[tuple[str, int, int, str], SharedEncoder] = {}
@@ -173,8 +183,9 @@ class SentenceReader:
             torch.manual_seed(config.seed)
             batches = class_balanced_batches(gold, config.batch_size, config.steps, config.seed)
             for step, batch in enumerate(batches):
-                embeddings = self.base.upper([states[i] for i in batch], top)  # (B, H)
-                loss = supervised_contrastive_loss(embeddings, gold_tensor[batch], config.temperature)
+                with precision_context(config.precision, self.base.device):
+                    embeddings = self.base.upper([states[i] for i in batch], top)  # (B, H)
+                loss = supervised_contrastive_loss(embeddings.float(), gold_tensor[batch], config.temperature)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from openbook.calibration import CalibrationMode
+from openbook.devices import Precision
 
 # The default budget, when neither `steps` nor `epochs` is given
 # (docs/experiments/budget-floor-fresh-splits.md, "A floor of epochs, on fresh splits"): 8 epochs, at least
@@ -58,8 +59,6 @@ DEFAULT_EVAL_EVERY = 8  # steps between dev checks, unless `eval_every` is given
 # budget, chosen on dev").
 DEFAULT_MAX_STEPS = 120
 
-# What a run's arithmetic is done in (`TrainConfig.precision`); the weights are float32 either way.
-Precision = Literal["float32", "bfloat16"]
 # The weights a run ends with: "last", its budget run out, dev scored at the start and the end alone; or
 # "best", the best dev check's, stopping after `patience` without gain. "last" is the default: a few dozen
 # dev examples choose the step by noise (docs/decisions.md, "The kept weights in the service's jobs").

@@ -22,7 +22,6 @@ calibrated zero-shot classifier instead of the raw one.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,11 +33,12 @@ from tqdm.auto import tqdm
 from openbook.backbone import float32_weights
 from openbook.calibration import calibrated_p_lm, mean_prediction_bias
 from openbook.classifier import Classifier
+from openbook.devices import precision_context
 from openbook.methods.base import Method, TrainBatch, only_these_train
 from openbook.predictions import Embeddings
 from openbook.prompting import PromptError, TextInput
 from openbook.store import KnowledgeStore
-from openbook.train_config import Precision, TrainConfig
+from openbook.train_config import TrainConfig
 
 _QUIET_EMBED = 512  # a store pass over more texts than this (the full-data runs) shows a progress bar
 
@@ -52,18 +52,6 @@ class TrainingDiverged(ValueError):
 # domain calibration and scores the untrained weights on dev; finishing re-embeds the store under the
 # kept weights (unless the last epoch's re-embedding was already under them, as served).
 TRAIN_STAGES = ("preparing", "training", "finishing")
-
-
-def precision_context(precision: Precision, device: str | torch.device) -> contextlib.AbstractContextManager:
-    """Autocast to bfloat16 on `device` for "bfloat16", nothing for "float32".
-
-    Without its cache of casts: autocast keeps the bfloat16 copy of each float32 weight until the
-    outermost autocast block ends, and this one spans a whole run, so every forward after the first
-    optimiser step would read the weights as they were before it.
-    """
-    if precision == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, cache_enabled=False)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,13 @@ probe 3's and probe 4's rules."""
 import numpy as np
 import pytest
 
-from research.experiments.two_readers import head_readings, judge_table, probe3_choice, probe4_reading
+from research.experiments.two_readers import (
+    head_readings,
+    judge_table,
+    probe3_choice,
+    probe4_reading,
+    probe5_reading,
+)
 
 
 def _book(per_class: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,3 +91,18 @@ def test_probe_4_builds_adapters_only_a_point_and_a_half_above_the_kept_reader()
     records = [_probe("t12", "a", 76, 500), _probe("t12", "b", 77, 500), _probe("t4", "a", 99, 1)]
     assert probe4_reading(records, 75.0)["build"]  # 76.5: +1.5
     assert not probe4_reading(records, 75.1)["build"]
+
+
+def test_probe_5_adopts_bfloat16_at_half_a_point_lost_and_one_and_a_half_times_the_speed():
+    records = [
+        _probe("t4", "a", 80, 90), _probe("t4", "b", 60, 110),
+        _probe("t4b", "a", 79.5, 40), _probe("t4b", "b", 59.6, 60),  # -0.45 on the mean, 2x as fast
+    ]  # fmt: skip
+    read = probe5_reading(records, "t4")
+    assert (
+        read["change"] == pytest.approx(-0.45) and read["speed_up"] == pytest.approx(2.0) and read["adopted"]
+    )
+    records[2] = _probe("t4b", "a", 78.9, 40)  # a: -1.1
+    assert not probe5_reading(records, "t4")["adopted"]
+    records[2], records[3] = _probe("t4b", "a", 80, 67), _probe("t4b", "b", 60, 67)  # 100/67: 1.49x
+    assert not probe5_reading(records, "t4")["adopted"]
