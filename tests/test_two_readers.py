@@ -113,6 +113,40 @@ def test_fit_tunes_a_copy_of_the_reader_and_a_checkpoint_keeps_it(
         assert [n.id for n in a.neighbours] == [n.id for n in b.neighbours]
 
 
+def test_a_held_out_dev_chooses_and_then_the_served_reader_learns_every_example(
+    causal_dir: Path, reader_mpnet_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from openbook.sentence_reader import SentenceReader
+
+    tuned_on: list[tuple[int, bool]] = []  # (texts, whether it started from the untuned layers)
+    tune = SentenceReader.tune
+
+    def spy(self, texts, labels, config, on_step=None):
+        tuned_on.append((len(texts), self.layers is None))
+        return tune(self, texts, labels, config, on_step)
+
+    monkeypatch.setattr(SentenceReader, "tune", spy)
+    estimator = _estimator(causal_dir, reader_mpnet_dir)
+    stages: list[str] = []
+    report = estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, on_stage=stages.append, **TRAIN)
+    held_out = len(report.dev_ids)
+    assert 0 < held_out < len(TEXTS)
+    assert tuned_on == [(len(TEXTS) - held_out, True), (len(TEXTS), True)]  # both from the untuned layers
+    assert stages.index("reader-again") > stages.index("training")
+    assert report.dev_metrics["reader_tuned_on"] == len(TEXTS)
+    classifier = estimator.classifier
+    ids = classifier.store.ids()
+    np.testing.assert_allclose(
+        classifier.knn_book().vectors_of(ids), classifier.reader.embed(TEXTS), atol=1e-5
+    )
+
+    tuned_on.clear()  # a dev given apart is not stored: nothing more to learn from, one tuning
+    given = _estimator(causal_dir, reader_mpnet_dir).fit(
+        TEXTS[:8], GOLD[:8], dev=(TEXTS[8:], GOLD[8:]), **TRAIN
+    )
+    assert tuned_on == [(8, True)] and "reader_tuned_on" not in given.dev_metrics
+
+
 def test_a_reader_on_another_base_is_refused(causal_dir: Path, reader_mpnet_dir: Path, tmp_path: Path):
     estimator = _estimator(causal_dir, reader_mpnet_dir)
     estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, **TRAIN)

@@ -5,7 +5,8 @@ train` (cli/train.py) and the service's trainer (services/trainer/worker.py). Th
 
 0. labelled examples under ids become the sets training reads (`FitSets.of`): dev held out by a hash of
    the ids (`dev_split.split_dev`, the service's split), or given apart (`openbook train`'s k-shot dev);
-0b. a classifier with a sentence reader has it tuned on the train examples (`tune_reader`);
+0b. a classifier with a sentence reader has it tuned on the train examples (`tune_reader`), which choose
+    how it predicts (step 2) as the prompt's training does;
 1. `training.train` (the kept weights are the best on dev);
 2. how the classifier predicts: a method that interpolates with kNN (or any, with a sentence reader) gets its
    k, T and lambda chosen on dev alone (`choose_knn_on_dev`: the training examples
@@ -16,7 +17,9 @@ train` (cli/train.py) and the service's trainer (services/trainer/worker.py). Th
    cross-validated ECE on dev (`quality.calibrate`); those dev scores are kept
    with the checkpoint, for the version's quality report;
 3. the store rebuilt from every example given to fit, under its id, with the trained weights (`serve_store`:
-   a dev held out of them included, a dev given apart not);
+   a dev held out of them included, a dev given apart not); where a dev was held out, the sentence
+   reader is first tuned again, from the untuned one, on every example (step 3a): the served reader
+   learns dev's examples too, and k, T, lambda and the calibration chosen in step 2 carry over;
 4. `save_fitted` (`Estimator.save`): `checkpoints.save_classifier`, atomically.
 
 `dev_check` scores a trained classifier on dev as it would serve (accuracy, then the
@@ -50,6 +53,9 @@ from openbook.sentence_reader import ReaderConfig
 from openbook.store import KnowledgeStore
 from openbook.train_config import TrainConfig
 from openbook.training import DevScore, TrainResult, train
+
+# The stage of step 3a, a job's reader tuned again on every example (a dev held out of them included).
+READER_AGAIN = "reader-again"
 
 
 @dataclass(frozen=True)
@@ -181,6 +187,7 @@ def fit_classifier(
     result and the dev scores (None with fewer than 2 dev examples). `on_step` and `on_stage` are
     `training.train`'s: an exception they raise stops training there, and comes out of here."""
     train_set, dev_set = sets.train, sets.dev
+    untuned_reader = classifier.reader
     if classifier.reader is not None:
         tune_reader(classifier, train_set, config.seed, on_step=on_step, on_stage=on_stage)
     result = train(
@@ -222,6 +229,11 @@ def fit_classifier(
     dev_scores = None
     if len(dev_set.texts) >= 2:
         dev_metrics["calibration"], dev_scores = calibrate_on_dev(classifier, dev_set, embedded=dev)
+    if untuned_reader is not None and len(sets.store.ids) > len(train_set.texts):  # step 3a: dev's too
+        classifier.reader = untuned_reader
+        stored = LabelledTexts(sets.store.texts, classifier.label_indices(sets.store.labels), sets.store.ids)
+        tune_reader(classifier, stored, config.seed, on_step=on_step, on_stage=on_stage, stage=READER_AGAIN)
+        dev_metrics["reader_tuned_on"] = len(stored.texts)
     serve_store(classifier, sets.store, train_set, dev_set, dev)
     return dev_metrics, result, dev_scores
 
@@ -233,15 +245,16 @@ def tune_reader(
     *,
     on_step: Callable[[int, int, float], None] | None = None,
     on_stage: Callable[[str], None] | None = None,
+    stage: str = "reader",
 ) -> None:
     """Step 0b: the classifier's sentence reader, a copy of its own (the untrained one's is left as it
     was), tuned on the train examples by the contrastive loss (`SentenceReader.tune`), at its config's
     settings (the base's defaults for an untuned one) and the training's seed. Its book is re-keyed by the
-    tuned reader when next read."""
+    tuned reader when next read. Step 3a calls it again, on every example, as `stage` READER_AGAIN."""
     reader = classifier.reader
     assert reader is not None
     if on_stage is not None:
-        on_stage("reader")
+        on_stage(stage)
     base = reader.base
     tuning = reader.config or ReaderConfig(
         encoder=base.name, top_layers=base.top_layers, max_length=base.max_length

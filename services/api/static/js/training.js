@@ -12,7 +12,8 @@ const LOAD_TRIES = 300; // a published version is watched this many POLL_MS for 
 // What a running job's stage does, in words (JobOut.stage): only `training` counts its steps.
 const STAGES = {
   preparing: "the backbone loaded, the score to beat taken",
-  reader: "the sentence reader's top layers tuned on the examples",
+  reader: "the sentence reader's top layers tuned on the training examples",
+  "reader-again": "the sentence reader tuned again on every example, dev's too, for the served version",
   finishing: "kNN and calibration chosen on dev, the store embedded anew",
   judging: "the promotion gate, then publishing",
 };
