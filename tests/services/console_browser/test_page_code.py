@@ -186,3 +186,30 @@ def test_per_label_scores_are_ordered_worst_first(static_console: Console) -> No
         }"""
     )
     assert order == ["zero", "low_recall", "tie_a", "tie_b", "good", "unseen"]
+
+
+def test_the_loss_curve_keeps_the_prompts_training_alone(static_console: Console) -> None:
+    open_console(static_console)
+    curves = static_console.page.evaluate(
+        """async () => {
+          const { keepLoss } = await import("/console/js/training.js");
+          const seen = [
+            {stage: "preparing"},
+            {stage: "reader", progress: 0.5, loss: 3.1}, {stage: "reader", progress: 1, loss: 2.7},
+            {stage: "training", progress: 0.25, loss: 0.9}, {stage: "training", progress: 0.25, loss: 0.8},
+            {stage: "training", progress: 0.5, loss: "0.6"}, {stage: "finishing", progress: 1, loss: 0.5},
+            {stage: "reader-again", progress: 0.5, loss: 2.9},
+          ];
+          let losses = [], before = {};
+          const after = [];
+          for (const record of seen) {
+            losses = keepLoss(losses, before, record);
+            before = record;
+            after.push([...losses]);
+          }
+          return after;
+        }"""
+    )
+    assert curves[2] == []  # the reader's tuning draws nothing
+    assert curves[3] == [0.9] and curves[4] == [0.9]  # one point per progress step
+    assert curves[5] == [0.9, 0.6] and curves[-1] == [0.9, 0.6]  # kept through the stages after

@@ -151,11 +151,7 @@ async function poll() {
   for (const entry of open) {
     try {
       const record = await get(`/v1/jobs/${encodeURIComponent(entry.record.id)}`);
-      // The api may report the latest loss; keep one point per progress step to draw the curve.
-      if (typeof record.loss === "number" || typeof record.loss === "string") {
-        const loss = Number(record.loss);
-        if (record.progress !== entry.record.progress || !entry.losses.length) entry.losses.push(loss);
-      }
+      entry.losses = keepLoss(entry.losses, entry.record, record);
       if (record.stage !== entry.record.stage) entry.stageSince = Date.now();
       const finished = !FINAL.has(entry.record.state) && FINAL.has(record.state);
       entry.record = record;
@@ -318,6 +314,16 @@ async function promote(task, version) {
     say($("versions-status"), `Not promoted: ${error.status || ""} ${formatDetail(error.detail)}`, "error");
   }
   watchServing({ task, published: { version } });
+}
+
+// The api reports a job's latest loss: the curve keeps one point per progress step of the prompt's
+// training alone (a sentence reader's tuning reports its own loss and steps, in its own stages), and
+// starts again when the training stage begins. `before` is the job's record as last seen.
+export function keepLoss(losses, before, record) {
+  if (record.stage && record.stage !== "training") return losses;
+  const kept = record.stage !== before.stage ? [] : losses;
+  if (typeof record.loss !== "number" && typeof record.loss !== "string") return kept;
+  return record.progress !== before.progress || !kept.length ? [...kept, Number(record.loss)] : kept;
 }
 
 export function init(shared) {
