@@ -8,7 +8,7 @@
 # targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
 KEPT_BEST := --keep best
 
-.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 table-16shot-readers clinc150-readers learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
+.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 table-16shot-readers clinc150-readers clinc150-readers-trained learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
 
 eval-sst2: install
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
@@ -355,6 +355,14 @@ clinc150-readers: setfit
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
 		--methods zero-shot,knn,knn-interp --reader mpnet --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
 		--out docs/results/clinc150-readers-untrained-$(TABLE_BACKBONE)
+
+# clinc150's trained two readers: the default's training read with the reader's book and the slot store
+# (each record's readings and slot_readings), label vectors as the service scores 150 labels; 5 seeds,
+# resumable seed by seed.
+clinc150-readers-trained: setfit
+	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
+		--label-scoring vectors --methods retroprompt --reader mpnet --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
+		--device $(READERS_DEVICE) --out docs/results/clinc150-readers-trained-$(TABLE_BACKBONE)
 
 # clinc150: 150 intents, 10 examples per intent (--shots 10), the 4,500 in-scope test queries and the
 # 1,000 out-of-scope ones (scored for refusal only: docs/cli.md, "Data layout"). The untrained methods,
