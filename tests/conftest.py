@@ -1,8 +1,9 @@
 """The builders tests share, as fixtures (test modules import nothing from each other or from here).
 
 Tiny random backbones built from configs and saved/loaded through the real code path; the sentiment toy
-set and its prompt; toy tasks on disk in the k-shot layout; random knowledge stores; a few tiny training
-steps for the command lines; and the evaluation data under $OPENBOOK_DATA, for the few tests that read it.
+set and its prompt; toy tasks on disk in the k-shot layout; a few tiny training steps for the command
+lines; and the evaluation data under $OPENBOOK_DATA, for the few tests that read it. Random knowledge
+stores and tiny sentence encoders are tests/fixtures/'s, registered below.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import torch
 from openbook.prompting import Template, Verbalizer
 
 from tests.toy_datasets import ToyDatasets
+
+# The builders of their own modules, registered here: random knowledge stores, tiny sentence encoders.
+pytest_plugins = ["tests.fixtures.stores", "tests.fixtures.encoders"]
 
 CORPUS = [
     "the movie was great and fun",
@@ -376,37 +380,6 @@ def datasets_root() -> Path:
     return root
 
 
-STORE_DIM = 16  # the random stores' default dimension
-
-
-def _random_items(count: int, seed: int, *, dim: int = STORE_DIM, num_labels: int = 4, first_id: int = 0):
-    """(ids, vectors, labels) for `KnowledgeStore.add`: seeded Gaussian vectors, random labels."""
-    rng = np.random.default_rng(seed)
-    # Spread-out, shuffled ids so sorted order, insertion order and shard order all differ.
-    ids = first_id + rng.permutation(count * 3)[:count].astype(np.int64) * 7
-    return ids, rng.standard_normal((count, dim)).astype(np.float32), rng.integers(0, num_labels, count)
-
-
-def _filled_store(count: int = 300, seed: int = 0, *, dim: int = STORE_DIM, **options):
-    """A `KnowledgeStore(dim, **options)` holding `count` random items, and those items."""
-    from openbook.store import KnowledgeStore
-
-    store = KnowledgeStore(dim, **options)
-    items = _random_items(count, seed, dim=dim)
-    store.add(*items)
-    return store, items
-
-
-@pytest.fixture
-def random_items() -> Callable:
-    return _random_items
-
-
-@pytest.fixture
-def filled_store() -> Callable:
-    return _filled_store
-
-
 @pytest.fixture
 def count_tokenized(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any], Counter[str]]:
     """`count_tokenized(tokenizer)`: a Counter that counts, from then on, each text `tokenizer` is called
@@ -443,53 +416,3 @@ def training_flags() -> list[str]:
         "--max-length",
         "48",
     ]
-
-
-# The tiny sentence encoder's sizes: three layers, so that it can be cut after one or two.
-TINY_SENTENCE_MPNET = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 4,
-    "max_position_embeddings": 66,
-    "initializer_range": 0.3,  # peaked attention, as in _sharpen: a text's tokens shape its embedding
-}
-
-
-def _save_sentence_mpnet(directory: Path, tokenizer_dir: Path, **overrides) -> Path:
-    """A tiny random MPNet on the tiny BERT's WordPiece tokenizer, saved as a sentence-transformers folder
-    with the modules all-mpnet-base-v2 has: Transformer, Pooling (mean), Normalize."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
-    from transformers import AutoTokenizer, MPNetConfig, MPNetModel
-
-    # MPNet numbers positions past id 1, its <pad>; here id 1 is [UNK], which the corpus's words avoid
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    torch.manual_seed(0)
-    hf_dir = directory / "hf"
-    MPNetModel(MPNetConfig(vocab_size=len(tokenizer), **(TINY_SENTENCE_MPNET | overrides))).save_pretrained(
-        hf_dir
-    )
-    tokenizer.save_pretrained(hf_dir)
-    transformer = Transformer(str(hf_dir), max_seq_length=64)
-    modules = [transformer, Pooling(transformer.get_embedding_dimension(), "mean"), Normalize()]
-    SentenceTransformer(modules=modules, device="cpu").save(str(directory / "st"))
-    return directory / "st"
-
-
-@pytest.fixture(scope="session")
-def sentence_mpnet_dir(masked_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random MPNet sentence encoder (3 layers, hidden size 32), as a sentence-transformers folder."""
-    return _save_sentence_mpnet(tmp_path_factory.mktemp("tiny-sentence-mpnet"), masked_dir)
-
-
-@pytest.fixture(scope="session")
-def reader_mpnet_dir(masked_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny MPNet with 5 layers: a reader at the default cut (its top 4 layers) leaves one shared. For
-    the tests of the plumbing around a reader (classifier, fit, checkpoint, service), not its tuning."""
-    return _save_sentence_mpnet(
-        tmp_path_factory.mktemp("tiny-reader-mpnet"),
-        masked_dir,
-        num_hidden_layers=5,
-        max_position_embeddings=130,  # texts of the default max_length, 128 tokens
-    )
