@@ -340,8 +340,8 @@ readers-judge: setfit judged-splits-5
 # with the reader probe 3 keeps, and the rule on how the readers combine (two-readers --combine).
 readers-judge-2: setfit judged-splits-5
 	$(BIN)/python -m research eval --data $(JUDGE5_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
-		--methods retroprompt --reader mpnet --seeds $(JUDGE5_SEEDS) --parallel $(PARALLEL) --device $(READERS_DEVICE) \
-		--out docs/results/readers-judge-2-$(TABLE_BACKBONE)
+		--methods retroprompt --reader mpnet --keep-distributions --seeds $(JUDGE5_SEEDS) --parallel $(PARALLEL) \
+		--device $(READERS_DEVICE) --out docs/results/readers-judge-2-$(TABLE_BACKBONE)
 
 table-16shot-readers: setfit
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \

@@ -71,6 +71,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         " its neighbours as it comes, each trained method's run tunes it on the training examples first;"
         " not with a peer",
     )
+    evaluate.add_argument(
+        "--keep-distributions",
+        action="store_true",
+        help="with --reader: keep each trained run's readings' distributions on dev and test in"
+        " OUT/distributions/ (for rules read later on how the readers combine; large at many labels)",
+    )
     add_knn_arguments(evaluate)
     evaluate.add_argument("--out", required=True, help="results directory; runs already in it are skipped")
     evaluate.add_argument(
@@ -233,7 +239,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 on_record=save,
                 shots=args.shots,
                 load=loader(task),
-                out=Path(args.out),
+                out=Path(args.out) if args.keep_distributions else None,
             )
         for peer_name, pending in pending_peers.items():
             evaluate_setfit(

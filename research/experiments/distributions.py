@@ -1,13 +1,14 @@
 """Each reader's distributions of a trained run, kept beside its record so that a rule on how the readers
 combine can be read on a finished grid without training again.
 
-A trained run with a sentence reader (`eval --reader`) writes `distributions/<task>-<seed>.json.gz` in
-its `--out`: the gold label indices of dev and test (OUT_OF_SCOPE rows included, as in the records) and,
-for each reading, its probabilities on both under the settings dev chose for it (k, T and λ, in
-`params`). Readings: `zero-shot` (P_LM, the trained prompt alone), `knn` and `knn-interp` over the
-reader's book, `book` (the reader's P_kNN at knn-interp's k and T: what its λ mixes in), and `slot:knn`
-and `slot:knn-interp` over the slot store. Probabilities are rounded to 4
-decimals (a few kB per run, gzipped).
+A trained run with a sentence reader (`eval --reader --keep-distributions`) writes
+`distributions/<task>-<seed>.json.gz` in its `--out`: the gold label indices of dev and test
+(OUT_OF_SCOPE rows included, as in the records) and, for each reading, its probabilities on both under
+the settings dev chose for it (k, T and λ, in `params`). Readings: `zero-shot` (P_LM, the trained prompt
+alone), `knn` and `knn-interp` over the reader's book, `book` (the reader's P_kNN at knn-interp's k and
+T: what its λ mixes in), and `slot:knn` and `slot:knn-interp` over the slot store. Probabilities are
+rounded to 4 decimals: some 50 kB a run of 500 test texts and 6 labels, gzipped, but 8 MB at 150
+labels, hence asked for.
 """
 
 from __future__ import annotations

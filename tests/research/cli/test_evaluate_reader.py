@@ -18,7 +18,8 @@ def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
     args = [
         "eval", "--data", str(data), "--task", "toy", "--seeds", "1", "--out", str(out),
         "--template", "{text} It was {mask}", "--labels", "0=bad,1=good", "--backbone", str(causal_dir),
-        "--methods", "retroprompt", "--reader", str(reader_mpnet_dir), *training_flags,
+        "--methods", "retroprompt", "--reader", str(reader_mpnet_dir), "--keep-distributions",
+        *training_flags,
     ]  # fmt: skip
     assert main(args) == 0
     (record,) = json.loads((out / "results.json").read_text())
@@ -32,7 +33,14 @@ def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
     assert readings["zero-shot"] == slots["zero-shot"]  # one prompt, its book read two ways
     assert record["accuracy"] == readings["knn-interp"]["accuracy"]
     assert json.loads((out / "settings.json").read_text())["reader"] == str(reader_mpnet_dir)
-    # each reading's distributions kept for rules read later: what the record scored, row by row
+    # each reading's distributions kept for rules read later (asked for: large at many labels), what the
+    # record scored, row by row
+    plain = [a for a in args if a != "--keep-distributions"]
+    plain[plain.index("--out") + 1] = str(tmp_path / "plain")
+    assert main(plain) == 0
+    assert (tmp_path / "plain" / "results.json").exists() and not (
+        tmp_path / "plain" / "distributions"
+    ).exists()
     (kept,) = read_distributions(out)
     assert (kept["task"], kept["seed"], kept["labels"]) == ("toy", 1, ["0", "1"])
     assert set(kept["readings"]) == {"zero-shot", "knn", "knn-interp", "book", "slot:knn", "slot:knn-interp"}
