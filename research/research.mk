@@ -89,10 +89,15 @@ learning-curve: setfit
 	$(BIN)/python -m research learning-curve $(CURVE_UNITS) --orders fixed,uncertainty --baselines $(CURVE_BASELINES)
 
 # The same curve with the service's tasks reading their book with the sentence reader (two readers), the
-# fixed order, beside the same baselines (the untrained task's knn-interp then reads the reader's book).
+# fixed order, beside the untrained task (whose knn-interp then reads the reader's book); prompt-ft and
+# SetFit-MPNet, which read no book of ours, are copied from the curve above once the units are in
+# (the same tasks, seeds, rounds, examples and test sample; checked), not trained again.
+READERS_CURVE_DIR = docs/learning-curve-readers-$(CURVE_BACKBONE)
 learning-curve-readers: setfit
-	$(BIN)/python -m research learning-curve $(subst $(CURVE_DIR),docs/learning-curve-readers-$(CURVE_BACKBONE),$(CURVE_UNITS)) \
-		--orders fixed --reader mpnet --baselines $(CURVE_BASELINES)
+	$(BIN)/python -m research learning-curve $(subst $(CURVE_DIR),$(READERS_CURVE_DIR),$(CURVE_UNITS)) \
+		--orders fixed --reader mpnet --baselines knn-interp
+	$(BIN)/python -m research learning-curve --out $(READERS_CURVE_DIR) --baselines prompt-ft,setfit \
+		--baselines-from docs/learning-curve-retroprompt-$(CURVE_BACKBONE)
 learning-curve-setfit: setfit
 	$(BIN)/python -m research learning-curve $(CURVE_UNITS) --orders fixed --baselines setfit --baselines-only
 

@@ -110,6 +110,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "separate processes) into --out, refusing different setups and duplicate records",
     )
     parser.add_argument(
+        "--baselines-from",
+        type=Path,
+        metavar="DIR",
+        help="run nothing: copy into --out the --baselines that curve DIR recorded for --out's tasks, seeds"
+        " and rounds (baselines that do not depend on what differs: prompt-ft, SetFit), checked to have"
+        " run with the same settings",
+    )
+    parser.add_argument(
         "--relabel",
         action="store_true",
         help="run nothing: name the SetFit baselines in --out by the options they ran with (a MiniLM "
@@ -141,8 +149,18 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         merge_results(args.out, args.merge)
         print(f"merged {len(args.merge)} result directories into {args.out}")
         return
+    if args.baselines_from:
+        from research.learning_curve.setup import copy_baselines
+
+        if not args.baselines:
+            raise ValueError("--baselines-from copies the --baselines named; name them")
+        copied = copy_baselines(
+            args.out, args.baselines_from, [canonical_baseline(b) for b in args.baselines]
+        )
+        print(f"copied {len(copied)} baseline records from {args.baselines_from} into {args.out}")
+        return
     if not args.task:
-        raise ValueError("--task is required (unless --merge or --relabel)")
+        raise ValueError("--task is required (unless --merge, --baselines-from or --relabel)")
     if args.parallel < 1:
         raise ValueError(f"--parallel must be at least 1, got {args.parallel}")
     settings = CurveSettings(

@@ -97,7 +97,8 @@ class Baselines:
 
     def _prompt_ft(self, ids: Sequence[int], seed: int) -> np.ndarray:
         self._restore()
-        estimator = Estimator(task_classifier(self.task, self.backbone), build_method("prompt-ft"))
+        plain = self.task.model_copy(update={"reader": None})  # the prompt alone, whatever the service reads
+        estimator = Estimator(task_classifier(plain, self.backbone), build_method("prompt-ft"))
         try:  # as the service's jobs train
             texts, labels = [self.data.train[i].text for i in ids], [self.data.train[i].label for i in ids]
             estimator.fit(texts, labels, ids=ids, **dataclasses.asdict(self.config))

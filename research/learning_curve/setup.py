@@ -12,6 +12,7 @@ from pathlib import Path
 
 from openbook.methods import method_config
 
+from research import PROG
 from research.experiments.setfit_peer import is_peer, peer_config, recorded_peer_spec
 from research.learning_curve.report import CurveRecord, read_results, write_results
 from research.learning_curve.settings import CurveSettings
@@ -45,14 +46,17 @@ def _setup(settings: dict) -> dict:
 def _baseline_keys(baselines: Sequence[str]) -> set[str]:
     """The setup keys the baselines' records depend on: the scored sample (`test_size`, `judge`); the
     backbone for the ones it runs, and the service's training settings for prompt-ft, which trains as a
-    job does; a SetFit baseline's own options alone. The service's method, gate and pool are not among
-    them: a SetFit baseline can join a curve whose service ran under another budget."""
+    job does; the untrained task's reader; a SetFit baseline's own options alone. The service's method,
+    gate and pool are not among them: a SetFit baseline can join a curve whose service ran under another
+    budget, and prompt-ft one whose service reads with a sentence reader."""
     keys = {"test_size", "judge"}
     for name in baselines:
         if is_peer(name):
             keys.add(f"baseline {name}")
-        else:
-            keys |= {"backbone", "max_length", *(["training"] if name == "prompt-ft" else [])}
+        elif name == "prompt-ft":  # the prompt alone, trained as a job trains, with no sentence reader
+            keys |= {"backbone", "max_length", "training"}
+        else:  # the untrained task: the service's, its book read by the reader where it has one
+            keys |= {"backbone", "max_length", "reader"}
     return keys
 
 
@@ -113,6 +117,64 @@ def merge_results(out: Path, sources: Sequence[Path]) -> list[CurveRecord]:
         raise ValueError(f"recorded more than once (task, seed, order, series, round): {twice[:5]}")
     write_results(out, runs, records)
     return records
+
+
+def copy_baselines(out: Path, source: Path, names: Sequence[str]) -> list[CurveRecord]:
+    """Add to `out` the records of the baselines `names` that `source` holds for `out`'s own tasks, seeds
+    and rounds, each as a run of that baseline alone: a baseline that does not depend on what differs
+    between the two curves (prompt-ft, SetFit) need not train again. Each copied run keeps the command,
+    hardware and settings of the `source` run that recorded the baseline, and says where it came from.
+
+    ValueError, with nothing written, if `out` or `source` holds no curve, if a baseline's setup differs
+    between them (`_baseline_keys`: the untrained task's reader, prompt-ft's training, SetFit's options as
+    they are today), if `source` lacks a round of `out`'s grid, or if `out` has one of the records (a
+    baseline copied before, its records the same, is left as it is)."""
+    runs, records = read_results(out)
+    their_runs, their_records = read_results(source)
+    if not runs or not their_runs:
+        raise ValueError(f"{out if not runs else source} holds no learning-curve results")
+    grid = {(r.task, r.seed, r.shots) for r in records if r.order == "fixed"}
+    have = {(r.task, r.seed, r.order, r.method, r.shots) for r in records}
+    new_runs, copied = [], []
+    for name in names:
+        origins = [run for run in their_runs if name in run["settings"].get("baselines", [])]
+        if not origins:
+            raise ValueError(f"{source} recorded no {name} baseline")
+        mine = [
+            r
+            for r in their_records
+            if r.method == name and r.order == "fixed" and (r.task, r.seed, r.shots) in grid
+        ]
+        missing = sorted(grid - {(r.task, r.seed, r.shots) for r in mine})
+        if missing:
+            raise ValueError(
+                f"{source} lacks {name} rounds of {out}'s grid (task, seed, round): {missing[:5]}"
+            )
+        today = {"baselines": [name], "peer_configs": peer_configs_of([name]), "baselines_only": True}
+        run = _plain(
+            origins[-1]
+            | {
+                "command": f"copied from {source} by `{PROG} learning-curve --out {out} --baselines-from "
+                f"{source} --baselines {name}`; made by: {origins[-1]['command']}",
+                "settings": origins[-1]["settings"] | {"baselines": [name], "baselines_only": True},
+                "units": sorted({(r.task, r.seed, r.order) for r in mine}),
+            }
+        )
+        assert isinstance(run, dict)
+        differ = _differing(_setup(runs[0]["settings"] | today), _setup(run["settings"]))
+        if differ:
+            raise ValueError(f"{source}'s {name} ran with other settings than {out}'s: {', '.join(differ)}")
+        twice = sorted(key for r in mine if (key := (r.task, r.seed, r.order, r.method, r.shots)) in have)
+        if len(twice) == len(mine) and all(r in records for r in mine):
+            continue  # copied before: the same records
+        if twice:
+            raise ValueError(
+                f"{out} has these records already (task, seed, order, series, round): {twice[:5]}"
+            )
+        new_runs.append(run)
+        copied += mine
+    write_results(out, [*runs, *new_runs], [*records, *copied])
+    return copied
 
 
 def relabel_curve(out: Path) -> dict[str, str]:

@@ -87,3 +87,30 @@ def test_a_setfit_baseline_goes_by_its_canonical_spec() -> None:
     assert canonical_baseline("setfit/encoder=mpnet") == "setfit"
     assert canonical_baseline("setfit/max-steps=500/encoder=minilm") == "setfit/encoder=minilm/max-steps=500"
     assert canonical_baseline("prompt-ft") == "prompt-ft"
+
+
+def test_prompt_ft_trains_the_prompt_alone_where_the_service_reads_with_a_reader(
+    causal_dir: Path, reader_mpnet_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from research.learning_curve import baselines as module
+
+    trained: list[object] = []  # each prompt-ft estimator's classifier's reader
+    estimator = module.Estimator
+    monkeypatch.setattr(
+        module,
+        "Estimator",
+        lambda classifier, method: trained.append(classifier.reader) or estimator(classifier, method),
+    )
+    backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))
+    data = _data()
+    settings = CurveSettings(
+        tmp_path, tmp_path, ["SST-2"], [13], backbone=str(causal_dir), reader=str(reader_mpnet_dir)
+    )
+    task = Task.model_validate(
+        {**settings.task_spec("sst-2-13-fixed", data, backbone.kind), "backbone": str(causal_dir)}
+    )
+    assert task.reader == str(reader_mpnet_dir)  # the service's task reads with it
+    baselines = Baselines(backbone, task, data, TrainConfig(steps=2, batch_size=4, eval_every=1, patience=1))
+    first, second = fixed_rounds(data.train, 13, [2, 4])
+    assert 0.0 <= baselines.accuracy("prompt-ft", first + second, 13) <= 1.0
+    assert trained == [None]  # prompt-ft's classifier reads no book of the reader's
