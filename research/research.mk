@@ -322,11 +322,13 @@ PROBE3 = $(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --
 two-readers-probe3: setfit
 	$(PROBE3) --tasks SST-2,mpqa & first=$$!; $(PROBE3) --tasks sst-5,trec; second=$$?; wait $$first && exit $$second
 
-# Probe 5 (the kept reader's tuning in bfloat16): PROBE5_VARIANT names probe 3's kept variant in bfloat16.
+# Probe 5 (the kept reader's tuning in bfloat16): PROBE5_VARIANT names probe 3's kept variant in bfloat16;
+# two processes, as probe 3's float32 runs were, so that the tuning times compare.
 PROBE5_VARIANT ?= t4b:4:60:1e-4:bfloat16
+PROBE5 = $(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --shots 16 \
+	--variants $(PROBE5_VARIANT) --out docs/results/two-readers-probe3-dev
 two-readers-probe5: setfit
-	$(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --shots 16 \
-		--variants $(PROBE5_VARIANT) --out docs/results/two-readers-probe3-dev
+	$(PROBE5) --tasks SST-2,mpqa & first=$$!; $(PROBE5) --tasks sst-5,trec; second=$$?; wait $$first && exit $$second
 
 # Probe 4 (all 12 layers, over a task's cap: whether adapters over all layers are worth building).
 two-readers-probe4: setfit
@@ -348,9 +350,12 @@ readers-judge-2: setfit judged-splits-5
 		--methods retroprompt --reader mpnet --keep-distributions --seeds $(JUDGE5_SEEDS) --parallel $(PARALLEL) \
 		--device $(READERS_DEVICE) --out docs/results/readers-judge-2-$(TABLE_BACKBONE)
 
+# The 16-shot table's two readers' rows (each record's readings: the prompt alone, the reader's book alone,
+# both, and the slot store's), keeping the distributions so that the combination the judge picks is read
+# on these same runs (two-readers --combine) without training again.
 table-16shot-readers: setfit
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \
-		--methods retroprompt --reader mpnet --seeds 13,21,42,87,100 --parallel $(PARALLEL) --device $(READERS_DEVICE) \
+		--methods retroprompt --reader mpnet --keep-distributions --seeds 13,21,42,87,100 --parallel $(PARALLEL) --device $(READERS_DEVICE) \
 		--out docs/results/16shot-readers-$(TABLE_BACKBONE)
 
 # clinc150's untrained task with the reader: the untrained methods read the frozen encoder's book, each

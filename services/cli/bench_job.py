@@ -138,6 +138,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         f"trained on {examples['train']} examples, {examples['dev']} held out as dev: {dev['steps_run']} of "
         f"{dev['step_budget']} steps run, the best dev score at step {dev['best_step']}"
     )
+    if "reader_tuned_on" in dev:
+        print(f"the served reader tuned again on all {dev['reader_tuned_on']} stored examples")
     print(f"gate: {summary['verdict']}, dev scores {summary['gate']}")
     _record(
         args,
@@ -147,11 +149,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             "job_done_s": round(done, 1),
             "served_s": round(served, 1),
             "trained_on": examples,
-            "dev_metrics": {key: dev[key] for key in ("steps_run", "step_budget", "best_step")},
+            "dev_metrics": {key: dev[key] for key in RECORDED_DEV_METRICS if key in dev},
             "gate": summary["verdict"],
         },
     )
     return 0
+
+
+# What a run's record keeps of its version's dev metrics (reader_tuned_on: only where a reader is)
+RECORDED_DEV_METRICS = ("steps_run", "step_budget", "best_step", "reader_tuned_on")
 
 
 def _record(args: argparse.Namespace, argv: Sequence[str], outcome: dict) -> None:

@@ -169,3 +169,7 @@ def test_bench_job_with_a_reader_reads_its_time_against_the_budget(
     assert share == pytest.approx(done / 300, abs=0.01)
     (record,) = json.loads((records / "job.json").read_text())
     assert record["reader"] == str(reader_mpnet_dir)
+    # the served reader learned every stored example, dev's too, and the record says so
+    tuned_on = record["dev_metrics"]["reader_tuned_on"]
+    assert tuned_on == sum(record["trained_on"].values())
+    assert f"tuned again on all {tuned_on} stored examples" in out
