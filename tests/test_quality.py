@@ -7,6 +7,7 @@ from openbook.classifier import Classifier
 from openbook.knn import KnnConfig
 from openbook.prompting import Template, Verbalizer
 from openbook.quality import (
+    SLOT_VECTORS,
     Scored,
     abstains,
     calibrate,
@@ -14,6 +15,8 @@ from openbook.quality import (
     leave_one_out,
     most_confused,
     quality_report,
+    readers_of,
+    readers_on_dev,
     threshold_for_accuracy,
 )
 
@@ -200,3 +203,42 @@ def test_a_mislabelled_example_is_the_top_suspect(causal_backbone):
     assert (report.suspects[0].label, report.suspects[0].predicted) == ("b", "a")
     assert report.suspects[0].confidence > 0.9
     assert report.confusion.sum() == len(texts) and report.accuracy == pytest.approx(10 / 11)
+
+
+def test_each_reader_alone_is_scored_beside_the_served_prediction(causal_backbone):
+    """Leave-one-out keeps P_LM and P_kNN: the prompt alone scores as the prompt scores the texts with no
+    store at all, and at λ = 1 the served prediction is the book's."""
+    verbalizer = Verbalizer.parse("a=good,b=bad")
+    knn = KnnConfig(k=3, temperature=0.01, lam=1.0, similarity="cosine")
+    classifier = Classifier(causal_backbone, Template("{text} It was {mask}"), verbalizer, knn=knn)
+    texts, labels = [*A, *B], ["a"] * len(A) + ["b"] * len(B)
+    ids = classifier.add_examples(texts, labels, ids=np.arange(len(texts)))
+    scored = leave_one_out(classifier, texts, labels, ids)
+    readers = readers_of(scored, classifier.served_knn().lam, SLOT_VECTORS)
+
+    alone = Classifier(causal_backbone, Template("{text} It was {mask}"), verbalizer, knn=knn)
+    p_lm = alone.score(alone.embed(texts)).probabilities  # an empty store: the prompt alone
+    assert readers.prompt == pytest.approx(float(np.mean(p_lm.argmax(1) == scored.gold)))
+    assert readers.book == pytest.approx(quality_report(scored, classifier.labels).accuracy)
+    assert (readers.lam, readers.book_keyed_by) == (1.0, SLOT_VECTORS)
+
+    empty = Scored(scored.ids, scored.gold, scored.probabilities, scored.p_lm, None)
+    assert readers_of(empty, None, SLOT_VECTORS).book is None
+    both = Scored.concatenate([scored, scored])
+    assert both.p_knn is not None and len(both.p_knn) == 2 * len(texts)
+    assert Scored.concatenate([scored, empty]).p_knn is None  # kept only where every part has it
+    with pytest.raises(ValueError, match="a reader's distributions"):
+        Scored(scored.ids, scored.gold, scored.probabilities, scored.p_lm[:1])
+
+
+def test_a_trained_versions_readers_are_read_from_what_its_manifest_recorded_of_dev():
+    manifest = {
+        "dev_metrics": {"accuracy": 0.8, "accuracy_with_knn": 0.9, "accuracy_knn_alone": 0.85},
+        "knn": {"k": 16, "lam": 0.4},
+        "reader": {"base": {"name": "mpnet"}},
+    }
+    readers = readers_on_dev(manifest)
+    assert readers is not None and (readers.prompt, readers.book, readers.lam) == (0.8, 0.85, 0.4)
+    assert readers.book_keyed_by == "mpnet"
+    assert readers_on_dev({**manifest, "reader": None}).book_keyed_by == SLOT_VECTORS
+    assert readers_on_dev({**manifest, "dev_metrics": {}}) is None  # trained without dev

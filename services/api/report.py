@@ -20,7 +20,7 @@ from typing import Any
 
 from openbook.artifacts import MANIFEST_NAME
 from openbook.fitting import scored_from_record
-from openbook.quality import Scored, report_of
+from openbook.quality import SLOT_VECTORS, Readers, Scored, readers_of, readers_on_dev, report_of
 
 from services.api import schemas
 from services.bus import versions
@@ -48,8 +48,11 @@ def task_report(
         scored, model_version, store_version = runtime.leave_one_out(on_chunk)
         if len(scored.ids) == 0:
             raise NoReport(409, f"task {runtime.task.name!r} has no labelled example to score")
+        classifier = runtime.classifier
+        keyed_by = SLOT_VECTORS if classifier.reader is None else classifier.reader.base.name
+        readers = readers_of(scored, classifier.served_knn().lam if len(classifier.store) else None, keyed_by)
         return _report(
-            runtime, scored, model_version, store_version, "leave-one-out", 1.0, runtime.classifier.labels
+            runtime, scored, model_version, store_version, "leave-one-out", 1.0, classifier.labels, readers
         )
     name = runtime.task.name
     if version is None:
@@ -74,6 +77,7 @@ def task_report(
         manifest.get("dev_scored_on", "dev"),
         float(manifest["confidence_temperature"]),
         tuple(manifest["labels"]),
+        readers_on_dev(manifest),
     )
 
 
@@ -92,10 +96,11 @@ def _report(
     scored_by: str,
     temperature: float,
     labels: tuple[str, ...],
+    readers: Readers | None,
 ) -> schemas.ReportOut:
     """`raw` are the scores before any confidence temperature; the report reads them at `temperature`,
     the one the scored version serves with."""
-    described = report_of(raw, labels, temperature)
+    described = report_of(raw, labels, temperature, readers)
     for suspect in described["suspect_examples"]:
         suspect["text"] = runtime.texts.get(suspect["id"])
     return schemas.ReportOut(

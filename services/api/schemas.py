@@ -398,6 +398,16 @@ class ReportPending(BaseModel):
     elapsed_s: float  # since the computation began (a request that joins it sees its whole age)
 
 
+class ReadersOut(BaseModel):
+    """Each reader alone on the report's examples; the served prediction, both read, is the report's
+    `accuracy`. `book_keyed_by`: the task's sentence reader, or "slot vectors" (the prompt's own)."""
+
+    prompt: float | None  # accuracy of P_LM alone (None: not recorded)
+    book: float | None  # accuracy of P_kNN alone (None: an empty store, or not recorded)
+    lam: float | None  # the weight the served prediction gives the book
+    book_keyed_by: str
+
+
 class ReportOut(BaseModel):
     task: str
     model_version: str
@@ -417,4 +427,5 @@ class ReportOut(BaseModel):
     coverage: list[CoverageOut]  # thresholds 0, 0.05, ..., 1
     suspect_examples: list[SuspectOut]  # predicted as another label with confidence >= 0.5, most sure first
     confused_pairs: list[ConfusedPairOut]  # the confusion's 10 largest off-diagonal cells, largest first
+    readers: ReadersOut | None  # None: a version that recorded no reader alone (trained without dev)
     min_confidence: float | None  # the task's

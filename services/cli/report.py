@@ -62,13 +62,14 @@ def _from_service(args: argparse.Namespace) -> dict[str, Any]:
 def _from_checkpoint(path: Path) -> dict[str, Any]:
     from openbook.artifacts import verify_checkpoint
     from openbook.fitting import scored_from_record
-    from openbook.quality import report_of
+    from openbook.quality import readers_on_dev, report_of
 
     manifest = verify_checkpoint(path)  # CheckpointError (a ValueError) unless whole and as written
     if manifest.get("dev_scores") is None:
         raise ValueError(f"{path} keeps no dev scores (saved without them, or with fewer than 2)")
     temperature = float(manifest["confidence_temperature"])
-    report = report_of(scored_from_record(manifest["dev_scores"]), manifest["labels"], temperature)
+    scored = scored_from_record(manifest["dev_scores"])
+    report = report_of(scored, manifest["labels"], temperature, readers_on_dev(manifest))
     return {
         "checkpoint": str(path),
         "model_version": manifest.get("version", path.name),

@@ -215,7 +215,8 @@ class TaskRuntime:
                 known = set(classifier.labels)
                 ids = np.array([i for i in sorted(self.labels) if self.labels[i] in known], dtype=np.int64)
                 texts, labels = [self.texts[int(i)] for i in ids], [self.labels[int(i)] for i in ids]
-            parts = [Scored(ids[:0], ids[:0], np.zeros((0, len(known))))]  # what no example gives
+            nothing = np.zeros((0, len(known)))
+            parts = [Scored(ids[:0], ids[:0], nothing, nothing, nothing)]  # what no example gives
             if on_chunk is not None:
                 on_chunk(0, len(ids))
             for start in range(0, len(ids), LOO_CHUNK):
@@ -227,7 +228,7 @@ class TaskRuntime:
                 if on_chunk is not None:
                     on_chunk(min(start + LOO_CHUNK, len(ids)), len(ids))
             else:
-                scored = Scored(*(np.concatenate([getattr(p, f) for p in parts]) for f in Scored.FIELDS))
+                scored = Scored.concatenate(parts)
                 self.loo_cache = (classifier, key, scored)
                 return scored, *key
         raise StaleRuntime(self.task.name)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -45,13 +45,15 @@ _FLOOR = 1e-12  # log P of a label given no probability at all
 
 @dataclass(frozen=True)
 class Scored:
-    """Labelled examples and the distribution a classifier gave each."""
+    """Labelled examples and the distribution a classifier gave each; where the scoring kept them, each
+    reader's own distribution too (P_LM, the prompt's; P_kNN, the stored examples' neighbours', None
+    with an empty store)."""
 
     ids: np.ndarray  # (N,) int64
     gold: np.ndarray  # (N,) label indices
     probabilities: np.ndarray  # (N, C)
-
-    FIELDS: ClassVar[tuple[str, ...]] = ("ids", "gold", "probabilities")
+    p_lm: np.ndarray | None = None  # (N, C)
+    p_knn: np.ndarray | None = None  # (N, C)
 
     def __post_init__(self) -> None:
         n = len(self.ids)
@@ -60,6 +62,23 @@ class Scored:
                 f"ids {self.ids.shape}, gold {self.gold.shape} and probabilities "
                 f"{self.probabilities.shape} do not describe the same examples"
             )
+        for reader in (self.p_lm, self.p_knn):
+            if reader is not None and reader.shape != self.probabilities.shape:
+                shape = self.probabilities.shape
+                raise ValueError(f"a reader's distributions {reader.shape} are not {shape}")
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[Scored]) -> Scored:
+        """The parts' examples, in order (at least one part); a reader's distributions are kept where
+        every part has them."""
+
+        def joined(name: str) -> np.ndarray | None:
+            arrays = [getattr(part, name) for part in parts]
+            return None if any(a is None for a in arrays) else np.concatenate(arrays)
+
+        ids, gold, probabilities = (joined(name) for name in ("ids", "gold", "probabilities"))
+        assert ids is not None and gold is not None and probabilities is not None  # never None
+        return cls(ids, gold, probabilities, joined("p_lm"), joined("p_knn"))
 
     @property
     def predicted(self) -> np.ndarray:  # (N,)
@@ -107,6 +126,43 @@ class ConfusedPair:
     label: str  # as labelled
     predicted: str
     count: int  # examples of `label` predicted as `predicted`
+
+
+@dataclass(frozen=True)
+class Readers:
+    """Each reader alone on the scored examples, beside the served prediction (the report's accuracy):
+    the prompt (P_LM), the book (P_kNN over the stored examples, keyed by `book_keyed_by`: a sentence
+    reader's name, or the prompt's slot vectors) and the weight λ the served prediction gives the book."""
+
+    prompt: float | None  # accuracy of P_LM alone; None where not recorded
+    book: float | None  # accuracy of P_kNN alone; None with an empty store or none recorded
+    lam: float | None  # None where not recorded
+    book_keyed_by: str
+
+
+SLOT_VECTORS = "slot vectors"  # what keys the book of a task without a sentence reader
+
+
+def readers_of(scored: Scored, lam: float | None, book_keyed_by: str) -> Readers:
+    """`Readers` from the distributions `scored` kept (an untrained task's leave-one-out pass)."""
+
+    def accuracy(p: np.ndarray | None) -> float | None:
+        return None if p is None or len(p) == 0 else float(np.mean(p.argmax(1) == scored.gold))
+
+    return Readers(accuracy(scored.p_lm), accuracy(scored.p_knn), lam, book_keyed_by)
+
+
+def readers_on_dev(manifest: dict[str, Any]) -> Readers | None:
+    """`Readers` of a trained version, from what its checkpoint's manifest recorded of dev: the prompt's
+    accuracy alone (`accuracy`), the neighbours' (`accuracy_knn_alone`) and the served λ. None where the
+    version was trained without dev."""
+    metrics = manifest.get("dev_metrics") or {}
+    if "accuracy" not in metrics:
+        return None
+    reader = manifest.get("reader")
+    keyed_by = SLOT_VECTORS if reader is None else str(reader["base"]["name"])
+    lam = (manifest.get("knn") or {}).get("lam")
+    return Readers(metrics["accuracy"], metrics.get("accuracy_knn_alone"), lam, keyed_by)
 
 
 @dataclass(frozen=True)
@@ -320,7 +376,9 @@ def score_examples(
     embeddings = (
         classifier.embed(texts, exclude_ids=exclude, progress=progress) if embedded is None else embedded
     )
-    return Scored(ids, gold, classifier.score(embeddings, exclude_ids=exclude).probabilities)
+    scores = classifier.score(embeddings, exclude_ids=exclude)
+    p_knn = None if len(classifier.store) == 0 else scores.p_knn
+    return Scored(ids, gold, scores.probabilities, scores.p_lm, p_knn)
 
 
 def leave_one_out(
@@ -339,7 +397,10 @@ def leave_one_out(
 
 
 def describe(
-    report: QualityReport, calibration: Calibration | None, temperature: float = 1.0
+    report: QualityReport,
+    calibration: Calibration | None,
+    temperature: float = 1.0,
+    readers: Readers | None = None,
 ) -> dict[str, Any]:
     """The report as JSON keeps it (the service's `ReportOut` and `openbook report --json` say the same);
     `temperature` is the one the scored classifier serves with."""
@@ -355,12 +416,15 @@ def describe(
         "coverage": [asdict(point) for point in report.coverage],
         "suspect_examples": [asdict(suspect) for suspect in report.suspects],
         "confused_pairs": [asdict(pair) for pair in report.confused_pairs],
+        "readers": None if readers is None else asdict(readers),
     }
 
 
-def report_of(raw: Scored, labels: Sequence[str], temperature: float = 1.0) -> dict[str, Any]:
+def report_of(
+    raw: Scored, labels: Sequence[str], temperature: float = 1.0, readers: Readers | None = None
+) -> dict[str, Any]:
     """`describe` of the report of `raw` scores (before any temperature) read at `temperature`, with the
-    calibration check of `raw` (None with fewer than 2 examples)."""
+    calibration check of `raw` (None with fewer than 2 examples) and each reader alone (`readers`)."""
     served = Scored(raw.ids, raw.gold, with_temperature(raw.probabilities, temperature))
     calibration = calibrate(raw) if len(raw.ids) >= 2 else None
-    return describe(quality_report(served, labels), calibration, temperature)
+    return describe(quality_report(served, labels), calibration, temperature, readers)

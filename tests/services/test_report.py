@@ -51,6 +51,9 @@ def test_report_finds_the_mislabelled_example_and_relabelling_it_clears_it(make_
         assert (top["id"], top["label"], top["predicted"]) == (MISLABELLED, "b", "a")
         assert top["text"] == "the movie was great and fun" and top["confidence"] > 0.9
         assert report["calibration"]["folds"] == 5
+        readers = report["readers"]
+        assert readers["book_keyed_by"] == "slot vectors" and 0 <= readers["lam"] <= 1
+        assert 0 <= readers["prompt"] <= 1 and 0 <= readers["book"] <= 1
 
         relabelled = api.patch(f"/v1/tasks/clusters/examples/{MISLABELLED}", json={"label": "a"})
         assert relabelled.status_code == 200, relabelled.text
@@ -60,6 +63,7 @@ def test_report_finds_the_mislabelled_example_and_relabelling_it_clears_it(make_
         assert after["store_version"] == relabelled.json()["store_version"] != report["store_version"]
         assert MISLABELLED not in [s["id"] for s in after["suspect_examples"]]
         assert after["accuracy"] > report["accuracy"] and after["examples"] == 11
+        assert after["readers"]["book"] > report["readers"]["book"]  # its neighbours agree with it now
         page = api.get("/v1/tasks/clusters/examples", params={"limit": 1000}).json()["examples"]
         assert {e["id"]: e["label"] for e in page}[MISLABELLED] == "a"
 
@@ -221,6 +225,13 @@ def test_a_trained_version_reports_on_its_dev_split(make_client, server, tmp_pat
         assert report["calibration"]["ece_before"] == pytest.approx(
             calibration["ece_before"], abs=1e-5
         )  # 6 decimals kept
+        dev_metrics = manifest["dev_metrics"]
+        assert report["readers"] == {
+            "prompt": dev_metrics["accuracy"],
+            "book": dev_metrics["accuracy_knn_alone"],
+            "lam": manifest["knn"]["lam"],
+            "book_keyed_by": "slot vectors",
+        }
         assert api.get("/v1/tasks/reviews/report", params={"version": version}).json() == report
         assert api.get("/v1/tasks/reviews/report", params={"version": "nope"}).status_code == 404
         assert api.get("/v1/tasks/reviews/report", params={"version": "../x"}).status_code == 422

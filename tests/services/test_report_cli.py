@@ -57,8 +57,13 @@ def test_report_of_a_checkpoint_needs_no_service(
     assert report["calibration"]["ece_before"] == pytest.approx(
         fitted.dev_metrics["calibration"]["ece_before"], abs=1e-5
     )
+    assert report["readers"]["prompt"] == fitted.dev_metrics["accuracy"]
+    assert report["readers"]["book"] == fitted.dev_metrics["accuracy_knn_alone"]
     assert main(["report", "--checkpoint", str(path)]) == 0
-    assert "calibration: ECE" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "calibration: ECE" in printed
+    prompt = fitted.dev_metrics["accuracy"]
+    assert f"readers: the prompt alone {prompt:.3f}, the book alone (keyed by slot vectors)" in printed
 
     manifest = json.loads((path / "manifest.json").read_text())
     shutil.copytree(path, tmp_path / "old")

@@ -88,6 +88,9 @@ def test_a_job_trains_both_readers_and_a_restarted_replica_serves_the_same(
             assert after["p_knn"] != before["p_knn"]  # the tuned reader reads other neighbours' weights
         book = runtime.classifier.knn_book()
         assert sorted(book.ids().tolist()) == sorted(runtime.classifier.store.ids().tolist())
+        readers = api.get("/v1/tasks/reviews/report").json()["readers"]  # each reader alone, on dev
+        assert readers["book_keyed_by"] == str(reader_mpnet_dir)
+        assert readers["prompt"] is not None and readers["book"] is not None
 
     # a replica started afresh: the checkpoint and the log's replay rebuild the same book, keyed by the
     # reader before the first request (which then embeds its own texts only)

@@ -34,6 +34,9 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     for label, row in zip(labels, report["confusion"]["matrix"], strict=True):
         lines.append(f"{label:<{width}}" + "".join(f"{count:>{width + 1}d}" for count in row))
+    readers = report.get("readers")
+    if readers:
+        lines += ["", readers_line(readers, report["accuracy"])]
     pairs = report.get("confused_pairs", [])
     lines += ["", f"most confused ({len(pairs)}): labelled -> predicted: examples"]
     lines += [f"  {pair['label']} -> {pair['predicted']}: {pair['count']}" for pair in pairs]
@@ -72,3 +75,17 @@ def format_report(report: dict[str, Any]) -> str:
             f"  {suspect['confidence']:.3f}{shown}"
         )
     return "\n".join(lines)
+
+
+def readers_line(readers: dict[str, Any], served: float) -> str:
+    """Each reader alone beside the served prediction, e.g. "readers: the prompt alone 0.812, the book
+    alone (keyed by mpnet) 0.850, served with the book at λ 0.50: 0.862"."""
+
+    def figure(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    lam = "" if readers["lam"] is None else f" at λ {readers['lam']:.2f}"
+    return (
+        f"readers: the prompt alone {figure(readers['prompt'])}, the book alone (keyed by "
+        f"{readers['book_keyed_by']}) {figure(readers['book'])}, served with the book{lam}: {served:.3f}"
+    )

@@ -49,6 +49,13 @@ def test_relabelling_a_suspect_and_choosing_a_threshold(console: Console, stack:
     expect(page.locator("#quality-calibration")).to_contain_text(
         f"Calibration error {ece}: the untrained model"
     )
+    # each reader alone, beside the served accuracy
+    readers = before["readers"]
+    expect(page.locator("#quality-readers")).to_contain_text(
+        f"the prompt {100 * readers['prompt']:.1f}%, the book of examples (keyed by slot vectors) "
+        f"{100 * readers['book']:.1f}%; served, both read, the book weighted λ = {readers['lam']:.2f}: "
+        f"{100 * before['accuracy']:.1f}%"
+    )
     # The heatmap's counts and the reliability bars are the report's.
     labels, matrix = before["confusion"]["labels"], before["confusion"]["matrix"]
     for g, gold in enumerate(labels):

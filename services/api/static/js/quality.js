@@ -47,6 +47,16 @@ function calibrationLine(r) {
   return [`Calibration error ${error}: temperature scaling did not lower it (${folds}), so this version serves its confidences unscaled.`];
 }
 
+// Each reader alone on the same examples, beside the served accuracy of the headline: the prompt (P_LM)
+// and the book (P_kNN over the stored examples, keyed by the task's sentence reader or the slot vectors).
+function readersLine(r) {
+  const readers = r.readers;
+  if (!readers) return [];
+  const figure = (value) => (typeof value === "number" ? percent(value) : "—");
+  const lam = typeof readers.lam === "number" ? `, the book weighted λ = ${fixed(readers.lam, 2)}` : "";
+  return [`Each reader alone: the prompt ${figure(readers.prompt)}, the book of examples (keyed by ${readers.book_keyed_by}) ${figure(readers.book)}; served, both read${lam}: ${percent(r.accuracy)}.`];
+}
+
 function renderHeadline(r) {
   const c = r.calibration;
   $("quality-headline").replaceChildren(
@@ -62,6 +72,7 @@ function renderHeadline(r) {
     " · ", el("code", { id: "quality-scored-by" }, r.scored_by),
   );
   $("quality-calibration").replaceChildren(...calibrationLine(r));
+  $("quality-readers").replaceChildren(...readersLine(r));
 }
 
 // Cells shaded by their share of the row (the labelled examples of one label): the diagonal in the

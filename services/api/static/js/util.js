@@ -90,12 +90,6 @@ export function servedAccuracy(gate, devMetrics) {
   return typeof devMetrics?.accuracy === "number" ? devMetrics.accuracy : null;
 }
 
-// The LM's accuracy alone at its best dev check, where it differs from the served prediction's (a method
-// that interpolates kNN); null where the two are one figure.
-export function lmAloneAccuracy(devMetrics) {
-  return typeof devMetrics?.accuracy_with_knn === "number" && typeof devMetrics?.accuracy === "number" ? devMetrics.accuracy : null;
-}
-
 // One calibration error per version: that of the confidence as it is served. Served scaled (a temperature
 // other than 1), the error measured with temperatures fitted on other folds; unscaled, the error as scored.
 export const servesScaled = (calibration) => typeof calibration?.temperature === "number" && calibration.temperature !== 1;
