@@ -331,9 +331,10 @@ two-readers-probe5: setfit
 	$(PROBE5) --tasks SST-2,mpqa & first=$$!; $(PROBE5) --tasks sst-5,trec; second=$$?; wait $$first && exit $$second
 
 # Probe 4 (all 12 layers, over a task's cap: whether adapters over all layers are worth building).
+PROBE4 = $(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --shots 16 \
+	--variants t12:12:60:2e-5 --out docs/results/two-readers-probe4-dev
 two-readers-probe4: setfit
-	$(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --shots 16 \
-		--variants t12:12:60:2e-5 --out docs/results/two-readers-probe4-dev
+	$(PROBE4) --tasks SST-2,mpqa & first=$$!; $(PROBE4) --tasks sst-5,trec; second=$$?; wait $$first && exit $$second
 
 judged-splits-5: install
 	$(JUDGED_SPLITS) --seeds $(JUDGE5_SEEDS) --out $(JUDGE5_DATA)

@@ -10,7 +10,7 @@ import torch
 from openbook.backbone import BackboneConfig, float32_weights, load_backbone
 from openbook.checkpoints import load_classifier, save_classifier
 from openbook.classifier import Classifier
-from openbook.devices import default_dtype, resolve_dtype
+from openbook.devices import default_dtype, native_bfloat16, resolve_dtype, resolve_precision
 from openbook.knn import KnnConfig, Similarity
 from openbook.methods import build_method, weights_sha256
 from openbook.train_config import TrainConfig
@@ -55,6 +55,21 @@ def test_auto_is_bfloat16_on_cuda_and_float32_on_cpu():
     assert resolve_dtype("float16", "cpu") == torch.float16  # an explicit dtype holds on any device
     with pytest.raises(ValueError, match="dtype must be one of"):
         BackboneConfig(dtype="int8")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("amx", "avx512_bf16", "native"), [(True, False, True), (False, True, True), (False, False, False)]
+)
+def test_a_readers_auto_precision_is_bfloat16_where_the_cpu_multiplies_it(
+    monkeypatch, amx, avx512_bf16, native
+):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    assert native_bfloat16("cpu") is native
+    assert resolve_precision("auto", "cpu") == ("bfloat16" if native else "float32")
+    assert resolve_precision("float32", "cpu") == "float32"  # an explicit precision holds
+    assert resolve_precision("bfloat16", "mps") == "bfloat16"
+    assert native_bfloat16("mps") is False
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

@@ -143,13 +143,37 @@ def test_bfloat16_tuning_computes_in_bfloat16_and_keeps_the_layers_as_float32s_a
     base: SharedEncoder, sentence_mpnet_dir: Path
 ):
     full, mixed = SentenceReader(base), SentenceReader(base)
-    full.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING))
+    full.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING, precision="float32"))
     mixed.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING, precision="bfloat16"))
+    assert (full.tuned_in, mixed.tuned_in) == ("float32", "bfloat16")
     assert {k: (t.shape, t.dtype) for k, t in mixed.layers.items()} == {
         k: (t.shape, t.dtype) for k, t in full.layers.items()
     }
     assert not all(torch.equal(full.layers[key], mixed.layers[key]) for key in full.layers)
     assert mixed.embed(TOY_TEXTS).dtype == np.float32
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_tunes_in_bfloat16_only_where_the_device_multiplies_it_natively(
+    base: SharedEncoder, sentence_mpnet_dir: Path, tmp_path: Path, monkeypatch, native: bool
+):
+    import openbook.sentence_reader as module
+
+    monkeypatch.setattr(module, "resolve_precision", lambda name, device: resolve_precision_as(name, native))
+    expected = "bfloat16" if native else "float32"
+    auto, explicit = SentenceReader(base), SentenceReader(base)
+    auto.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING))  # precision "auto"
+    explicit.tune(TOY_TEXTS, TOY_LABELS, _config(sentence_mpnet_dir, **TUNING, precision=expected))
+    assert auto.config.precision == "auto" and auto.tuned_in == expected
+    assert all(torch.equal(auto.layers[key], explicit.layers[key]) for key in auto.layers)
+    loaded = SentenceReader.load(auto.save(tmp_path / "reader"), base)  # what ran is kept with it
+    assert loaded.tuned_in == expected and loaded.copy().tuned_in == expected
+    assert loaded.description()["config"]["precision"] == "auto"
+
+
+def resolve_precision_as(name: str, native: bool) -> str:
+    """`devices.resolve_precision` on a device that does (or does not) multiply bfloat16 natively."""
+    return ("bfloat16" if native else "float32") if name == "auto" else name
 
 
 def test_tasks_share_the_base_and_never_change_it(base: SharedEncoder, sentence_mpnet_dir: Path):

@@ -71,8 +71,28 @@ def default_dtype() -> DtypeName:
 
 
 # What arithmetic is done in (a training run's `TrainConfig.precision`, a reader's tuning's
-# `ReaderConfig.precision`); the weights are float32 either way.
+# `ReaderConfig.precision`); the weights are float32 either way. "auto" (a reader's tuning only):
+# bfloat16 where the device multiplies it natively, else float32 (`resolve_precision`).
 Precision = Literal["float32", "bfloat16"]
+PrecisionChoice = Literal["auto", "float32", "bfloat16"]
+
+
+def native_bfloat16(device: str | torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 matrices in hardware: a CUDA GPU that supports it, or an x86
+    CPU with AMX or AVX512-BF16 (elsewhere autocast emulates it, slower than float32)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if kind == "cpu":
+        return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
+    return False
+
+
+def resolve_precision(name: PrecisionChoice, device: str | torch.device) -> Precision:
+    """`name`, with "auto" read as bfloat16 where `device` multiplies it natively, else float32."""
+    if name == "auto":
+        return "bfloat16" if native_bfloat16(device) else "float32"
+    return name
 
 
 def precision_context(precision: Precision, device: str | torch.device) -> contextlib.AbstractContextManager:

@@ -31,7 +31,14 @@ from safetensors.torch import load_file, save_file
 
 from openbook.atomic import staged_directory
 from openbook.contrastive import class_balanced_batches, supervised_contrastive_loss
-from openbook.devices import Precision, default_device, precision_context, resolve_device
+from openbook.devices import (
+    Precision,
+    PrecisionChoice,
+    default_device,
+    precision_context,
+    resolve_device,
+    resolve_precision,
+)
 from openbook.split_encoder import BATCH_TEXTS, SharedEncoder, pack_state
 
 STATE_FILE = "reader.safetensors"
@@ -59,11 +66,12 @@ class ReaderConfig:
     lr: float = field(default=1e-4, metadata={"help": "AdamW's learning rate"})
     temperature: float = field(default=0.1, metadata={"help": "the contrastive loss's temperature"})
     seed: int = field(default=13, metadata={"help": "the batches' and the dropout's seed"})
-    precision: Precision = field(
-        default="float32",
+    precision: PrecisionChoice = field(
+        default="auto",
         metadata={
-            "help": "the tuning's arithmetic: float32, or bfloat16 (autocast; the layers and AdamW's state "
-            "stay float32). Embedding is float32 either way"
+            "help": "the tuning's arithmetic: float32, bfloat16 (autocast; the layers and AdamW's state stay "
+            "float32), or auto: bfloat16 where the device multiplies it natively (CUDA; x86 CPUs with AMX "
+            "or AVX512-BF16), else float32. Embedding is float32 either way"
         },
     )
 
@@ -79,8 +87,8 @@ class ReaderConfig:
             raise ValueError(f"batch_size must be at least 2 (a positive pair), got {self.batch_size}")
         if not (self.lr > 0 and self.temperature > 0):
             raise ValueError(f"lr and temperature must be positive, got {self.lr}, {self.temperature}")
-        if self.precision not in get_args(Precision):
-            choices = ", ".join(get_args(Precision))
+        if self.precision not in get_args(PrecisionChoice):
+            choices = ", ".join(get_args(PrecisionChoice))
             raise ValueError(f"precision must be one of {choices}, got {self.precision!r}")
 
 
@@ -137,10 +145,12 @@ class SentenceReader:
         base: SharedEncoder,
         layers: dict[str, torch.Tensor] | None = None,
         config: ReaderConfig | None = None,
+        tuned_in: Precision | None = None,
     ) -> None:
         self.base = base
         self.layers = layers
         self.config = config
+        self.tuned_in = tuned_in  # the arithmetic its tuning ran in (config's "auto" resolved); None: untuned
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """(N, H) float32 unit rows, one per text."""
@@ -182,8 +192,9 @@ class SentenceReader:
         with _forked_rng(self.base.device):
             torch.manual_seed(config.seed)
             batches = class_balanced_batches(gold, config.batch_size, config.steps, config.seed)
+            precision = resolve_precision(config.precision, self.base.device)
             for step, batch in enumerate(batches):
-                with precision_context(config.precision, self.base.device):
+                with precision_context(precision, self.base.device):
                     embeddings = self.base.upper([states[i] for i in batch], top)  # (B, H)
                 loss = supervised_contrastive_loss(embeddings.float(), gold_tensor[batch], config.temperature)
                 optimizer.zero_grad()
@@ -194,7 +205,7 @@ class SentenceReader:
                     on_step(step, losses[-1])
         # one assignment: a concurrent `embed` reads the old layers or the new ones
         self.layers = pack_state(top.state_dict())
-        self.config = config
+        self.config, self.tuned_in = config, precision
         return losses
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -215,11 +226,12 @@ class SentenceReader:
             },
             "dtype": "int8 matrices, float16 row scales and vectors",
             "tuned": self.layers is not None,
+            "tuned_in": self.tuned_in,
         }
 
     def copy(self) -> SentenceReader:
         """A reader of its own on the same base: tuning it leaves this one as it is."""
-        return SentenceReader(self.base, self.layers, self.config)
+        return SentenceReader(self.base, self.layers, self.config, self.tuned_in)
 
     def save(self, directory: str | Path) -> Path:
         """Write `directory` (atomically): reader.safetensors (the top layers, when tuned) and
@@ -273,4 +285,4 @@ class SentenceReader:
         found = {key: (t.shape, t.dtype) for key, t in layers.items()}
         if found != expected:
             raise ValueError(f"{source}: its tensors are not {base.top_layers} top layers of {base.name}")
-        return cls(base, layers, config)
+        return cls(base, layers, config, description.get("tuned_in"))
