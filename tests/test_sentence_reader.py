@@ -18,6 +18,7 @@ from openbook.split_encoder import (
     SERVING_MODULES,
     STATE_DTYPE,
     SharedEncoder,
+    adapter_rank,
     pack_state,
     unpack_state,
 )
@@ -63,6 +64,7 @@ def _count_lower_rows(base: SharedEncoder) -> list[int]:
         {"temperature": 0.0},
         {"encoder": ""},
         {"precision": "float16"},
+        {"adapters": -1},
     ],
 )
 def test_config_refuses_bad_values(changes):
@@ -211,6 +213,62 @@ def test_a_saved_state_loads_to_the_same_embeddings(
     # another process's copy of the encoder: the lower states of other batches may differ in the last bits
     elsewhere = SentenceReader.load(saved, SharedEncoder.load(config, "cpu"))
     assert np.abs(elsewhere.embed(texts) - expected).max() < 1e-6
+
+
+# every layer of the tiny model, through rank-4 adapters, which move it at a larger lr than its layers
+ADAPTERS = {"top_layers": 3, "adapters": 4, "lr": 1e-2}
+
+
+def test_fresh_adapters_read_as_the_base_and_tuned_ones_pull_each_label_together(sentence_mpnet_dir: Path):
+    config = _config(sentence_mpnet_dir, **(TUNING | ADAPTERS))
+    base = SharedEncoder.load(config, "cpu")
+    before = {key: value.clone() for key, value in base.model.state_dict().items()}
+    fresh = base.adapted_module(None, 4)
+    states = base.lower(TOY_TEXTS)
+    with torch.no_grad():
+        plain, adapted = base.upper(states, base.top_module(None)), base.upper(states, fresh)
+    assert torch.allclose(plain, adapted, atol=1e-6)  # B starts at zero: the base's own answer
+
+    reader = SentenceReader(base)
+    same_before, different_before = _cosines(reader.embed(TOY_TEXTS))
+    losses = reader.tune(TOY_TEXTS, TOY_LABELS, config)
+    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
+    same_after, different_after = _cosines(reader.embed(TOY_TEXTS))
+    assert same_after - different_after > 2 * (same_before - different_before)
+    assert all(torch.equal(before[key], value) for key, value in base.model.state_dict().items())
+    # the task owns the adapters alone: a fraction of the layers they adapt
+    assert adapter_rank(reader.layers) == 4 and all("lora_" in key for key in reader.layers)
+    owned = sum(t.numel() for t in reader.layers.values())
+    layers = sum(t.numel() for t in pack_state(base.top_state()).values())
+    assert owned < layers / 2
+    untuned = SentenceReader(base)
+    assert np.allclose(untuned.embed(TOY_TEXTS), plain.numpy(), atol=1e-6)  # the base's reader unchanged
+
+
+def test_saved_adapters_load_to_the_same_embeddings_and_others_are_refused(
+    sentence_mpnet_dir: Path, tmp_path: Path
+):
+    config = _config(sentence_mpnet_dir, **(TUNING | ADAPTERS))
+    base = SharedEncoder.load(config, "cpu")
+    reader = SentenceReader(base)
+    reader.tune(TOY_TEXTS, TOY_LABELS, config)
+    texts = [*TOY_TEXTS, "where is the river"]
+    expected = reader.embed(texts)
+    saved = reader.save(tmp_path / "reader")
+    loaded = SentenceReader.load(saved, base)
+    assert loaded.config == config and np.array_equal(loaded.embed(texts), expected)
+    again = loaded.copy()  # going on from its adapters: the same rank only
+    again.tune(TOY_TEXTS, TOY_LABELS, replace(config, steps=2))
+    with pytest.raises(ValueError, match="not adapters of rank 8"):
+        loaded.copy().tune(TOY_TEXTS, TOY_LABELS, replace(config, adapters=8))
+    whole = SentenceReader(base)
+    whole.tune(TOY_TEXTS, TOY_LABELS, replace(config, adapters=0))
+    with pytest.raises(ValueError, match="not adapters of rank 4"):
+        whole.tune(TOY_TEXTS, TOY_LABELS, config)
+    truncated = {key: t for key, t in loaded.layers.items() if not key.startswith("0.")}  # a layer's lost
+    description = loaded.description()
+    with pytest.raises(ValueError, match="adapters of rank 4"):
+        SentenceReader.restore(description, truncated, base)
 
 
 def test_packing_rounds_each_weight_within_half_its_rows_step():

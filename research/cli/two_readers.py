@@ -87,7 +87,13 @@ def _read_combine(directory: Path) -> None:
 
 
 def _read_probes_3_and_4(records: list[dict], kept: Path | None) -> None:
-    from research.experiments.two_readers import probe3_choice, probe4_reading, probe5_reading
+    from research.experiments.two_readers import (
+        PROBE6_VARIANTS,
+        probe3_choice,
+        probe4_reading,
+        probe5_reading,
+        probe6_choice,
+    )
 
     variants = {r["variant"] for r in records}
     if {"t4", "t6", "t6s"} <= variants:
@@ -95,6 +101,8 @@ def _read_probes_3_and_4(records: list[dict], kept: Path | None) -> None:
         print("probe 3:", json.dumps(third))
         if third["chosen"] + "b" in variants:
             print("probe 5:", json.dumps(probe5_reading(records, third["chosen"])))
+    if {"t4b", *PROBE6_VARIANTS} <= variants:
+        print("probe 6:", json.dumps(probe6_choice(records)))
     if "t12" in variants and kept is not None:
         third = probe3_choice(_records(kept / RECORDS))
         kept_mean = third["variants"][third["chosen"]]["mean"]

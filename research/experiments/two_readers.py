@@ -29,23 +29,26 @@ N0_GRID: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, float("inf"))
 
 @dataclass(frozen=True)
 class Variant:
-    """A tuning of the encoder's top layers: `top_layers` layers, `steps` AdamW steps at `lr`, in
-    `precision` (ReaderConfig's)."""
+    """A tuning of the encoder's top layers: `top_layers` layers (or LoRA adapters of rank `adapters`
+    over them), `steps` AdamW steps at `lr`, in `precision` (ReaderConfig's)."""
 
     name: str
     top_layers: int
     steps: int = 60
     lr: float = 1e-4
     precision: str = "float32"
+    adapters: int = 0
 
     @classmethod
     def parse(cls, spec: str) -> Variant:
-        """`name:top_layers[:steps[:lr[:precision]]]`, e.g. `t2:2:60:1e-4` or `t4b:4:60:1e-4:bfloat16`."""
+        """`name:top_layers[:steps[:lr[:precision[:adapters]]]]`, e.g. `t2:2:60:1e-4`,
+        `t4b:4:60:1e-4:bfloat16` or `a12:12:60:5e-4:bfloat16:8` (rank-8 adapters over all 12 layers)."""
         name, top, *rest = spec.split(":")
         steps = int(rest[0]) if rest else 60
         lr = float(rest[1]) if len(rest) > 1 else 1e-4
         precision = rest[2] if len(rest) > 2 else "float32"
-        return cls(name, int(top), steps, lr, precision)
+        adapters = int(rest[3]) if len(rest) > 3 else 0
+        return cls(name, int(top), steps, lr, precision, adapters)
 
 
 def class_prefix(labels: Sequence[str], n: int, seed: int) -> list[int]:
@@ -160,6 +163,7 @@ def probe_run(
         lr=variant.lr,
         seed=seed,
         precision=variant.precision,  # type: ignore[arg-type]  # ReaderConfig checks it
+        adapters=variant.adapters,
     )
     started = time.perf_counter()
     losses = reader.tune(book_texts, [train_labels[i] for i in chosen], config)
@@ -239,12 +243,16 @@ def probe1_choice(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def probe3_choice(
-    records: Sequence[Mapping[str, Any]], incumbent: str = "t4", candidates: Sequence[str] = ("t6", "t6s")
+    records: Sequence[Mapping[str, Any]],
+    incumbent: str = "t4",
+    candidates: Sequence[str] = ("t6", "t6s"),
+    max_cost_ratio: float | None = 3.0,
 ) -> dict[str, Any]:
     """Probe 3's rule, as written before its grid: a candidate replaces `incumbent` if its kNN mean dev
     accuracy over the runs is at least the incumbent's + 1.0, no task's mean is more than 1.0 below
-    the incumbent's, and its median tuning seconds are at most 3x the incumbent's; of two that do, the
-    higher mean, unless the other is within 0.5 and cheaper."""
+    the incumbent's, and its median tuning seconds are at most `max_cost_ratio` x the incumbent's (None:
+    no bound; probe 6 bounds a job's cost instead); of two that do, the higher mean, unless the other is
+    within 0.5 and cheaper."""
     runs: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for record in records:
         runs[record["variant"]].append(record)
@@ -266,7 +274,8 @@ def probe3_choice(
         row["gain"] = row["mean"] - base["mean"]
         row["worst_task"] = min(row["tasks"][t] - base["tasks"][t] for t in tasks)
         row["cost_ratio"] = row["tune_s_median"] / base["tune_s_median"]
-        row["qualifies"] = row["gain"] >= 1.0 and row["worst_task"] >= -1.0 and row["cost_ratio"] <= 3.0
+        cheap_enough = max_cost_ratio is None or row["cost_ratio"] <= max_cost_ratio
+        row["qualifies"] = row["gain"] >= 1.0 and row["worst_task"] >= -1.0 and cheap_enough
     qualified = sorted((v for v in candidates if read[v]["qualifies"]), key=lambda v: -read[v]["mean"])
     chosen = qualified[0] if qualified else incumbent
     for other in qualified[1:]:
@@ -287,6 +296,16 @@ def probe4_reading(records: Sequence[Mapping[str, Any]], kept_mean: float) -> di
         "gain": mean - kept_mean,
         "build": mean - kept_mean >= 1.5,
     }
+
+
+PROBE6_VARIANTS = ("a12", "a12h")
+
+
+def probe6_choice(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Probe 6's rule: probe 3's, LoRA adapters over all 12 layers (`a12`, `a12h`) against the top 4
+    layers in bfloat16 (`t4b`), with no bound on the tuning seconds (the adapters' cost is judged by the
+    jobs, as the default, before it is taken)."""
+    return probe3_choice(records, incumbent="t4b", candidates=PROBE6_VARIANTS, max_cost_ratio=None)
 
 
 def probe5_reading(records: Sequence[Mapping[str, Any]], kept: str) -> dict[str, Any]:

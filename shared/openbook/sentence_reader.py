@@ -39,7 +39,7 @@ from openbook.devices import (
     resolve_device,
     resolve_precision,
 )
-from openbook.split_encoder import BATCH_TEXTS, SharedEncoder, pack_state
+from openbook.split_encoder import BATCH_TEXTS, SharedEncoder, adapter_rank, adapter_state, pack_state
 
 STATE_FILE = "reader.safetensors"
 CONFIG_FILE = "reader_config.json"
@@ -63,6 +63,13 @@ class ReaderConfig:
     batch_size: int = field(
         default=32, metadata={"help": "texts per step, class-balanced (the loss compares them in the batch)"}
     )
+    adapters: int = field(
+        default=0,
+        metadata={
+            "help": "the rank of LoRA adapters over every linear layer of the top layers, which a task then "
+            "owns instead of the layers (a few MB); 0: the top layers themselves are tuned and owned"
+        },
+    )
     lr: float = field(default=1e-4, metadata={"help": "AdamW's learning rate"})
     temperature: float = field(default=0.1, metadata={"help": "the contrastive loss's temperature"})
     seed: int = field(default=13, metadata={"help": "the batches' and the dropout's seed"})
@@ -83,6 +90,8 @@ class ReaderConfig:
                 f"top_layers, max_length and steps must be at least 1, got "
                 f"{self.top_layers}, {self.max_length}, {self.steps}"
             )
+        if self.adapters < 0:
+            raise ValueError(f"adapters is a LoRA rank, or 0 for none; got {self.adapters}")
         if self.batch_size < 2:
             raise ValueError(f"batch_size must be at least 2 (a positive pair), got {self.batch_size}")
         if not (self.lr > 0 and self.temperature > 0):
@@ -185,8 +194,12 @@ class SentenceReader:
         if np.bincount(gold).max(initial=0) < 2:
             raise ValueError("tuning needs a label with at least two texts: the loss pulls pairs together")
         states = self.base.lower(texts)
-        top = self.base.top_module(self.layers, trainable=True)
-        optimizer = torch.optim.AdamW(top.parameters(), lr=config.lr)
+        if config.adapters:
+            rank = config.adapters
+            top = self.base.adapted_module(self._own_adapters(rank), rank, trainable=True)
+        else:
+            top = self.base.top_module(self.layers, trainable=True)
+        optimizer = torch.optim.AdamW([p for p in top.parameters() if p.requires_grad], lr=config.lr)
         gold_tensor = torch.as_tensor(gold, device=self.base.device)
         losses: list[float] = []
         with _forked_rng(self.base.device):
@@ -204,9 +217,18 @@ class SentenceReader:
                 if on_step is not None:
                     on_step(step, losses[-1])
         # one assignment: a concurrent `embed` reads the old layers or the new ones
-        self.layers = pack_state(top.state_dict())
+        self.layers = pack_state(adapter_state(top) if config.adapters else top.state_dict())
         self.config, self.tuned_in = config, precision
         return losses
+
+    def _own_adapters(self, rank: int) -> dict[str, torch.Tensor] | None:
+        """The adapters a tuning with adapters of `rank` goes on from (None: fresh ones); ValueError where
+        this reader owns whole layers, or adapters of another rank."""
+        if self.layers is None:
+            return None
+        if adapter_rank(self.layers) != rank:
+            raise ValueError(f"this reader's own state is not adapters of rank {rank}: tune an untuned one")
+        return self.layers
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The task's own tensors: its top layers as kept (`pack_state`); empty while untuned."""
@@ -281,8 +303,11 @@ class SentenceReader:
             return cls(base, None, config)
         if layers is None:
             raise ValueError(f"{source}: a tuned reader without its top layers")
-        expected = {key: (t.shape, t.dtype) for key, t in pack_state(base.top_state()).items()}
+        rank = adapter_rank(layers)
+        own = base.top_state() if rank is None else adapter_state(base.adapted_module(None, rank))
+        expected = {key: (t.shape, t.dtype) for key, t in pack_state(own).items()}
         found = {key: (t.shape, t.dtype) for key, t in layers.items()}
         if found != expected:
-            raise ValueError(f"{source}: its tensors are not {base.top_layers} top layers of {base.name}")
+            what = "top layers" if rank is None else f"top layers' adapters of rank {rank}"
+            raise ValueError(f"{source}: its tensors are not {base.top_layers} {what} of {base.name}")
         return cls(base, layers, config, description.get("tuned_in"))

@@ -36,6 +36,7 @@ up to 2x and the second thread often helps little or hurts; all-mpnet-base-v2, m
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -76,6 +77,12 @@ SCALE_SUFFIX = ".scale"
 DEFAULT_CACHE_BYTES = 512 << 20  # the lower states kept: ~11,000 texts of 15 tokens at hidden size 768
 BATCH_TEXTS = 64  # texts per forward when embedding
 SERVING_MODULES = 4  # tasks' top layers kept unpacked in float32 per base (`SharedEncoder.serving_module`)
+# A task may own LoRA adapters (Hu et al., ICLR 2022) over the top layers instead of the layers themselves
+# (`SharedEncoder.adapted_module`): on every linear layer of MPNet's (attention's q, k, v, o and the
+# feed-forward's two `dense`), each update scaled by alpha / r = 2.
+ADAPTER_TARGETS = ("q", "k", "v", "o", "dense")
+ADAPTER_SCALE = 2.0
+ADAPTER_KEY = "lora_"  # what names an adapter's tensors in a state
 
 
 class SharedEncoder:
@@ -174,6 +181,38 @@ class SharedEncoder:
         module.load_state_dict(copies, assign=True)
         return module.train(trainable).requires_grad_(trainable)
 
+    def adapted_module(
+        self, state: dict[str, torch.Tensor] | None, rank: int, *, trainable: bool = False
+    ) -> nn.ModuleList:
+        """The top layers reading the base's own weights (the same tensors, frozen) through LoRA adapters
+        of `rank` (ADAPTER_TARGETS): `state`'s (packed, `adapter_state`), or fresh ones (B = 0: the
+        base's own answer) where it is None. Trainable, only the adapters train, dropout on; the base is
+        never touched, nor another task's module."""
+        import peft
+
+        top = nn.ModuleList(self.layers[self.cut :])
+        memo: dict[int, Any] = {id(p): nn.Parameter(p.data, requires_grad=False) for p in top.parameters()}
+        memo.update({id(b): b for b in top.buffers()})
+        module = copy.deepcopy(top, memo)
+        config = peft.LoraConfig(
+            r=rank,
+            lora_alpha=ADAPTER_SCALE * rank,  # type: ignore[arg-type]  # peft annotates int, only divides
+            target_modules=list(ADAPTER_TARGETS),
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # A's init does not depend on the caller's RNG
+            peft.inject_adapter_in_model(config, module)
+        if state is not None:
+            adapters = {k: t.to(self.device, torch.float32) for k, t in unpack_state(state).items()}
+            expected = set(adapter_state(module))
+            if set(adapters) != expected:
+                raise ValueError(f"adapters of other layers or targets than rank {rank} on {self.name}")
+            module.load_state_dict(adapters, strict=False)
+        module.train(trainable)
+        for name, parameter in module.named_parameters():
+            parameter.requires_grad_(trainable and ADAPTER_KEY in name)
+        return module
+
     def serving_module(self, state: dict[str, torch.Tensor] | None) -> nn.ModuleList:
         """`top_module(state)` for reading, kept for the SERVING_MODULES states read most recently: unpacking
         a task's int8 layers costs a request 80 ms at L = 4 (float32 layers take 113 MB, so only these few
@@ -185,7 +224,8 @@ class SharedEncoder:
             if kept is not None and kept[0] is state:
                 self._serving.move_to_end(id(state))
                 return kept[1]
-        module = self.top_module(state)
+        rank = adapter_rank(state)
+        module = self.top_module(state) if rank is None else self.adapted_module(state, rank)
         with self._serving_lock:
             self._serving[id(state)] = (state, module)  # the state kept too: its id is not reused meanwhile
             while len(self._serving) > SERVING_MODULES:
@@ -251,6 +291,19 @@ class SharedEncoder:
         for layer in layers:
             hidden = layer(hidden, additive, bias)[0]
         return hidden
+
+
+def adapter_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The adapters' tensors of an `adapted_module`, by their names in it."""
+    return {key: tensor for key, tensor in module.state_dict().items() if ADAPTER_KEY in key}
+
+
+def adapter_rank(state: dict[str, torch.Tensor]) -> int | None:
+    """The rank of the adapters a task's state holds; None for a state of whole top layers."""
+    for key, tensor in state.items():
+        if ADAPTER_KEY + "A" in key and not key.endswith(SCALE_SUFFIX):
+            return int(tensor.shape[0])  # A: (r, in)
+    return None
 
 
 def pack_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -5,11 +5,13 @@ import numpy as np
 import pytest
 
 from research.experiments.two_readers import (
+    Variant,
     head_readings,
     judge_table,
     probe3_choice,
     probe4_reading,
     probe5_reading,
+    probe6_choice,
 )
 
 
@@ -106,3 +108,22 @@ def test_probe_5_adopts_bfloat16_at_half_a_point_lost_and_one_and_a_half_times_t
     assert not probe5_reading(records, "t4")["adopted"]
     records[2], records[3] = _probe("t4b", "a", 80, 67), _probe("t4b", "b", 60, 67)  # 100/67: 1.49x
     assert not probe5_reading(records, "t4")["adopted"]
+
+
+def test_a_variant_names_its_layers_steps_lr_precision_and_adapters():
+    assert Variant.parse("t4:4") == Variant("t4", 4, 60, 1e-4, "float32", 0)
+    assert Variant.parse("t4b:4:60:1e-4:bfloat16") == Variant("t4b", 4, 60, 1e-4, "bfloat16", 0)
+    assert Variant.parse("a12:12:60:5e-4:bfloat16:8") == Variant("a12", 12, 60, 5e-4, "bfloat16", 8)
+
+
+def test_probe_6_takes_adapters_a_point_better_with_no_bound_on_the_tuning_time():
+    records = [
+        _probe("t4b", "a", 70, 50), _probe("t4b", "b", 60, 50),
+        _probe("a12", "a", 72, 500), _probe("a12", "b", 59.5, 500),  # +0.75: short of +1
+        _probe("a12h", "a", 73, 500), _probe("a12h", "b", 60, 500),  # +1.5, 10x the time: taken
+    ]  # fmt: skip
+    read = probe6_choice(records)
+    assert read["chosen"] == "a12h" and not read["variants"]["a12"]["qualifies"]
+    records[4] = _probe("a12h", "a", 74, 500)
+    records[5] = _probe("a12h", "b", 58.5, 500)  # +1.25 on the mean, b -1.5
+    assert probe6_choice(records)["chosen"] == "t4b"
