@@ -8,7 +8,11 @@
 # targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
 KEPT_BEST := --keep best
 
+<<<<<<< HEAD
 .PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 two-readers-probe6 table-16shot-readers clinc150-readers clinc150-readers-trained learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
+=======
+.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 table-16shot-readers clinc150-readers clinc150-readers-trained refusal-judge-splits refusal-judge learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench
+>>>>>>> main
 
 eval-sst2: install
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
@@ -372,6 +376,22 @@ clinc150-readers: setfit
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
 		--methods zero-shot,knn,knn-interp --reader mpnet --seeds 13,21,42,87,100 --parallel $(PARALLEL) \
 		--out docs/results/clinc150-readers-untrained-$(TABLE_BACKBONE)
+
+# The judge of refusal (docs/experiments/two-readers.md, "Refusing out-of-scope queries by the reader's
+# neighbours"): 30 of clinc150's intents held out as its out-of-scope queries, a judge of 20 examples of
+# each other intent, new seeds drawn from the rest; the real test files are never read.
+REFUSAL_JUDGE_DATA ?= openbook-data/clinc150-held-out
+REFUSAL_JUDGE_SEEDS = 3001,3002,3003,3004,3005
+refusal-judge-splits: install
+	$(BIN)/python -m research held-out-intents --data $(OPENBOOK_DATA) --seeds $(REFUSAL_JUDGE_SEEDS) \
+		--hold-out 30 --judge 20 --out $(REFUSAL_JUDGE_DATA)
+
+# The judge grid itself: the trained two readers on the 120 kept intents, each record reading every
+# refusal score (params.refusals); read by `python -m research two-readers --refusal DIR`.
+refusal-judge: setfit refusal-judge-splits
+	$(BIN)/python -m research eval --data $(REFUSAL_JUDGE_DATA) --task clinc150 --shots 10 --backbone $(TABLE_BACKBONE) \
+		--label-scoring vectors --methods retroprompt --reader mpnet --seeds $(REFUSAL_JUDGE_SEEDS) --parallel $(PARALLEL) \
+		--device $(READERS_DEVICE) --out docs/results/refusal-judge-$(TABLE_BACKBONE)
 
 # clinc150's trained two readers: the default's training read with the reader's book and the slot store
 # (each record's readings and slot_readings), label vectors as the service scores 150 labels; 5 seeds,

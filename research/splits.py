@@ -39,7 +39,7 @@ POOL_FILES = {
 }
 
 
-def _key(text: object) -> str:
+def text_key(text: object) -> str:
     return " ".join(str(text).lower().split())
 
 
@@ -52,7 +52,7 @@ def scored_texts(kshot_dir: str | Path, task: str) -> set[str]:
     )
     if not files:
         raise FileNotFoundError(f"no k-shot test or dev files under {task_dir}")
-    return {_key(example.text) for path in files for example in read_split(path)}
+    return {text_key(example.text) for path in files for example in read_split(path)}
 
 
 def fresh_pool(full_dir: str | Path, kshot_dir: str | Path, task: str) -> list[Example]:
@@ -67,10 +67,10 @@ def fresh_pool(full_dir: str | Path, kshot_dir: str | Path, task: str) -> list[E
     labels_of: dict[str, set[str]] = {}
     examples = read_full_split(path, skip_blank_texts=True)
     for example in examples:
-        labels_of.setdefault(_key(example.text), set()).add(example.label)
+        labels_of.setdefault(text_key(example.text), set()).add(example.label)
     pool, kept = [], set()
     for example in examples:
-        key = _key(example.text)
+        key = text_key(example.text)
         if key not in seen and key not in kept and len(labels_of[key]) == 1:
             kept.add(key)
             pool.append(example)
@@ -106,7 +106,7 @@ def write_csv(path: Path, examples: Sequence[Example]) -> None:
         csv.writer(handle).writerows([example.label, example.text] for example in examples)
 
 
-def _pairs(examples: Sequence[Example]) -> list[tuple[object, str]]:
+def labelled_pairs(examples: Sequence[Example]) -> list[tuple[object, str]]:
     return [(example.text, example.label) for example in examples]
 
 
@@ -142,7 +142,7 @@ def write_fresh_splits(
     if judge:
         held_out, pool = set_apart(pool, judge)
         if judge_path.exists():
-            if _pairs(read_split(judge_path)) != _pairs(held_out):
+            if labelled_pairs(read_split(judge_path)) != labelled_pairs(held_out):
                 raise DataError(f"{judge_path} holds another judge; give another --out")
         else:
             staging = judge_path.with_name(".test.csv.partial")
@@ -150,13 +150,20 @@ def write_fresh_splits(
             staging.rename(judge_path)
     elif judge_path.exists():
         raise DataError(f"{judge_path} is a judge that these splits would not leave out; give another --out")
+    return write_seeds(pool, Path(out) / task, seeds, shots)
+
+
+def write_seeds(pool: Sequence[Example], task_dir: Path, seeds: Sequence[int], shots: int) -> list[Path]:
+    """`task_dir/<shots>-<seed>/{train,dev}.csv` drawn from `pool` for each seed (`draw`); the
+    directories written. Each appears whole or not at all (written beside it, then renamed); one that
+    exists already is kept if it holds the same splits, and refused otherwise."""
     written = []
     for seed in seeds:
-        directory = Path(out) / task / f"{shots}-{seed}"
+        directory = task_dir / f"{shots}-{seed}"
         splits = dict(zip(("train", "dev"), draw(pool, seed, shots), strict=True))
         if directory.exists():
-            held = {name: _pairs(read_split(directory / f"{name}.csv")) for name in splits}
-            if held != {name: _pairs(split) for name, split in splits.items()}:
+            held = {name: labelled_pairs(read_split(directory / f"{name}.csv")) for name in splits}
+            if held != {name: labelled_pairs(split) for name, split in splits.items()}:
                 raise DataError(f"{directory} holds other splits; give another --out")
             continue
         staging = directory.with_name(f".{directory.name}.partial")

@@ -1,7 +1,7 @@
 """`python -m research <command>`: the laboratory's command line.
 
-eval (the resumable grid of methods x seeds), methods, relabel, splits, continual, knn-selection,
-first-use, bench (the library's benches), learning-curve (through the service), ipt-table,
+eval (the resumable grid of methods x seeds), methods, relabel, splits, held-out-intents, continual,
+knn-selection, first-use, bench (the library's benches), learning-curve (through the service), ipt-table,
 profile-report and two-readers. One module per command, each with `add_parser(commands)` and
 `run(args, argv)`, as the product's commands (`openbook.cli`) are; their common arguments are the library's
 (`openbook/cli/common.py`), what a results directory records is `settings.py`.
@@ -21,6 +21,7 @@ from research.cli import (
     continual,
     evaluate,
     first_use,
+    held_out_intents,
     ipt_table,
     knn_selection,
     learning_curve,
@@ -36,6 +37,7 @@ COMMANDS = {
     "methods": methods,
     "relabel": relabel,
     "splits": splits,
+    "held-out-intents": held_out_intents,
     "continual": continual,
     "knn-selection": knn_selection,
     "first-use": first_use,

@@ -43,6 +43,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="run nothing: read the rule on how the readers combine on a readers grid's distributions/",
     )
     probe.add_argument(
+        "--refusal",
+        metavar="DIR",
+        help="run nothing: read the refusal rule on the held-out-intents judge's records (DIR/results.json)",
+    )
+    probe.add_argument(
         "--judge",
         metavar="DIR",
         help="run nothing: read the default's rule on a readers judge grid's records (DIR/results.json)",
@@ -154,7 +159,22 @@ def _read_judge(directory: Path) -> None:
         )
 
 
+def _read_refusal(directory: Path) -> None:
+    from research.experiments.two_readers import refusal_choice
+
+    read = refusal_choice(json.loads((directory / "results.json").read_text()))
+    print(f"{read['runs']} runs; out-of-scope recall in % at the threshold chosen on in-scope dev")
+    print("| score | mean recall | per run | in-scope points it cost (mean) |\n|---|---|---|---|")
+    for name, row in read["scores"].items():
+        runs = ", ".join(f"{r:.1f}" for r in row["recalls"])
+        print(f"| {name} | {row['mean_recall']:.1f} | {runs} | {row['mean_cost']:.1f} |")
+    print("chosen:", read["chosen"])
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    if args.refusal:
+        _read_refusal(Path(args.refusal))
+        return
     if args.judge:
         _read_judge(Path(args.judge))
         return

@@ -229,14 +229,49 @@ def out_of_scope_on_test(
     errors, is within OUT_OF_SCOPE_MAX_COST of answering all) and how it does on test."""
     if result.p_test is None or test_labels is None or not (test_labels == OUT_OF_SCOPE).any():
         return {}
-    dev_confidence = result.p_dev.max(-1)
+    confidence = {"dev": result.p_dev.max(-1), "test": result.p_test.max(-1)}
+    return {"out_of_scope": _refusal(result, confidence, dev_labels, test_labels)}
+
+
+def _refusal(
+    result: MethodResult, score: dict[str, np.ndarray], dev_labels: np.ndarray, test_labels: np.ndarray
+) -> dict:
+    """Refusing the queries whose `score` (dev's and test's, higher: surer) is below the threshold chosen
+    on the in-scope dev examples, as `out_of_scope_on_test` says, and how that does on test."""
+    assert result.p_test is not None
     threshold = threshold_within_cost(
-        dev_confidence, result.p_dev.argmax(-1) == dev_labels, OUT_OF_SCOPE_MAX_COST
+        score["dev"], result.p_dev.argmax(-1) == dev_labels, OUT_OF_SCOPE_MAX_COST
     )
     inside = test_labels != OUT_OF_SCOPE
-    confidence, correct = result.p_test.max(-1), result.p_test.argmax(-1) == test_labels
-    scores = out_of_scope_scores(confidence[inside], correct[inside], confidence[~inside], threshold)
-    return {"out_of_scope": {**dataclasses.asdict(scores), "max_cost": OUT_OF_SCOPE_MAX_COST}}
+    test, correct = score["test"], result.p_test.argmax(-1) == test_labels
+    scores = out_of_scope_scores(test[inside], correct[inside], test[~inside], threshold)
+    return {**dataclasses.asdict(scores), "max_cost": OUT_OF_SCOPE_MAX_COST}
+
+
+# What a refusal may read (docs/experiments/two-readers.md, "Refusing out-of-scope queries by the
+# reader's neighbours"): the prediction's largest probability, or the query's similarity to its nearest
+# stored example, or its mean similarity to its k nearest (k as the prediction reads them).
+REFUSAL_SCORES = ("confidence", "nearest", "neighbours")
+
+
+def refusals_on_test(
+    result: MethodResult, inputs: MethodInputs, dev_labels: np.ndarray, test_labels: np.ndarray | None
+) -> dict:
+    """`out_of_scope_on_test` under each of REFUSAL_SCORES, the neighbours read in `inputs`' book (the
+    reader's, in a run with one); nothing for a test split without out-of-scope queries."""
+    if result.p_test is None or test_labels is None or not (test_labels == OUT_OF_SCOPE).any():
+        return {}
+    assert inputs.dev.hits is not None and inputs.test is not None and inputs.test.hits is not None
+    k = int(result.params.get("k", inputs.knn.k))
+    similarities = {"dev": inputs.dev.hits.similarities, "test": inputs.test.hits.similarities}
+    scores = {
+        "confidence": {"dev": result.p_dev.max(-1), "test": result.p_test.max(-1)},
+        "nearest": {split: s[:, 0] for split, s in similarities.items()},
+        "neighbours": {split: s[:, :k].mean(-1) for split, s in similarities.items()},
+    }
+    return {
+        "refusals": {name: _refusal(result, scores[name], dev_labels, test_labels) for name in REFUSAL_SCORES}
+    }
 
 
 def scored_queries(classifier: Classifier, splits: KShotSplits) -> tuple[list[Example], np.ndarray] | None:

@@ -48,6 +48,7 @@ from research.experiments.evaluation import (
     out_of_scope_on_test,
     params_on_test,
     ran_on,
+    refusals_on_test,
     scored_queries,
     scores_on_test,
 )
@@ -214,6 +215,11 @@ def evaluate_trained(
                         **ran_on(classifier.backbone),
                         **params_on_test(test, test_labels),
                         **out_of_scope_on_test(outcome, dev_labels, test_labels),
+                        **(
+                            {}
+                            if trained.reader is None
+                            else refusals_on_test(outcome, inputs, dev_labels, test_labels)
+                        ),
                     },
                     seconds=round(shared_seconds + time.perf_counter() - inference_started, 3),
                 )

@@ -64,3 +64,29 @@ def test_eval_with_a_reader_tunes_it_and_reads_the_book_in_its_space(
     assert main(refused) == 2
     assert "--reader keys our book, not a peer's" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_trained_run_with_a_reader_reads_each_refusal_score_on_out_of_scope_queries(
+    tmp_path, causal_dir, reader_mpnet_dir, training_flags, toy_dataset
+):
+    data = toy_dataset(tmp_path / "data")
+    toy_dataset.write_csv(
+        data / "toy" / "oos_test.csv", [("-1", "who wrote the book"), ("-1", "where is it")]
+    )
+    out = tmp_path / "out"
+    args = [
+        "eval", "--data", str(data), "--task", "toy", "--seeds", "1", "--out", str(out),
+        "--template", "{text} It was {mask}", "--labels", "0=bad,1=good", "--backbone", str(causal_dir),
+        "--methods", "retroprompt", "--reader", str(reader_mpnet_dir), *training_flags,
+    ]  # fmt: skip
+    assert main(args) == 0
+    (record,) = json.loads((out / "results.json").read_text())
+    refusals = record["params"]["refusals"]
+    assert set(refusals) == {"confidence", "nearest", "neighbours"}
+    assert refusals["confidence"] == record["params"]["out_of_scope"]  # today's refusal, read the same way
+    for name in ("nearest", "neighbours"):
+        read = refusals[name]
+        assert -1.0 - 1e-6 <= read["threshold"] <= 1.0 + 1e-6  # a cosine similarity, not a probability
+        assert read["recall"] in (0.0, 0.5, 1.0) and read["max_cost"] == 0.03
+        assert read["in_scope_accuracy_answering_all"] == record["accuracy"]
+        assert read["in_scope_accuracy"] <= record["accuracy"]

@@ -45,3 +45,21 @@ def test_combine_reads_the_rule_on_kept_distributions(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| geometric | 100.0 | 100.0 | 100.0 |" in out and "| linear | 50.0 | 50.0 | 50.0 |" in out
     assert "chosen: geometric" in out
+
+
+def test_refusal_reads_the_rule_on_a_judge_grids_records(tmp_path, capsys):
+    def record(confidence: float, nearest: float) -> dict:
+        read = {"in_scope_accuracy_answering_all": 0.9, "in_scope_accuracy": 0.87}
+        return {
+            "params": {
+                "refusals": {
+                    "confidence": {**read, "recall": confidence},
+                    "nearest": {**read, "recall": nearest},
+                }
+            }
+        }
+
+    (tmp_path / "results.json").write_text(json.dumps([record(0.6, 0.7), record(0.5, 0.56)]))
+    assert main(["two-readers", "--data", str(tmp_path), "--refusal", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| nearest | 63.0 | 70.0, 56.0 | 3.0 |" in out and "chosen: nearest" in out  # +8.0
