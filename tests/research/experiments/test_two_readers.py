@@ -128,6 +128,8 @@ def test_probe_6_takes_adapters_a_point_better_with_no_bound_on_the_tuning_time(
     records[4] = _probe("a12h", "a", 74, 500)
     records[5] = _probe("a12h", "b", 58.5, 500)  # +1.25 on the mean, b -1.5
     assert probe6_choice(records)["chosen"] == "t4b"
+
+
 def _refused(recalls: dict[str, float]) -> dict:
     read = {"in_scope_accuracy_answering_all": 0.9, "in_scope_accuracy": 0.88}
     return {"params": {"refusals": {name: {**read, "recall": r} for name, r in recalls.items()}}}
