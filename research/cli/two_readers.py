@@ -160,7 +160,7 @@ def _read_judge(directory: Path) -> None:
 
 
 def _read_refusal(directory: Path) -> None:
-    from research.experiments.two_readers import refusal_choice
+    from research.experiments.refusal import refusal_choice
 
     read = refusal_choice(json.loads((directory / "results.json").read_text()))
     print(f"{read['runs']} runs; out-of-scope recall in % at the threshold chosen on in-scope dev")
