@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from openbook.data import DataError, Example, read_split
 
-from research.splits import labelled_pairs, text_key, write_csv, write_seeds
+from research.splits import each_text_once, labelled_pairs, write_csv, write_seeds
 
 OUT_OF_SCOPE_LABEL = "-1"  # the label of an out-of-scope query in the k-shot layout
 
@@ -35,17 +35,7 @@ def standard_pool(kshot_dir: str | Path, task: str) -> list[Example]:
     files = [path for path in files if path.stem in ("train", "dev")]
     if not files:
         raise FileNotFoundError(f"no k-shot train or dev files under {Path(kshot_dir) / task}")
-    examples = [example for path in files for example in read_split(path)]
-    labels_of: dict[str, set[str]] = {}
-    for example in examples:
-        labels_of.setdefault(text_key(example.text), set()).add(example.label)
-    pool, kept = [], set()
-    for example in examples:
-        key = text_key(example.text)
-        if key not in kept and len(labels_of[key]) == 1:
-            kept.add(key)
-            pool.append(example)
-    return pool
+    return each_text_once([example for path in files for example in read_split(path)])
 
 
 def hold_out(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import csv
 import shutil
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from pathlib import Path
 
 import numpy as np
@@ -64,14 +64,19 @@ def fresh_pool(full_dir: str | Path, kshot_dir: str | Path, task: str) -> list[E
     if not path.is_file():
         raise FileNotFoundError(f"full training set not found: {path}")
     seen = scored_texts(kshot_dir, task)
+    return each_text_once(read_full_split(path, skip_blank_texts=True), leave_out=seen)
+
+
+def each_text_once(examples: Sequence[Example], leave_out: Set[str] = frozenset()) -> list[Example]:
+    """`examples` in order, each text (`text_key`) once, the first seen, without the texts that carry two
+    labels and those in `leave_out` (normalised keys)."""
     labels_of: dict[str, set[str]] = {}
-    examples = read_full_split(path, skip_blank_texts=True)
     for example in examples:
         labels_of.setdefault(text_key(example.text), set()).add(example.label)
     pool, kept = [], set()
     for example in examples:
         key = text_key(example.text)
-        if key not in seen and key not in kept and len(labels_of[key]) == 1:
+        if key not in leave_out and key not in kept and len(labels_of[key]) == 1:
             kept.add(key)
             pool.append(example)
     return pool
