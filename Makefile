@@ -56,8 +56,9 @@ lint: install ## ruff (check and format) and mypy
 	$(BIN)/ruff format --check shared services research tests tools
 	$(BIN)/mypy
 
+# A pytest-xdist worker per core (one torch thread each: tests/conftest.py); the slowest tests listed.
 test: lint test-setup ## lint, then every test (the lab's included)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --durations=15
 
 # The SetFit peer's tests need the optional extra (setfit itself; they build a tiny encoder, so not the
 # encoders' weights). The console's browser tests drive Debian's Chromium. Installed here when absent and

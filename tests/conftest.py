@@ -25,6 +25,17 @@ from tests.toy_datasets import ToyDatasets
 # The builders of their own modules, registered here: random knowledge stores, tiny sentence encoders.
 pytest_plugins = ["tests.fixtures.stores", "tests.fixtures.encoders"]
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs a worker per core), each worker's torch and FAISS take one
+    thread, so that the workers do not oversubscribe the cores."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import faiss
+
+        torch.set_num_threads(1)
+        faiss.omp_set_num_threads(1)
+
+
 CORPUS = [
     "the movie was great and fun",
     "it was terrible and boring",
