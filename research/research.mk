@@ -8,7 +8,7 @@
 # targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
 KEPT_BEST := --keep best
 
-.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 two-readers-probe6 table-16shot-readers clinc150-readers clinc150-readers-trained learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench refusal-judge-splits refusal-judge
+.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 two-readers-probe6 two-readers-probe7 table-16shot-readers clinc150-readers clinc150-readers-trained learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench refusal-judge-splits refusal-judge
 
 eval-sst2: install
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
@@ -335,6 +335,12 @@ PROBE6 = $(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --
 	--variants a12:12:60:5e-4:bfloat16:8,a12h:12:60:1e-3:bfloat16:8 --out docs/results/two-readers-probe3-dev
 two-readers-probe6: setfit
 	$(PROBE6) --tasks SST-2,mpqa & first=$$!; $(PROBE6) --tasks sst-5,trec; second=$$?; wait $$first && exit $$second
+
+# Probe 7 (all 12 layers tuned in full, each run kept at rank 32 and cut to rank 8: a task's 6 or 1.5 MB).
+PROBE7 = $(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --shots 16 \
+	--variants s12:12:60:2e-5:bfloat16:32:svd --out docs/results/two-readers-probe3-dev
+two-readers-probe7: setfit
+	$(PROBE7) --tasks SST-2,mpqa & first=$$!; $(PROBE7) --tasks sst-5,trec; second=$$?; wait $$first && exit $$second
 
 # Probe 4 (all 12 layers, over a task's cap: whether adapters over all layers are worth building).
 PROBE4 = $(BIN)/python -m research two-readers --data $(OPENBOOK_DATA)/k-shot --shots 16 \

@@ -20,6 +20,7 @@ from openbook.split_encoder import (
     SharedEncoder,
     adapter_rank,
     pack_state,
+    truncated_adapters,
     unpack_state,
 )
 
@@ -65,6 +66,8 @@ def _count_lower_rows(base: SharedEncoder) -> list[int]:
         {"encoder": ""},
         {"precision": "float16"},
         {"adapters": -1},
+        {"adapters_from": "qr"},
+        {"adapters_from": "svd"},  # without a rank
     ],
 )
 def test_config_refuses_bad_values(changes):
@@ -110,6 +113,15 @@ def _cosines(embeddings: np.ndarray) -> tuple[float, float]:
     same = labels[:, None] == labels[None, :]
     off_diagonal = ~np.eye(len(labels), dtype=bool)
     return float(cosine[same & off_diagonal].mean()), float(cosine[~same].mean())
+
+
+def _tune_pulls_each_label_together(reader: SentenceReader, config: ReaderConfig) -> None:
+    """Tune `reader` on the TOY texts: its loss falls, and each label's texts come together."""
+    same_before, different_before = _cosines(reader.embed(TOY_TEXTS))
+    losses = reader.tune(TOY_TEXTS, TOY_LABELS, config)
+    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
+    same_after, different_after = _cosines(reader.embed(TOY_TEXTS))
+    assert same_after - different_after > 2 * (same_before - different_before)
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
@@ -230,11 +242,7 @@ def test_fresh_adapters_read_as_the_base_and_tuned_ones_pull_each_label_together
     assert torch.allclose(plain, adapted, atol=1e-6)  # B starts at zero: the base's own answer
 
     reader = SentenceReader(base)
-    same_before, different_before = _cosines(reader.embed(TOY_TEXTS))
-    losses = reader.tune(TOY_TEXTS, TOY_LABELS, config)
-    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
-    same_after, different_after = _cosines(reader.embed(TOY_TEXTS))
-    assert same_after - different_after > 2 * (same_before - different_before)
+    _tune_pulls_each_label_together(reader, config)
     assert all(torch.equal(before[key], value) for key, value in base.model.state_dict().items())
     # the task owns the adapters alone: a fraction of the layers they adapt
     assert adapter_rank(reader.layers) == 4 and all("lora_" in key for key in reader.layers)
@@ -269,6 +277,48 @@ def test_saved_adapters_load_to_the_same_embeddings_and_others_are_refused(
     description = loaded.description()
     with pytest.raises(ValueError, match="adapters of rank 4"):
         SentenceReader.restore(description, truncated, base)
+
+
+def test_extracted_adapters_keep_a_low_rank_change_exactly_and_its_best_approximation_below(
+    sentence_mpnet_dir: Path,
+):
+    config = _config(sentence_mpnet_dir, top_layers=3)
+    base = SharedEncoder.load(config, "cpu")
+    changed = base.top_module(None, trainable=True)
+    generator = torch.Generator().manual_seed(0)
+    weight = changed[1].attention.attn.q.weight  # (32, 32): a change of rank 2, singular values 3 and 1
+    u, _ = torch.linalg.qr(torch.randn(32, 2, generator=generator))
+    v, _ = torch.linalg.qr(torch.randn(32, 2, generator=generator))
+    with torch.no_grad():
+        weight += u @ torch.diag(torch.tensor([3.0, 1.0])) @ v.T
+    states = base.lower(TOY_TEXTS)
+    with torch.no_grad():
+        expected = base.upper(states, changed.eval())  # no dropout
+        adapters = pack_state(base.extracted_adapters(changed, 2))
+        at_rank_2 = base.upper(states, base.adapted_module(adapters, 2))
+    assert torch.allclose(at_rank_2, expected, atol=2e-3)  # only int8 packing's rounding between them
+    four = base.extracted_adapters(changed, 4)  # every other matrix unchanged: its factors are zero
+    assert all(t.abs().max() < 1e-5 for k, t in four.items() if "1.attention.attn.q." not in k)
+    merged = base.merged_state(pack_state(truncated_adapters(four, 1)))
+    assert merged is not None
+    error = merged["1.attention.attn.q.weight"] - weight.detach()
+    assert abs(torch.linalg.matrix_norm(error) - 1.0) < 0.02  # Eckart-Young: the second singular value
+
+
+def test_adapters_from_the_full_tuning_pull_each_label_together_and_load_to_the_same_embeddings(
+    sentence_mpnet_dir: Path, tmp_path: Path
+):
+    config = _config(sentence_mpnet_dir, **TUNING, top_layers=3, adapters=4, adapters_from="svd")
+    base = SharedEncoder.load(config, "cpu")
+    reader = SentenceReader(base)
+    _tune_pulls_each_label_together(reader, config)
+    assert adapter_rank(reader.layers) == 4 and all("lora_" in key for key in reader.layers)
+    loaded = SentenceReader.load(reader.save(tmp_path / "reader"), base)
+    assert loaded.config == config and np.array_equal(loaded.embed(TOY_TEXTS), reader.embed(TOY_TEXTS))
+    again = loaded.copy()  # going on from its adapters, merged into the layers it tunes in full
+    again.tune(TOY_TEXTS, TOY_LABELS, replace(config, steps=2))
+    assert adapter_rank(again.layers) == 4
+    assert not np.array_equal(again.embed(TOY_TEXTS), reader.embed(TOY_TEXTS))
 
 
 def test_packing_rounds_each_weight_within_half_its_rows_step():

@@ -94,10 +94,12 @@ def _read_combine(directory: Path) -> None:
 def _read_probes_3_and_4(records: list[dict], kept: Path | None) -> None:
     from research.experiments.two_readers import (
         PROBE6_VARIANTS,
+        PROBE7_VARIANTS,
         probe3_choice,
         probe4_reading,
         probe5_reading,
         probe6_choice,
+        probe7_choice,
     )
 
     variants = {r["variant"] for r in records}
@@ -108,6 +110,8 @@ def _read_probes_3_and_4(records: list[dict], kept: Path | None) -> None:
             print("probe 5:", json.dumps(probe5_reading(records, third["chosen"])))
     if {"t4b", *PROBE6_VARIANTS} <= variants:
         print("probe 6:", json.dumps(probe6_choice(records)))
+    if {"t4b", *PROBE7_VARIANTS} <= variants:
+        print("probe 7:", json.dumps(probe7_choice(records)))
     if "t12" in variants and kept is not None:
         third = probe3_choice(_records(kept / RECORDS))
         kept_mean = third["variants"][third["chosen"]]["mean"]
@@ -223,7 +227,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             dev_texts = [as_string(e.text) for e in dev]
             p_lm = np.array([[p.p_lm[label] for label in labels] for p in classifier.predict(dev_texts)])
             for n, variant in todo:
-                record = probe_run(
+                records = probe_run(
                     task=task,
                     seed=seed,
                     shots=n,
@@ -235,10 +239,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
                     frozen=frozen,
                     base=bases[variant.top_layers],
                 )
-                _append(records_path, record)
-                print(
-                    f"{task} {seed} n={n} {variant.name}: lm {record['lm']:.1f} "
-                    f"frozen {record['frozen_knn']:.1f} knn {record['knn']:.1f} "
-                    f"logreg {record['logreg']:.1f} ({record['tune_s']:.0f} s)",
-                    flush=True,
-                )
+                for record in records:  # a run's records land together: `done` reads the first
+                    _append(records_path, record)
+                    print(
+                        f"{task} {seed} n={n} {record['variant']}: lm {record['lm']:.1f} "
+                        f"frozen {record['frozen_knn']:.1f} knn {record['knn']:.1f} "
+                        f"logreg {record['logreg']:.1f} ({record['tune_s']:.0f} s)",
+                        flush=True,
+                    )

@@ -27,10 +27,14 @@ KNN_TEMPERATURE = 0.05
 N0_GRID: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, float("inf"))
 
 
+# An SVD variant's run reads these lower ranks too, from the same tuning (`{name}r{rank}`: probe 7).
+SVD_ALSO_RANKS = (8,)
+
+
 @dataclass(frozen=True)
 class Variant:
-    """A tuning of the encoder's top layers: `top_layers` layers (or LoRA adapters of rank `adapters`
-    over them), `steps` AdamW steps at `lr`, in `precision` (ReaderConfig's)."""
+    """A tuning of the encoder's top layers: `top_layers` layers (or adapters of rank `adapters` over
+    them, made as `adapters_from` says), `steps` AdamW steps at `lr`, in `precision` (ReaderConfig's)."""
 
     name: str
     top_layers: int
@@ -38,17 +42,26 @@ class Variant:
     lr: float = 1e-4
     precision: str = "float32"
     adapters: int = 0
+    adapters_from: str = "lora"
 
     @classmethod
     def parse(cls, spec: str) -> Variant:
-        """`name:top_layers[:steps[:lr[:precision[:adapters]]]]`, e.g. `t2:2:60:1e-4`,
-        `t4b:4:60:1e-4:bfloat16` or `a12:12:60:5e-4:bfloat16:8` (rank-8 adapters over all 12 layers)."""
+        """`name:top_layers[:steps[:lr[:precision[:adapters[:adapters_from]]]]]`, e.g. `t2:2:60:1e-4`,
+        `t4b:4:60:1e-4:bfloat16`, `a12:12:60:5e-4:bfloat16:8` (rank-8 LoRA over all 12 layers) or
+        `s12:12:60:2e-5:bfloat16:32:svd` (all 12 tuned in full, kept as their change at rank 32)."""
         name, top, *rest = spec.split(":")
         steps = int(rest[0]) if rest else 60
         lr = float(rest[1]) if len(rest) > 1 else 1e-4
         precision = rest[2] if len(rest) > 2 else "float32"
         adapters = int(rest[3]) if len(rest) > 3 else 0
-        return cls(name, int(top), steps, lr, precision, adapters)
+        adapters_from = rest[4] if len(rest) > 4 else "lora"
+        return cls(name, int(top), steps, lr, precision, adapters, adapters_from)
+
+    def also_ranks(self) -> tuple[int, ...]:
+        """The lower ranks a run of this variant reads from its one tuning (SVD variants only)."""
+        if self.adapters_from != "svd":
+            return ()
+        return tuple(rank for rank in SVD_ALSO_RANKS if rank < self.adapters)
 
 
 def class_prefix(labels: Sequence[str], n: int, seed: int) -> list[int]:
@@ -143,10 +156,12 @@ def probe_run(
     p_lm_dev: np.ndarray,
     frozen: Any,
     base: Any,
-) -> dict[str, Any]:
-    """One run's record. `frozen` is an untuned SentenceReader, `base` the SharedEncoder cut for
-    `variant.top_layers` (its lower states cached across runs)."""
+) -> list[dict[str, Any]]:
+    """One run's records: the variant's, then one per `variant.also_ranks()` (the same tuning's adapters
+    cut to that rank, the variant named `{name}r{rank}`). `frozen` is an untuned SentenceReader, `base`
+    the SharedEncoder cut for `variant.top_layers` (its lower states cached across runs)."""
     from openbook.sentence_reader import ReaderConfig, SentenceReader
+    from openbook.split_encoder import pack_state, truncated_adapters, unpack_state
 
     train_texts, train_labels = train
     dev_texts, dev_labels = dev
@@ -158,39 +173,52 @@ def probe_run(
     frozen_knn = knn_probabilities(frozen.embed(book_texts), book_labels, frozen.embed(dev_texts), classes)
     reader = SentenceReader(base)
     config = ReaderConfig(
+        encoder=base.name,
+        max_length=base.max_length,
         top_layers=variant.top_layers,
         steps=variant.steps,
         lr=variant.lr,
         seed=seed,
         precision=variant.precision,  # type: ignore[arg-type]  # ReaderConfig checks it
         adapters=variant.adapters,
+        adapters_from=variant.adapters_from,  # type: ignore[arg-type]  # ReaderConfig checks it
     )
     started = time.perf_counter()
     losses = reader.tune(book_texts, [train_labels[i] for i in chosen], config)
     tune_seconds = time.perf_counter() - started
-    book, queries = reader.embed(book_texts), reader.embed(dev_texts)
-    knn = knn_probabilities(book, book_labels, queries, classes)
-    logistic = logistic_probabilities(book, book_labels, queries, classes)
-    return {
-        "task": task,
-        "seed": seed,
-        "shots": shots,
-        "variant": variant.name,
-        "labels": list(labels),
-        "lm": accuracy(p_lm_dev, gold),
-        "frozen_knn": accuracy(frozen_knn, gold),
-        "knn": accuracy(knn, gold),
-        "logreg": accuracy(logistic, gold),
-        "tune_s": tune_seconds,
-        "loss": [losses[0], losses[-1]],
-        "gold": gold.tolist(),
-        "p": {
-            "lm": _rounded(p_lm_dev),
-            "frozen_knn": _rounded(frozen_knn),
-            "knn": _rounded(knn),
-            "logreg": _rounded(logistic),
-        },
-    }
+    readers = [(variant.name, reader)]
+    for rank in variant.also_ranks():  # packed again after the cut (A's rows keep their scales)
+        assert reader.layers is not None
+        cut = pack_state(truncated_adapters(unpack_state(reader.layers), rank))
+        readers.append((f"{variant.name}r{rank}", SentenceReader(base, cut, reader.config)))
+    records = []
+    for name, tuned in readers:
+        book, queries = tuned.embed(book_texts), tuned.embed(dev_texts)
+        knn = knn_probabilities(book, book_labels, queries, classes)
+        logistic = logistic_probabilities(book, book_labels, queries, classes)
+        records.append(
+            {
+                "task": task,
+                "seed": seed,
+                "shots": shots,
+                "variant": name,
+                "labels": list(labels),
+                "lm": accuracy(p_lm_dev, gold),
+                "frozen_knn": accuracy(frozen_knn, gold),
+                "knn": accuracy(knn, gold),
+                "logreg": accuracy(logistic, gold),
+                "tune_s": tune_seconds,
+                "loss": [losses[0], losses[-1]],
+                "gold": gold.tolist(),
+                "p": {
+                    "lm": _rounded(p_lm_dev),
+                    "frozen_knn": _rounded(frozen_knn),
+                    "knn": _rounded(knn),
+                    "logreg": _rounded(logistic),
+                },
+            }
+        )
+    return records
 
 
 def _mean(values: Iterable[float]) -> float:
@@ -306,6 +334,21 @@ def probe6_choice(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     layers in bfloat16 (`t4b`), with no bound on the tuning seconds (the adapters' cost is judged by the
     jobs, as the default, before it is taken)."""
     return probe3_choice(records, incumbent="t4b", candidates=PROBE6_VARIANTS, max_cost_ratio=None)
+
+
+PROBE7_VARIANTS = ("s12", "s12r8")
+
+
+def probe7_choice(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Probe 7's rule: each rank of all 12 layers tuned in full (`s12`: 32, `s12r8`: 8) qualifies as probe
+    3's rule says against `t4b` (no bound on the tuning seconds); of two that do, rank 8 unless rank 32's
+    mean is at least rank 8's + 0.5."""
+    read = probe3_choice(records, incumbent="t4b", candidates=PROBE7_VARIANTS, max_cost_ratio=None)
+    variants = read["variants"]
+    qualified = [v for v in PROBE7_VARIANTS if variants[v]["qualifies"]]
+    if len(qualified) == 2:
+        read["chosen"] = "s12" if variants["s12"]["mean"] >= variants["s12r8"]["mean"] + 0.5 else "s12r8"
+    return read
 
 
 def probe5_reading(records: Sequence[Mapping[str, Any]], kept: str) -> dict[str, Any]:

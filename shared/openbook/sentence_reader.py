@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -41,6 +41,7 @@ from openbook.devices import (
 )
 from openbook.split_encoder import BATCH_TEXTS, SharedEncoder, adapter_rank, adapter_state, pack_state
 
+AdaptersFrom = Literal["lora", "svd"]
 STATE_FILE = "reader.safetensors"
 CONFIG_FILE = "reader_config.json"
 FORMAT_VERSION = 2  # 1: every tensor float16
@@ -70,6 +71,14 @@ class ReaderConfig:
             "owns instead of the layers (a few MB); 0: the top layers themselves are tuned and owned"
         },
     )
+    adapters_from: AdaptersFrom = field(
+        default="lora",
+        metadata={
+            "help": "how the adapters are made: lora trains them; svd tunes the top layers in full, then "
+            "keeps the rank-`adapters` truncated SVD of each adapted matrix's change (biases and "
+            "LayerNorms stay the base's)"
+        },
+    )
     lr: float = field(default=1e-4, metadata={"help": "AdamW's learning rate"})
     temperature: float = field(default=0.1, metadata={"help": "the contrastive loss's temperature"})
     seed: int = field(default=13, metadata={"help": "the batches' and the dropout's seed"})
@@ -92,6 +101,11 @@ class ReaderConfig:
             )
         if self.adapters < 0:
             raise ValueError(f"adapters is a LoRA rank, or 0 for none; got {self.adapters}")
+        if self.adapters_from not in get_args(AdaptersFrom):
+            choices = ", ".join(get_args(AdaptersFrom))
+            raise ValueError(f"adapters_from must be one of {choices}, got {self.adapters_from!r}")
+        if self.adapters_from == "svd" and not self.adapters:
+            raise ValueError("adapters_from svd keeps adapters of a rank: give adapters >= 1")
         if self.batch_size < 2:
             raise ValueError(f"batch_size must be at least 2 (a positive pair), got {self.batch_size}")
         if not (self.lr > 0 and self.temperature > 0):
@@ -184,8 +198,10 @@ class SentenceReader:
     ) -> list[float]:
         """Tune the task's top layers (the base's own on the first tune) on the labelled texts by the
         supervised contrastive loss, AdamW, `config.steps` class-balanced batches, dropout on; the
-        returned losses are each step's. Deterministic given `config.seed` on a CPU: the batches and the
-        dropout are seeded, and the caller's torch RNG is left as it was."""
+        returned losses are each step's. With `config.adapters`, the task owns adapters of that rank
+        instead of layers: trained as LoRA, or (`adapters_from="svd"`) the layers tuned in full and kept
+        as each matrix's change at that rank. Deterministic given `config.seed` on a CPU: the batches and
+        the dropout are seeded, and the caller's torch RNG is left as it was."""
         self.base.serves(config)
         if len(texts) != len(labels):
             raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
@@ -194,9 +210,11 @@ class SentenceReader:
         if np.bincount(gold).max(initial=0) < 2:
             raise ValueError("tuning needs a label with at least two texts: the loss pulls pairs together")
         states = self.base.lower(texts)
-        if config.adapters:
-            rank = config.adapters
+        rank = config.adapters
+        if rank and config.adapters_from == "lora":
             top = self.base.adapted_module(self._own_adapters(rank), rank, trainable=True)
+        elif rank:  # svd: the layers in full, from the base's own with this reader's adapters merged
+            top = self.base.top_module(self.base.merged_state(self._own_adapters(rank)), trainable=True)
         else:
             top = self.base.top_module(self.layers, trainable=True)
         optimizer = torch.optim.AdamW([p for p in top.parameters() if p.requires_grad], lr=config.lr)
@@ -217,7 +235,11 @@ class SentenceReader:
                 if on_step is not None:
                     on_step(step, losses[-1])
         # one assignment: a concurrent `embed` reads the old layers or the new ones
-        self.layers = pack_state(adapter_state(top) if config.adapters else top.state_dict())
+        if rank and config.adapters_from == "svd":
+            own = self.base.extracted_adapters(top, rank)
+        else:
+            own = adapter_state(top) if rank else top.state_dict()
+        self.layers = pack_state(own)
         self.config, self.tuned_in = config, precision
         return losses
 

@@ -213,6 +213,37 @@ class SharedEncoder:
             parameter.requires_grad_(trainable and ADAPTER_KEY in name)
         return module
 
+    def merged_state(self, adapters: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
+        """The base's top layers with `adapters` (packed, `adapter_state`'s names) added into the weights
+        they adapt, in float32 (None where there are none: the base's own)."""
+        if adapters is None:
+            return None
+        state = {key: tensor.float() for key, tensor in self.top_state().items()}
+        factors = unpack_state(adapters)
+        for key, a in factors.items():
+            if _LORA_A in key:
+                b = factors[key.replace(_LORA_A, _LORA_B)]
+                state[_adapted_weight(key)] += ADAPTER_SCALE * (b @ a)
+        return state
+
+    def extracted_adapters(self, tuned: nn.ModuleList, rank: int) -> dict[str, torch.Tensor]:
+        """Adapters of `rank` (the names and shapes `adapted_module` gives them) that keep of each adapted
+        matrix's change in `tuned` (a `top_module`, tuned in full) its best rank-`rank` approximation, the
+        truncated SVD: B A ADAPTER_SCALE = U_r S_r V_r^T, the singular values split evenly between the
+        factors. The other tensors' changes (biases, LayerNorms) are not kept."""
+        own, weights = self.top_state(), tuned.state_dict()
+        adapters = {}
+        for key in adapter_state(self.adapted_module(None, rank)):
+            if _LORA_A not in key:
+                continue
+            weight = _adapted_weight(key)
+            change = weights[weight].detach().float().cpu() - own[weight].float().cpu()
+            u, s, vh = torch.linalg.svd(change, full_matrices=False)
+            root = (s[:rank] / ADAPTER_SCALE).sqrt()
+            adapters[key] = root[:, None] * vh[:rank]  # (rank, in)
+            adapters[key.replace(_LORA_A, _LORA_B)] = u[:, :rank] * root  # (out, rank)
+        return adapters
+
     def serving_module(self, state: dict[str, torch.Tensor] | None) -> nn.ModuleList:
         """`top_module(state)` for reading, kept for the SERVING_MODULES states read most recently: unpacking
         a task's int8 layers costs a request 80 ms at L = 4 (float32 layers take 113 MB, so only these few
@@ -291,6 +322,27 @@ class SharedEncoder:
         for layer in layers:
             hidden = layer(hidden, additive, bias)[0]
         return hidden
+
+
+_LORA_A, _LORA_B = f".{ADAPTER_KEY}A.", f".{ADAPTER_KEY}B."
+
+
+def _adapted_weight(adapter_key: str) -> str:
+    """The weight an adapter's tensor adapts: `0.attention.attn.q.lora_A.default.weight` ->
+    `0.attention.attn.q.weight`."""
+    for marker in (_LORA_A, _LORA_B):
+        if marker in adapter_key:
+            return adapter_key.split(marker)[0] + ".weight"
+    raise ValueError(f"{adapter_key} is not an adapter's tensor")
+
+
+def truncated_adapters(adapters: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
+    """Adapters made by `extracted_adapters` (unpacked), cut to their first `rank` components: the same
+    SVD's best rank-`rank` approximation."""
+    cut = {}
+    for key, tensor in adapters.items():
+        cut[key] = tensor[:rank] if _LORA_A in key else tensor[:, :rank] if _LORA_B in key else tensor
+    return cut
 
 
 def adapter_state(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -1,5 +1,7 @@
 """The two readers' probe records, read: probe 2's head mixed with the prompt at w = n / (n + 1), and
-probe 3's and probe 4's rules."""
+probes 3 to 7's rules; and a probe run on a tiny encoder."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +14,8 @@ from research.experiments.two_readers import (
     probe4_reading,
     probe5_reading,
     probe6_choice,
+    probe7_choice,
+    probe_run,
 )
 
 
@@ -114,6 +118,9 @@ def test_a_variant_names_its_layers_steps_lr_precision_and_adapters():
     assert Variant.parse("t4:4") == Variant("t4", 4, 60, 1e-4, "float32", 0)
     assert Variant.parse("t4b:4:60:1e-4:bfloat16") == Variant("t4b", 4, 60, 1e-4, "bfloat16", 0)
     assert Variant.parse("a12:12:60:5e-4:bfloat16:8") == Variant("a12", 12, 60, 5e-4, "bfloat16", 8)
+    assert Variant.parse("a12:12:60:5e-4:bfloat16:8").also_ranks() == ()
+    svd = Variant.parse("s12:12:60:2e-5:bfloat16:32:svd")
+    assert svd == Variant("s12", 12, 60, 2e-5, "bfloat16", 32, "svd") and svd.also_ranks() == (8,)
 
 
 def test_probe_6_takes_adapters_a_point_better_with_no_bound_on_the_tuning_time():
@@ -127,3 +134,38 @@ def test_probe_6_takes_adapters_a_point_better_with_no_bound_on_the_tuning_time(
     records[4] = _probe("a12h", "a", 74, 500)
     records[5] = _probe("a12h", "b", 58.5, 500)  # +1.25 on the mean, b -1.5
     assert probe6_choice(records)["chosen"] == "t4b"
+
+
+def test_probe_7_takes_rank_8_unless_rank_32_is_half_a_point_better():
+    records = [
+        _probe("t4b", "a", 70, 50), _probe("t4b", "b", 60, 50),
+        _probe("s12", "a", 73.5, 150), _probe("s12", "b", 60, 150),  # +1.75
+        _probe("s12r8", "a", 72, 150), _probe("s12r8", "b", 60, 150),  # +1.0
+    ]  # fmt: skip
+    assert probe7_choice(records)["chosen"] == "s12"
+    records[4] = _probe("s12r8", "a", 73.2, 150)  # rank 32 now 0.15 better only
+    assert probe7_choice(records)["chosen"] == "s12r8"
+    records[5] = _probe("s12r8", "b", 58.9, 150)  # b -1.1: rank 8 out
+    assert probe7_choice(records)["chosen"] == "s12"
+    records[3] = _probe("s12", "b", 58, 150)  # both out
+    assert probe7_choice(records)["chosen"] == "t4b"
+
+
+def test_an_svd_run_records_its_rank_and_the_lower_one_cut_from_the_same_tuning(sentence_mpnet_dir: Path):
+    from openbook.sentence_reader import ReaderConfig, SentenceReader
+    from openbook.split_encoder import SharedEncoder
+
+    config = ReaderConfig(encoder=str(sentence_mpnet_dir), max_length=64, top_layers=3)
+    base = SharedEncoder.load(config, "cpu")
+    words = {"up": "great fun good", "down": "awful bad boring"}
+    train_texts = [f"{w} {i}" for label, w in words.items() for i in range(4)]
+    train_labels = [label for label in words for _ in range(4)]
+    dev = (["great good", "bad awful"], ["up", "down"])
+    records = probe_run(
+        task="toy", seed=13, shots=3, variant=Variant("s", 3, 4, 1e-3, "float32", 12, "svd"),
+        labels=["down", "up"], train=(train_texts, train_labels), dev=dev,
+        p_lm_dev=np.full((2, 2), 0.5), frozen=SentenceReader(base), base=base,
+    )  # fmt: skip
+    assert [r["variant"] for r in records] == ["s", "sr8"]
+    assert records[0]["tune_s"] == records[1]["tune_s"] and records[0]["gold"] == [1, 0]
+    assert all(len(r["p"]["knn"]) == 2 for r in records)
