@@ -92,7 +92,7 @@ def _read_combine(directory: Path) -> None:
 
 
 def _read_probes_3_and_4(records: list[dict], kept: Path | None) -> None:
-    from research.experiments.two_readers import (
+    from research.experiments.reader_rules import (
         PROBE6_VARIANTS,
         PROBE7_VARIANTS,
         probe3_choice,
@@ -121,7 +121,7 @@ def _read_probes_3_and_4(records: list[dict], kept: Path | None) -> None:
 
 
 def _read(records: list[dict]) -> None:
-    from research.experiments.two_readers import probe1_choice, probe2_choice, variant_table
+    from research.experiments.reader_rules import probe1_choice, probe2_choice, variant_table
 
     print("variant shots runs | lm frozen_knn knn logreg | tune_s median")
     for row in variant_table(records):
@@ -147,7 +147,7 @@ def _read(records: list[dict]) -> None:
 
 
 def _read_judge(directory: Path) -> None:
-    from research.experiments.two_readers import judge_table
+    from research.experiments.reader_rules import judge_table
 
     read = judge_table(json.loads((directory / "results.json").read_text()))
     tasks = read["tasks"]

@@ -6,17 +6,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from research.experiments.two_readers import (
-    Variant,
-    head_readings,
+from research.experiments.reader_rules import (
     judge_table,
     probe3_choice,
     probe4_reading,
     probe5_reading,
     probe6_choice,
     probe7_choice,
-    probe_run,
 )
+from research.experiments.two_readers import Variant, head_readings, probe_run
 
 
 def _book(per_class: int) -> tuple[np.ndarray, np.ndarray]:
