@@ -37,7 +37,10 @@ TUNING = {"steps": 30, "batch_size": 8, "lr": 1e-3}  # the tiny model moves in a
 
 
 def _config(directory: Path, **changes) -> ReaderConfig:
-    return ReaderConfig(**({"encoder": str(directory), "max_length": 64, "top_layers": 2} | changes))
+    """A reader of the tiny MPNet's top 2 layers, owned whole (no adapters) unless `changes` say."""
+    return ReaderConfig(
+        **({"encoder": str(directory), "max_length": 64, "top_layers": 2, "adapters": 0} | changes)
+    )
 
 
 @pytest.fixture
@@ -67,7 +70,6 @@ def _count_lower_rows(base: SharedEncoder) -> list[int]:
         {"precision": "float16"},
         {"adapters": -1},
         {"adapters_from": "qr"},
-        {"adapters_from": "svd"},  # without a rank
     ],
 )
 def test_config_refuses_bad_values(changes):
@@ -228,7 +230,7 @@ def test_a_saved_state_loads_to_the_same_embeddings(
 
 
 # every layer of the tiny model, through rank-4 adapters, which move it at a larger lr than its layers
-ADAPTERS = {"top_layers": 3, "adapters": 4, "lr": 1e-2}
+ADAPTERS = {"top_layers": 3, "adapters": 4, "adapters_from": "lora", "lr": 1e-2}
 
 
 def test_fresh_adapters_read_as_the_base_and_tuned_ones_pull_each_label_together(sentence_mpnet_dir: Path):
@@ -297,6 +299,8 @@ def test_extracted_adapters_keep_a_low_rank_change_exactly_and_its_best_approxim
         adapters = pack_state(base.extracted_adapters(changed, 2))
         at_rank_2 = base.upper(states, base.adapted_module(adapters, 2))
     assert torch.allclose(at_rank_2, expected, atol=2e-3)  # only int8 packing's rounding between them
+    with torch.no_grad():  # served merged into dense layers: the same embeddings as through peft's
+        assert torch.allclose(base.upper(states, base.serving_module(adapters)), at_rank_2, atol=1e-5)
     four = base.extracted_adapters(changed, 4)  # every other matrix unchanged: its factors are zero
     assert all(t.abs().max() < 1e-5 for k, t in four.items() if "1.attention.attn.q." not in k)
     merged = base.merged_state(pack_state(truncated_adapters(four, 1)))
@@ -315,9 +319,11 @@ def test_adapters_from_the_full_tuning_pull_each_label_together_and_load_to_the_
     assert adapter_rank(reader.layers) == 4 and all("lora_" in key for key in reader.layers)
     loaded = SentenceReader.load(reader.save(tmp_path / "reader"), base)
     assert loaded.config == config and np.array_equal(loaded.embed(TOY_TEXTS), reader.embed(TOY_TEXTS))
+    before = {key: value.clone() for key, value in base.model.state_dict().items()}
     again = loaded.copy()  # going on from its adapters, merged into the layers it tunes in full
     again.tune(TOY_TEXTS, TOY_LABELS, replace(config, steps=2))
     assert adapter_rank(again.layers) == 4
+    assert all(torch.equal(before[key], value) for key, value in base.model.state_dict().items())
     assert not np.array_equal(again.embed(TOY_TEXTS), reader.embed(TOY_TEXTS))
 
 
