@@ -39,11 +39,11 @@ class Settings(BaseSettings):
     port: int = 8000
     # api processes behind the port, each a full replica (its own model copy, batchers and log follower;
     # services/api/api_workers.py). 1 is one process, as `create_app` alone serves. On the CPU 1 is
-    # right: one process's forwards already use every core. On one H100 (`bench api --workers 1,2,4`,
-    # docs/benchmarks.md) no count kept latency within 1.15x and 4 workers served 510 texts/s against
-    # 362 for one, fewer than one at 32 clients: processes time-slice the device. 1 there too. Under CUDA's
-    # Multi-Process Service 4 and 8 workers served 613 and 552 texts/s, one 400 without it: still bound
-    # by each process's per-request Python, and a host's MPS is not the service's to start.
+    # right: one process's forwards already use every core. On CUDA (`tools/gpu_bench.sh api`,
+    # docs/benchmarks.md) the bench's rule picked 1 on an H100 and 4 on an H200, on one worker's latency
+    # within the bare forward's own spread; 4 workers served 813 texts/s at 256 clients against 551 for
+    # one on the H200, but half of one's at 32 clients (processes time-slice the device), and each holds
+    # a copy of every model. 1 there too, until the rule gives one answer over repeated runs.
     api_workers: int = Field(1, ge=1)
     # front processes on the port before the replica (services/api/front.py): each gathers single-text
     # classify requests into requests of up to max_batch texts, waiting at most front_max_wait_ms for
