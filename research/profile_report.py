@@ -4,6 +4,9 @@
         openbook bench api --stand-in --clients 256
     python -m research profile-report profile.txt
 
+With `py-spy record --subprocesses` (fronts before a replica, or several api workers) each sample's stack
+begins with its process; `report` then sums each process apart, the busiest first.
+
 `--gil` keeps only the samples of the thread that holds the GIL: one Python process can run one such
 thread at a time, so these samples are what bounds its throughput. Each sample on the served path (the
 HTTP server's event loop, and the worker threads it hands requests to) counts once, in the first stage
@@ -33,13 +36,22 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("request body: read and JSON parse", ("Request.body", "Request.json")),
     ("response: validation and JSON encoding", ("serialize_response", "JSONResponse.render")),
     ("response: sending", ("Response.__call__",)),
+    ("front: gathering, and its client of the replica", ("Gatherer.", "Front._upstream")),
     ("endpoint body (checks, micro-batcher)", ("run_endpoint_function", "MicroBatcher.")),
     ("thread hand-offs (anyio)", ("WorkerThread.", "run_sync_in_worker_thread")),
     ("HTTP server, middleware and routing", ("RequestResponseCycle.", "HttpToolsProtocol.")),
 )
 # Frames that mark a sample as the served path's; and, of those, the ones that are not serving.
 SERVED = ("uvicorn/", "WorkerThread.run")
-NOT_SERVING = ("TaskSpecs.build", "_load_backbone", "follow_checkpoints", "Server.startup", "warm_up")
+# (`_find_and_load`: importing, as a spawned front process does inside uvicorn's frames)
+NOT_SERVING = (
+    "TaskSpecs.build",
+    "_load_backbone",
+    "follow_checkpoints",
+    "Server.startup",
+    "warm_up",
+    "_find_and_load",
+)
 
 
 def _function(frame: str) -> str:
@@ -72,9 +84,34 @@ def summarise(lines: Iterable[str]) -> tuple[Counter[str], int, int]:
     return stages, served, total
 
 
+# py-spy's first frame of a sample under --subprocesses: `process 123:"python -m services.cli serve"`
+_PROCESS = re.compile(r'process (\d+):"([^"]*)";')
+
+
+def by_process(lines: Iterable[str]) -> dict[str, list[str]]:
+    """py-spy's raw lines by the process they were sampled in (its innermost `process` frame: a child's
+    stack begins with its parents'), each line without its process frames; one key, "", without any."""
+    processes: dict[str, list[str]] = {}
+    for line in lines:
+        found = list(_PROCESS.finditer(line))
+        name = f"{found[-1].group(1)} {found[-1].group(2)}" if found else ""
+        processes.setdefault(name, []).append(line[found[-1].end() :] if found else line)
+    return processes
+
+
+def _table(lines: Iterable[str], top: int) -> list[str]:
+    stages, served, total = summarise(lines)
+    rows = [f"{served} of {total} samples on the served path", "share  stage"]
+    return rows + [f"{count / max(served, 1):6.1%}  {stage}" for stage, count in stages.most_common(top)]
+
+
 def report(path: Path, top: int = 16) -> str:
     with path.open() as lines:
-        stages, served, total = summarise(lines)
-    rows = [f"{served} of {total} samples on the served path", "share  stage"]
-    rows += [f"{count / max(served, 1):6.1%}  {stage}" for stage, count in stages.most_common(top)]
-    return "\n".join(rows)
+        processes = by_process(lines)
+    if list(processes) == [""]:
+        return "\n".join(_table(processes[""], top))
+    served = {name: summarise(lines)[1] for name, lines in processes.items()}
+    rows: list[str] = []
+    for name in sorted((name for name in processes if served[name]), key=lambda name: -served[name]):
+        rows += ["", f"process {name}", *_table(processes[name], top)]
+    return "\n".join(rows[1:])

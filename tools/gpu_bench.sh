@@ -11,6 +11,7 @@
 #   api      `openbook bench api --workers 1,2,4 --clients 32,256 --reader mpnet`
 #   profile  py-spy's GIL samples of the api at 256 clients, and their report
 #   fronts   `openbook bench api --workers 1 --fronts 4,8 --clients 256`
+#   profile-fronts  the same with 8 fronts under py-spy --subprocesses: each process's GIL samples apart
 #   job16    `openbook bench job` at 16 per class (trec), reader mpnet: the job's time against 60 s
 #   job150   the same on clinc150 (10 per intent, 150 intents) against 3 minutes
 #   store    `python -m research bench store --sizes 100000,1000000`
@@ -99,6 +100,15 @@ profile() {
     lab profile-report "$OUT/profile.txt" >"$OUT/profile-report.txt" && gzip -f "$OUT/profile.txt"
 }
 
+profile_fronts() {
+  local spy=/tmp/site/bin/py-spy
+  [ -x "$spy" ] || spy=py-spy
+  "$spy" record --subprocesses --gil --rate 100 --format raw --output "$OUT/profile-fronts.txt" -- \
+    "$PY" -m services.cli bench api $(api_args) --clients "$(clients 256)" --workers 1 --fronts 8 &&
+    lab profile-report "$OUT/profile-fronts.txt" >"$OUT/profile-fronts-report.txt" &&
+    gzip -f "$OUT/profile-fronts.txt"
+}
+
 job() {  # job TASK SHOTS BUDGET: one automatic training job through the service, reader mpnet
   local limit=$(($3 + 120))
   [ "$DRY" = 1 ] && limit=20
@@ -107,7 +117,7 @@ job() {  # job TASK SHOTS BUDGET: one automatic training job through the service
 }
 
 export ROOT OUT PY DRY DEVICE
-export -f openbook lab setup env_report api_args clients profile job
+export -f openbook lab setup env_report api_args clients profile profile_fronts job
 
 for step in "$@"; do
   case $step in
@@ -116,6 +126,7 @@ for step in "$@"; do
     api) run api 420 openbook bench api $(api_args) --clients "$(clients 32,256)" --workers 1,2,4 --reader mpnet ;;
     profile) run profile 240 profile ;;
     fronts) run fronts 300 openbook bench api $(api_args) --clients "$(clients 256)" --workers 1 --fronts 4,8 ;;
+    profile-fronts) run profile-fronts 300 profile_fronts ;;
     job16) run job16 240 job trec 16 60 ;;
     job150) run job150 360 job clinc150 10 180 ;;
     store)

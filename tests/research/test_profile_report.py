@@ -40,3 +40,24 @@ def test_the_command_prints_shares(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert "90 of 137 samples on the served path" in out
     assert " 33.3%  FastAPI: resolving dependencies" in out
+
+
+def test_a_profile_of_several_processes_is_summed_per_process(tmp_path: Path, capsys) -> None:
+    parent = 'process 10:"python -m services.cli serve"'
+    replica = f'{parent};process 11:"python -m services.cli serve"'
+    front = f'{parent};process 12:"python -c from multiprocessing.spawn import spawn_main; spawn_main()"'
+    raw = [f"{replica};{line}" for line in RAW if line] + [
+        f"{front};{LOOP};Gatherer.classify (services/api/front.py:83) 6",
+        f"{front};{LOOP};HttpToolsProtocol.data_received (uvicorn/protocols/http/httptools_impl.py:1) 2",
+        f"{parent};thread (0): MainThread;_supervise (services/cli/serve.py:1) 9",  # nothing served
+    ]
+    profile = tmp_path / "profile.txt"
+    profile.write_text("\n".join(raw))
+    assert main(["profile-report", str(profile)]) == 0
+    out = capsys.readouterr().out
+    replica_at, front_at = out.index("process 11 "), out.index("process 12 ")
+    assert replica_at < front_at  # the busiest first
+    assert "process 10 " not in out
+    assert "90 of 137 samples on the served path" in out[replica_at:front_at]
+    assert "6 of 8 samples" not in out and "8 of 8 samples on the served path" in out[front_at:]
+    assert " 75.0%  front: gathering, and its client of the replica" in out[front_at:]
