@@ -94,6 +94,7 @@ def run_api_bench(
     workers: Sequence[int] = (1,),
     fronts: Sequence[int] = (0,),
     reader: str | None = None,
+    hot_swap: bool = True,
 ) -> None:
     """`clients`: one throughput measurement per count, e.g. (32, 256).
 
@@ -101,6 +102,7 @@ def run_api_bench(
     `workers`: api processes behind the port, one group of measurements per count (the module's docstring).
     `fronts`: front processes before them, one group per count of fronts and of workers; 0: none.
     `reader`: a sentence encoder; a task keyed by it is measured against `bench` (`measure_reader_cost`).
+    `hot_swap`: with 1 in `workers`, the hot swap under load and the two replicas' comparison.
     """
     client_counts = [clients] if isinstance(clients, int) else list(clients)
     torch.manual_seed(0)
@@ -144,7 +146,7 @@ def run_api_bench(
             print(choose_workers(measured, client_counts[-1]))
         if reader is not None:
             measure_reader_cost(bench, reader, requests, client_counts[-1])
-        if 1 in workers:
+        if hot_swap and 1 in workers:
             second = Served(settings())
             measure_hot_swap(bench, second, max_length)
             measure_replicas(bench, second)

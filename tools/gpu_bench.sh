@@ -2,26 +2,30 @@
 # The serving figures on one GPU (docs/benchmarks.md, "On one GPU"), on a host with CUDA's torch in
 # `python3` and no package index, from the repository root, after tools/gpu_carry.sh ran where pip works:
 #
-#   bash tools/gpu_bench.sh STEP...      # each step's log in $OUT (else gpu-logs/), its time on stdout
+#   bash tools/gpu_bench.sh [STEP...]    # each step's log in gpu-logs/, its time and figures on stdout
 #
-# Steps, in the order that matters most if time runs short:
+# With $OUT set (a GPU host's folder that comes back), gpu-logs/ is packed into $OUT/gpu-logs.tar after
+# every step, so what ran comes back even if the call is stopped at its limit.
+#
+# With no steps, all but `compile`, in this order (about 9 minutes on one H200: one call of a GPU host's
+# 10). The steps, in the order that matters most if time runs short:
 #   setup    the carried wheels into /tmp/site; gemma3-270m and all-mpnet-base-v2 with random weights of
 #            their shapes in the model cache (a forward's time does not depend on the values): once a host
 #   env      the device, driver and versions
 #   api      `openbook bench api --workers 1,2,4 --clients 32,256 --reader mpnet`
 #   profile  py-spy's GIL samples of the api at 256 clients, and their report
-#   fronts   `openbook bench api --workers 1 --fronts 4,8 --clients 256`
-#   profile-fronts  the same with 8 fronts under py-spy --subprocesses: each process's GIL samples apart
 #   job16    `openbook bench job` at 16 per class (trec), reader mpnet: the job's time against 60 s
 #   job150   the same on clinc150 (10 per intent, 150 intents) against 3 minutes
+#   fronts   `openbook bench api --workers 1 --fronts 4,8 --clients 256`
+#   profile-fronts  the same with 8 fronts under py-spy --subprocesses: each process's GIL samples apart
 #   store    `python -m research bench store --sizes 100000,1000000`
 #   mixed    `python -m research bench mixed --tasks 2,10 --batch-size 1024`
 #   compile  `openbook bench api --workers 1` with OPENBOOK_COMPILE=1 (the compile time at load)
-# DRY=1 runs each step on the CPU with a stand-in or tiny settings: the plumbing, not the figures.
+# The hot swap and the replicas' comparison run once, in `api`. DRY=1 runs each step on the CPU with a stand-in or tiny settings: the plumbing, not the figures.
 set -u
 ROOT=$(pwd)
-OUT=${OUT:-$ROOT/gpu-logs}
-mkdir -p "$OUT"
+LOGS=$ROOT/gpu-logs
+mkdir -p "$LOGS"
 PY=${PYTHON:-python3}
 DRY=${DRY:-0}
 export PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/site:$ROOT/shared:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -34,16 +38,17 @@ export OPENBOOK_DEVICE=$DEVICE
 openbook() { "$PY" -m services.cli "$@"; }
 lab() { "$PY" -m research "$@"; }
 
-# run NAME SECONDS COMMAND...: the command's output in $OUT/NAME.log, its exit status and time on stdout
+# run NAME SECONDS COMMAND...: the command's output in $LOGS/NAME.log, its exit status and time on stdout
 run() {
   local name=$1 limit=$2 started rc
   shift 2
   started=$(date +%s)
-  echo "== $name (at most ${limit} s): $*" | tee "$OUT/$name.log"
-  timeout -k 10 "$limit" bash -c '"$@"' "$name" "$@" >>"$OUT/$name.log" 2>&1
+  echo "== $name (at most ${limit} s): $*" | tee "$LOGS/$name.log"
+  timeout -k 10 "$limit" bash -c '"$@"' "$name" "$@" >>"$LOGS/$name.log" 2>&1
   rc=$?
-  echo "rc=$rc after $(($(date +%s) - started)) s" | tee -a "$OUT/$name.log"
-  grep -E "^(latency|throughput|freshness|workers|reader|hot swap|replicas|api workers|store of|add one|backbone|  *[0-9]+ tasks?|job|budget|gate|the served|openbook|compil|setup|torch|transformers|NVIDIA|GPU)" "$OUT/$name.log" | head -40
+  echo "rc=$rc after $(($(date +%s) - started)) s" | tee -a "$LOGS/$name.log"
+  [ -n "${OUT:-}" ] && tar -C "$LOGS" -cf "$OUT/gpu-logs.tar" .
+  grep -E "^(latency|throughput|freshness|workers|reader|hot swap|replicas|api workers|store of|add one|backbone|  *[0-9]+ tasks?|job|budget|gate|the served|openbook|compil|setup|torch|transformers|NVIDIA|GPU)" "$LOGS/$name.log" | head -40
 }
 
 setup() {
@@ -95,28 +100,30 @@ profile() {
   local spy=/tmp/site/bin/py-spy
   [ -x "$spy" ] || spy=py-spy
   # the api in the bench's own process (one worker), so the samples are the served path's
-  "$spy" record --gil --rate 200 --format raw --output "$OUT/profile.txt" -- \
-    "$PY" -m services.cli bench api $(api_args) --clients "$(clients 256)" --workers 1 &&
-    lab profile-report "$OUT/profile.txt" >"$OUT/profile-report.txt" && gzip -f "$OUT/profile.txt"
+  # --nonblocking: sampled without pausing it, so the run keeps its pace (a paused one served a third)
+  "$spy" record --nonblocking --gil --rate 200 --format raw --output "$LOGS/profile.txt" -- \
+    "$PY" -m services.cli bench api $(api_args) --clients "$(clients 256)" --workers 1 --no-hot-swap &&
+    lab profile-report "$LOGS/profile.txt" >"$LOGS/profile-report.txt" && gzip -f "$LOGS/profile.txt"
 }
 
 profile_fronts() {
   local spy=/tmp/site/bin/py-spy
   [ -x "$spy" ] || spy=py-spy
-  "$spy" record --subprocesses --gil --rate 100 --format raw --output "$OUT/profile-fronts.txt" -- \
-    "$PY" -m services.cli bench api $(api_args) --clients "$(clients 256)" --workers 1 --fronts 8 &&
-    lab profile-report "$OUT/profile-fronts.txt" >"$OUT/profile-fronts-report.txt" &&
-    gzip -f "$OUT/profile-fronts.txt"
+  "$spy" record --nonblocking --subprocesses --gil --rate 100 --format raw --output "$LOGS/profile-fronts.txt" -- \
+    "$PY" -m services.cli bench api $(api_args) --clients "$(clients 256)" --workers 1 --fronts 8 --no-hot-swap &&
+    lab profile-report "$LOGS/profile-fronts.txt" >"$LOGS/profile-fronts-report.txt" &&
+    gzip -f "$LOGS/profile-fronts.txt"
 }
 
 job() {  # job TASK SHOTS BUDGET: one automatic training job through the service, reader mpnet
   local limit=$(($3 + 120))
   [ "$DRY" = 1 ] && limit=20
   openbook bench job --task "$1" --shots "$2" --seed 13 --reader mpnet --budget "$3" --timeout $limit \
-    --out "$OUT/jobs"
+    --out "$LOGS/jobs"
 }
 
-export ROOT OUT PY DRY DEVICE
+export ROOT LOGS PY DRY DEVICE
+[ $# -gt 0 ] || set -- setup env api profile job16 job150 fronts profile-fronts store mixed
 export -f openbook lab setup env_report api_args clients profile profile_fronts job
 
 for step in "$@"; do
@@ -125,7 +132,9 @@ for step in "$@"; do
     env) run env 60 env_report ;;
     api) run api 420 openbook bench api $(api_args) --clients "$(clients 32,256)" --workers 1,2,4 --reader mpnet ;;
     profile) run profile 240 profile ;;
-    fronts) run fronts 300 openbook bench api $(api_args) --clients "$(clients 256)" --workers 1 --fronts 4,8 ;;
+    fronts)
+      run fronts 300 openbook bench api $(api_args) --clients "$(clients 256)" --workers 1 --fronts 4,8 --no-hot-swap
+      ;;
     profile-fronts) run profile-fronts 300 profile_fronts ;;
     job16) run job16 240 job trec 16 60 ;;
     job150) run job150 360 job clinc150 10 180 ;;

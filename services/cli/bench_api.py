@@ -51,6 +51,12 @@ def add_parser(benches: argparse._SubParsersAction) -> None:
         help="front processes before the api workers, comma-separated, e.g. 0,2: each count > 0 measures "
         "latency, throughput and freshness again through `openbook serve` with OPENBOOK_FRONT_WORKERS set",
     )
+    parser.add_argument(
+        "--no-hot-swap",
+        dest="hot_swap",
+        action="store_false",
+        help="leave out the hot swap under load and the two replicas' comparison (run with 1 worker)",
+    )
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -65,5 +71,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         workers=args.workers,
         fronts=args.fronts,
         reader=args.reader,
+        hot_swap=args.hot_swap,
     )
     return 0

@@ -38,10 +38,12 @@ def test_bench_api_reports_every_measurement(causal_dir, capsys):
 
 
 def test_bench_api_measures_again_through_fronts(causal_dir, capsys):
-    """`--fronts 1`: the same lines through `openbook serve` with a front before the replica."""
+    """`--fronts 1`: the same lines through `openbook serve` with a front before the replica; with
+    `--no-hot-swap`, nothing after them."""
     args = ["bench", "api", "--backbone", str(causal_dir), "--max-length", "48", "--requests", "3"]
-    assert main([*args, "--clients", "4", "--workers", "1", "--fronts", "0,1"]) == 0
+    assert main([*args, "--clients", "4", "--workers", "1", "--fronts", "0,1", "--no-hot-swap"]) == 0
     alone, fronted = capsys.readouterr().out.split("api workers: 1, fronts: 1 (openbook serve)\n")
+    assert "hot swap" not in fronted and "replicas:" not in fronted
     assert alone.startswith("api workers: 1 (in-process)\n")
     for prefix in ("latency: one classify", "throughput: 4 clients", "freshness:"):
         assert prefix in alone and prefix in fronted
