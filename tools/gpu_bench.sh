@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The serving figures on one GPU (docs/benchmarks.md, "On one GPU"), on a host with CUDA's torch in
+# The serving figures on one GPU (docs/benchmarks.md, "On one NVIDIA H200, with both readers"), on a host with CUDA's torch in
 # `python3` and no package index, from the repository root, after tools/gpu_carry.sh ran where pip works:
 #
 #   bash tools/gpu_bench.sh [STEP...]    # each step's log in gpu-logs/, its time and figures on stdout
@@ -7,8 +7,9 @@
 # With $OUT set (a GPU host's folder that comes back), gpu-logs/ is packed into $OUT/gpu-logs.tar after
 # every step, so what ran comes back even if the call is stopped at its limit.
 #
-# With no steps, all but `compile`, in this order (about 9 minutes on one H200: one call of a GPU host's
-# 10). The steps, in the order that matters most if time runs short:
+# With no steps, all but `compile`, in this order, meant as one call of a GPU host's 10 minutes (not yet
+# timed whole: on one H200 the steps but the profiles and fronts took 418 s). The steps, in the order that
+# matters most if time runs short:
 #   setup    the carried wheels into /tmp/site; gemma3-270m and all-mpnet-base-v2 with random weights of
 #            their shapes in the model cache (a forward's time does not depend on the values): once a host
 #   env      the device, driver and versions
@@ -21,7 +22,8 @@
 #   store    `python -m research bench store --sizes 100000,1000000`
 #   mixed    `python -m research bench mixed --tasks 2,10 --batch-size 1024`
 #   compile  `openbook bench api --workers 1` with OPENBOOK_COMPILE=1 (the compile time at load)
-# The hot swap and the replicas' comparison run once, in `api`. DRY=1 runs each step on the CPU with a stand-in or tiny settings: the plumbing, not the figures.
+# The hot swap and the replicas' comparison run once, in `api`. DRY=1 runs each step on the CPU with a
+# stand-in or tiny settings: the plumbing, not the figures.
 set -u
 ROOT=$(pwd)
 LOGS=$ROOT/gpu-logs
