@@ -9,10 +9,16 @@ sends the texts of every request waiting with the same task, key and options as 
 replica, and answers each with its own slice of the predictions. Everything else it passes through
 unchanged.
 
-When to send is the batching rule of a serving queue: a request that finds no request of its kind on
-its way to the replica goes at once, so a lone client waits for nothing; while one is on its way, the
-requests that arrive gather, and go when it returns, when they fill a request (`max_texts` texts, the
-replica's `max_batch`, or `max_bytes`), or `max_wait` seconds after the first of them arrived.
+When to send is the rule of the replica's micro-batcher (services/engine/batching.py), by waves: the
+clients of one request to the replica send their next requests as their answers arrive, a few
+milliseconds apart. A group of requests of one kind goes when nothing of its kind is on its way to the
+replica and it holds as many requests as were waiting, and were answered, when the last one of its kind
+returned, so a lone client waits for nothing and a wave goes whole; or when it has waited `max_wait`
+seconds with nothing of its kind on its way (the wave thinned); or when it fills a request
+(`max_texts` texts, the replica's `max_batch`, or `max_bytes`). While one is on its way, the requests
+that arrive gather. Sending the first request of a wave at once instead, with the rest after it
+returned, made the trips alternate between one text and all the others: two replica round trips a
+wave, each paying the replica's per-request Python (`tests/services/test_front.py`).
 
 A gathered request the replica refuses (a text over the limit in one of them, say) is not the answer
 for every request in it: each is then sent again on its own, so each gets the answer it would have had
@@ -25,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,13 +71,16 @@ class _Group:
     texts: int = 0
     size: int = 0  # bytes of the texts, as their JSON
     timer: asyncio.TimerHandle | None = None
+    due: bool = False  # it waited max_wait with nothing of its kind on its way
 
 
 class Gatherer:
     """Gathers classify requests into groups by (path, access headers, options) and sends each group as
-    one request: at once when none of its kind is on its way to the replica, else when one returns, when
-    it holds `max_texts` texts or `max_bytes` of them, or `max_wait` seconds after its first request
-    arrived (the module's docstring)."""
+    one request, when nothing of its kind is on its way to the replica and its wave is in (`expected`)
+    or it has waited `max_wait` seconds, or when it holds `max_texts` texts or
+    `max_bytes` of them (the module's docstring)."""
+
+    KINDS_REMEMBERED = 1024  # `expected` is kept for this many kinds, the least recently returned dropped
 
     def __init__(self, upstream: Upstream, *, max_texts: int, max_bytes: int, max_wait: float) -> None:
         self.upstream = upstream
@@ -79,6 +89,8 @@ class Gatherer:
         self.sent = 0  # requests sent to the replica, and how many of them held several (the tests read
         self.gathered = 0  # them)
         self.on_the_way: dict[_Key, int] = {}
+        # requests a kind's next group waits for: those waiting when its last trip returned, and that trip's
+        self.expected: OrderedDict[_Key, int] = OrderedDict()
 
     async def classify(
         self, path: str, headers: list[tuple[str, str]], body: bytes
@@ -102,14 +114,33 @@ class Gatherer:
             group = None
         if group is None:
             group = self.groups[key] = _Group(path, headers, options)
-            group.timer = asyncio.get_running_loop().call_later(self.max_wait, self._send, key)
         waiting = _Waiting(texts, body, asyncio.get_running_loop().create_future())
         group.members.append(waiting)
         group.texts += len(texts)
         group.size += size
-        if group.texts >= self.max_texts or group.size >= self.max_bytes or not self.on_the_way.get(key):
+        if group.texts >= self.max_texts or group.size >= self.max_bytes:
             self._send(key)
+        else:
+            self._send_if_ready(key)
         return await waiting.answer
+
+    def _send_if_ready(self, key: _Key) -> None:
+        """Send `key`'s group if nothing of its kind is on its way and its wave is in, or it is due; else,
+        once nothing is on its way, it is due `max_wait` seconds later (time spent behind a request on
+        its way does not count: its wave cannot come before that request's answers)."""
+        group = self.groups.get(key)
+        if group is None or self.on_the_way.get(key):
+            return
+        if group.due or len(group.members) >= self.expected.get(key, 1):
+            self._send(key)
+        elif group.timer is None:
+            group.timer = asyncio.get_running_loop().call_later(self.max_wait, self._due, key)
+
+    def _due(self, key: _Key) -> None:
+        group = self.groups.get(key)
+        if group is not None:
+            group.due = True
+            self._send_if_ready(key)
 
     def _send(self, key: _Key) -> None:
         group = self.groups.pop(key, None)
@@ -121,14 +152,21 @@ class Gatherer:
             group.timer.cancel()
         self.on_the_way[key] = self.on_the_way.get(key, 0) + 1
         task = asyncio.get_running_loop().create_task(self._forward(group))
-        task.add_done_callback(lambda done: self._returned(key, done))
+        members = len(group.members)
+        task.add_done_callback(lambda done: self._returned(key, done, members))
 
-    def _returned(self, key: _Key, done: asyncio.Task[None]) -> None:
+    def _returned(self, key: _Key, done: asyncio.Task[None], members: int) -> None:
         done.exception()  # each member's future carries any error
         self.on_the_way[key] -= 1
         if not self.on_the_way[key]:
             del self.on_the_way[key]
-        self._send(key)  # what gathered meanwhile
+        # the wave: what waits now, and this trip's clients, whose next requests follow their answers
+        waiting = self.groups[key].members if key in self.groups else []
+        self.expected[key] = len(waiting) + members
+        self.expected.move_to_end(key)
+        if len(self.expected) > self.KINDS_REMEMBERED:
+            self.expected.popitem(last=False)
+        self._send_if_ready(key)
 
     async def _forward(self, group: _Group) -> None:
         try:

@@ -46,10 +46,13 @@ class Settings(BaseSettings):
     # a copy of every model. 1 there too, until the rule gives one answer over repeated runs.
     api_workers: int = Field(1, ge=1)
     # front processes on the port before the replica (services/api/front.py): each gathers single-text
-    # classify requests into requests of up to max_batch texts, waiting at most front_max_wait_ms for
-    # more; the replica moves to a loopback port of its own. 0: none, the replica answers the port itself.
+    # classify requests into requests of up to max_batch texts, a wave of clients' requests into one;
+    # the replica moves to a loopback port of its own. 0: none, the replica answers the port itself.
     front_workers: int = Field(0, ge=0)
-    front_max_wait_ms: float = Field(2.0, ge=0)
+    # the longest a front's gathered requests wait for the rest of their wave with nothing of their kind
+    # on its way (a lone client never waits): above the few milliseconds over which a wave's clients
+    # resend, below a GPU forward's 30 ms, as the micro-batcher's batch_max_delay_ms bounds its own wait
+    front_max_wait_ms: float = Field(20.0, ge=0)
     default_backbone: str = DEFAULT_BACKBONE
     # Where a task may name its backbone by path: model directories (each with a config.json) under
     # these, besides the model cache. Other names must be registered backbones (openbook.models).

@@ -158,3 +158,52 @@ def test_serve_with_fronts_ends_when_its_replica_dies(server: EmbeddedRedis, cau
     finally:
         if serve.poll() is None:
             os.killpg(serve.pid, signal.SIGKILL)
+
+
+def _closed_loop(clients: int, trip: float, spread: float, max_wait: float, seconds: float) -> list[int]:
+    """`clients` each sending one text at a time through a Gatherer, each again `spread` seconds or less
+    after its answer, to a replica that answers one request at a time in `trip` seconds: the texts of
+    each request the replica got."""
+    import json
+
+    from services.api.front import Gatherer
+
+    async def run() -> list[int]:
+        sizes: list[int] = []
+        replica = asyncio.Lock()
+
+        async def upstream(method, path, headers, body):
+            texts = json.loads(body)["texts"]
+            async with replica:
+                sizes.append(len(texts))
+                await asyncio.sleep(trip)
+            return 200, [], json.dumps({"predictions": [{"label": "a"}] * len(texts)}).encode()
+
+        gatherer = Gatherer(upstream, max_texts=64, max_bytes=256_000, max_wait=max_wait)
+        stop = asyncio.get_running_loop().time() + seconds
+
+        async def client(i: int) -> None:
+            while asyncio.get_running_loop().time() < stop:
+                body = json.dumps({"texts": [f"text {i}"]}).encode()
+                status, _, _ = await gatherer.classify("/v1/tasks/t/classify", [], body)
+                assert status == 200
+                await asyncio.sleep(spread * i / clients)
+
+        await asyncio.gather(*(client(i) for i in range(clients)))
+        return sizes
+
+    return asyncio.run(run())
+
+
+def test_a_wave_of_requests_goes_whole_not_one_text_then_the_rest() -> None:
+    """Closed-loop clients resend a few milliseconds apart. Sending a wave's first request at once and
+    the rest after it returned made the trips alternate between 1 text and 31 (two replica round trips
+    a wave, each paying the replica's per-request cost): the wave waits for itself instead."""
+    sizes = _closed_loop(clients=32, trip=0.02, spread=0.004, max_wait=0.05, seconds=1.0)
+    steady = sizes[3:]
+    assert len(steady) >= 10 and min(steady) >= 30, sizes
+
+
+def test_a_lone_client_never_waits_for_a_wave() -> None:
+    sizes = _closed_loop(clients=1, trip=0.01, spread=0.0, max_wait=5.0, seconds=0.5)
+    assert len(sizes) >= 20 and set(sizes) == {1}  # each request at once, none held for max_wait
