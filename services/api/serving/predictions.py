@@ -17,12 +17,13 @@ def prediction_out(
     neighbours = None
     if with_neighbours:
         neighbours = [
-            schemas.NeighbourOut(
+            schemas.NeighbourOut.model_construct(
                 id=n.id, text=runtime.texts.get(n.id), label=n.label, similarity=n.similarity
             )
             for n in prediction.neighbours
         ]
-    return schemas.PredictionOut(
+    # the classifier's own values, not validated again (routes/classify.py)
+    return schemas.PredictionOut.model_construct(
         label=None if abstained else prediction.label,
         abstained=abstained,
         probabilities=prediction.probabilities,
