@@ -99,19 +99,19 @@ def by_process(lines: Iterable[str]) -> dict[str, list[str]]:
     return processes
 
 
-def _table(lines: Iterable[str], top: int) -> list[str]:
-    stages, served, total = summarise(lines)
+def _table(summary: tuple[Counter[str], int, int], top: int) -> list[str]:
+    stages, served, total = summary
     rows = [f"{served} of {total} samples on the served path", "share  stage"]
     return rows + [f"{count / max(served, 1):6.1%}  {stage}" for stage, count in stages.most_common(top)]
 
 
 def report(path: Path, top: int = 16) -> str:
     with path.open() as lines:
-        processes = by_process(lines)
-    if list(processes) == [""]:
-        return "\n".join(_table(processes[""], top))
-    served = {name: summarise(lines)[1] for name, lines in processes.items()}
+        summaries = {name: summarise(lines) for name, lines in by_process(lines).items()}
+    if list(summaries) == [""]:
+        return "\n".join(_table(summaries[""], top))
     rows: list[str] = []
-    for name in sorted((name for name in processes if served[name]), key=lambda name: -served[name]):
-        rows += ["", f"process {name}", *_table(processes[name], top)]
+    for name, summary in sorted(summaries.items(), key=lambda item: -item[1][1]):
+        if summary[1]:  # processes with nothing served (the supervisor, the bench's clients) left out
+            rows += ["", f"process {name}", *_table(summary, top)]
     return "\n".join(rows[1:])
