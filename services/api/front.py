@@ -77,8 +77,8 @@ class _Group:
 class Gatherer:
     """Gathers classify requests into groups by (path, access headers, options) and sends each group as
     one request, when nothing of its kind is on its way to the replica and its wave is in (`expected`)
-    or it has waited `max_wait` seconds, or when it holds `max_texts` texts or
-    `max_bytes` of them (the module's docstring)."""
+    or it has waited `max_wait` seconds, or when it holds `max_texts` texts or `max_bytes` of them (the
+    module's docstring)."""
 
     KINDS_REMEMBERED = 1024  # `expected` is kept for this many kinds, the least recently returned dropped
 

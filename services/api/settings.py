@@ -50,8 +50,8 @@ class Settings(BaseSettings):
     # the replica moves to a loopback port of its own. 0: none, the replica answers the port itself.
     front_workers: int = Field(0, ge=0)
     # the longest a front's gathered requests wait for the rest of their wave with nothing of their kind
-    # on its way (a lone client never waits): above the few milliseconds over which a wave's clients
-    # resend, below a GPU forward's 30 ms, as the micro-batcher's batch_max_delay_ms bounds its own wait
+    # on its way (a lone client never waits): meant to outlast the spread of a wave's resends and to stay
+    # below a GPU forward (about 30 ms on the H200), as batch_max_delay_ms bounds the micro-batcher's wait
     front_max_wait_ms: float = Field(20.0, ge=0)
     default_backbone: str = DEFAULT_BACKBONE
     # Where a task may name its backbone by path: model directories (each with a config.json) under
