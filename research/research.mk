@@ -8,7 +8,7 @@
 # targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
 KEPT_BEST := --keep best
 
-.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 two-readers-probe6 two-readers-probe7 table-16shot-readers clinc150-readers clinc150-readers-trained learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench refusal-judge-splits refusal-judge
+.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 readers-judge-s12 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 two-readers-probe6 two-readers-probe7 table-16shot-readers clinc150-readers clinc150-readers-trained learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench refusal-judge-splits refusal-judge
 
 eval-sst2: install
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
@@ -362,6 +362,14 @@ readers-judge-2: setfit judged-splits-5
 	$(BIN)/python -m research eval --data $(JUDGE5_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
 		--methods retroprompt --reader mpnet --keep-distributions --seeds $(JUDGE5_SEEDS) --parallel $(PARALLEL) \
 		--device $(READERS_DEVICE) --out docs/results/readers-judge-2-$(TABLE_BACKBONE)
+
+# Probe 8 (docs/experiments/two-readers.md, "Probe 8"): the judge grid again with probe 7's s12 as the
+# reader's tuning, beside readers-judge-2's top 4 layers on the same splits.
+READER_S12 = top_layers=12,adapters=32,adapters_from=svd,lr=2e-5
+readers-judge-s12: setfit judged-splits-5
+	$(BIN)/python -m research eval --data $(JUDGE5_DATA) --task $(JUDGE_TASKS) --backbone $(TABLE_BACKBONE) \
+		--methods retroprompt --reader mpnet --reader-tuning $(READER_S12) --keep-distributions --seeds $(JUDGE5_SEEDS) \
+		--parallel $(PARALLEL) --device $(READERS_DEVICE) --out docs/results/readers-judge-s12-$(TABLE_BACKBONE)
 
 # The 16-shot table's two readers' rows (each record's readings: the prompt alone, the reader's book alone,
 # both, and the slot store's), keeping the distributions so that the combination the judge picks is read

@@ -9,7 +9,7 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from openbook.calibration import CALIBRATION_MODES
 from openbook.cli.common import (
@@ -72,6 +72,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         " not with a peer",
     )
     evaluate.add_argument(
+        "--reader-tuning",
+        type=_reader_tuning,
+        help="with --reader: ReaderConfig's fields other than the defaults, as name=value,... (e.g."
+        " top_layers=12,adapters=32,adapters_from=svd,lr=2e-5: probe 7's s12); recorded in settings.json",
+    )
+    evaluate.add_argument(
         "--keep-distributions",
         action="store_true",
         help="with --reader: keep each trained run's readings' distributions on dev and test in"
@@ -96,6 +102,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from openbook.data import DataError, fixed_sample, load_full, load_kshot
     from openbook.methods import MethodError, build_method
+    from openbook.sentence_reader import ReaderConfig
 
     from research.experiments.evaluation import INFERENCE_METHODS, evaluate_task
     from research.experiments.reports import add_record, check_one_kind, locked, read_results
@@ -168,6 +175,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     knn = knn_config(args)  # a bad kNN option fails before anything is written
     sampled = {} if args.test_size is None else {"test_size": args.test_size}  # recorded only when used
     sampled |= {"reader": args.reader} if args.reader else {}
+    if args.reader_tuning:
+        if not args.reader:
+            raise DataError("--reader-tuning tunes the --reader; name one")
+        try:  # a bad value fails before anything is written
+            ReaderConfig(encoder=args.reader, **args.reader_tuning)
+        except ValueError as error:
+            raise DataError(f"--reader-tuning: {error}") from None
+        sampled |= {"reader_tuning": args.reader_tuning}
     settings = checked_settings(args, sampled | knn_settings(knn))
     if args.parallel > 1:  # everything above was checked once, here; each unit checks it again
         from research.experiments.reports import write_results
@@ -200,7 +215,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         pending_peers = {p: pending for p, pending in pending_peers.items() if pending}
         if not pending_seeds and not pending_runs and not pending_peers:
             continue
-        classifier = classifier_from_args(args, task, reader=args.reader)
+        reader = args.reader and ReaderConfig(encoder=args.reader, **(args.reader_tuning or {}))
+        classifier = classifier_from_args(args, task, reader=reader or None)
         classifier.knn = knn
 
         def save(record):
@@ -327,3 +343,22 @@ def _eval_header(args: argparse.Namespace, argv: Sequence[str]) -> str:
         + "`seconds / run` is the wall time of one method x seed run, training included.\n\n"
         f"Command: `{PROG} {shlex.join(argv)}`\n\n"
     )
+
+
+def _reader_tuning(value: str) -> dict[str, object]:
+    """`--reader-tuning`'s name=value pairs, each value of its ReaderConfig field's type."""
+    from openbook.sentence_reader import ReaderConfig
+
+    defaults: dict[str, Any] = {field.name: field.default for field in dataclasses.fields(ReaderConfig)}
+    tuning: dict[str, object] = {}
+    for pair in filter(None, (part.strip() for part in value.split(","))):
+        name, _, text = pair.partition("=")
+        if name not in defaults or name == "encoder" or not text:
+            fields = ", ".join(n for n in defaults if n != "encoder")
+            raise argparse.ArgumentTypeError(f"{pair!r}: expected name=value with a name among {fields}")
+        kind = type(defaults[name])
+        try:
+            tuning[name] = kind(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"{pair!r}: {error}") from None
+    return tuning

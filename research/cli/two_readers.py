@@ -52,6 +52,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="run nothing: read the default's rule on a readers judge grid's records (DIR/results.json)",
     )
+    probe.add_argument(
+        "--against",
+        metavar="DIR",
+        help="with --judge: also its two readers against those of another judge grid on the same splits"
+        " (DIR/results.json; probe 8's criterion 2)",
+    )
 
 
 def _records(path: Path) -> list[dict]:
@@ -163,6 +169,26 @@ def _read_judge(directory: Path) -> None:
         )
 
 
+def _read_against(directory: Path, incumbent: Path) -> None:
+    from research.experiments.reader_rules import probe8_reading
+
+    read = probe8_reading(
+        json.loads((directory / "results.json").read_text()),
+        json.loads((incumbent / "results.json").read_text()),
+    )
+    tasks = read["tasks"]
+    print(f"\ntwo readers, {directory.name} against {incumbent.name}, on the {read['runs']} runs both hold")
+    print("| grid | " + " | ".join(tasks) + " | mean |")
+    print("|---" * (len(tasks) + 2) + "|")
+    for name, grid in (("candidate", directory.name), ("incumbent", incumbent.name)):
+        row = read["table"][name]
+        print(f"| {grid} | " + " | ".join(f"{row[t]:.1f}" for t in tasks) + f" | {row['mean']:.1f} |")
+    print(
+        f"{read['gain']:+.2f} on the mean (+0.5 asked), worst task {read['worst_task']:+.2f} (-1.0 allowed):"
+        f" {'a better option' if read['better_option'] else 'not better'}"
+    )
+
+
 def _read_refusal(directory: Path) -> None:
     from research.experiments.refusal import refusal_choice
 
@@ -179,8 +205,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     if args.refusal:
         _read_refusal(Path(args.refusal))
         return
+    if args.against and not args.judge:
+        raise ValueError("--against reads with --judge")
     if args.judge:
         _read_judge(Path(args.judge))
+        if args.against:
+            _read_against(Path(args.judge), Path(args.against))
         return
     if args.combine:
         _read_combine(Path(args.combine))

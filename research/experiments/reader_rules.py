@@ -251,3 +251,35 @@ def judge_table(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for name in CANDIDATES
     }
     return {"runs": len(records), "tasks": tasks, "table": table, "verdicts": verdicts}
+
+
+def probe8_reading(
+    records: Sequence[Mapping[str, Any]], incumbent: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Probe 8's criterion 2 (docs/experiments/two-readers.md): the two readers of `records` (a judge grid
+    with another reader's tuning) against those of `incumbent` (the same splits, the kept tuning), on the
+    runs both hold: per task and over the runs, each side's mean judge accuracy in %, the gain on the mean
+    (+0.5 asked) and the worst task's (-1.0 allowed)."""
+    where, reading = JUDGE_READINGS["two readers"]
+
+    def scores(grid: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int], float]:
+        return {(r["task"], r["seed"]): 100 * r["params"][where][reading]["accuracy"] for r in grid}
+
+    candidate, kept = scores(records), scores(incumbent)
+    runs = sorted(candidate.keys() & kept.keys())
+    tasks = sorted({task for task, _ in runs})
+    table = {
+        name: {t: _mean(side[run] for run in runs if run[0] == t) for t in tasks}
+        | {"mean": _mean(side[run] for run in runs)}
+        for name, side in (("candidate", candidate), ("incumbent", kept))
+    }
+    gain = table["candidate"]["mean"] - table["incumbent"]["mean"]
+    worst = min((table["candidate"][t] - table["incumbent"][t] for t in tasks), default=float("nan"))
+    return {
+        "runs": len(runs),
+        "tasks": tasks,
+        "table": table,
+        "gain": gain,
+        "worst_task": worst,
+        "better_option": gain >= 0.5 and worst >= -1.0,
+    }

@@ -20,6 +20,7 @@ from openbook.word_scores import VECTORS_ABOVE, LabelScoringChoice
 if TYPE_CHECKING:
     from openbook.backbone import Backbone
     from openbook.calibration import CalibrationMode
+    from openbook.sentence_reader import ReaderConfig
 
 # Errors that are the user's to fix: printed in one line, exit status 2 (MethodError and
 # CheckpointError are ValueErrors; the OSErrors are paths that cannot be read or written as named,
@@ -178,7 +179,7 @@ def classifier_from_args(
     *,
     knn: KnnConfig | None = None,
     calibration: CalibrationMode = "none",
-    reader: str | None = None,
+    reader: str | ReaderConfig | None = None,
 ) -> Classifier:
     """The backbone and prompt the arguments name, with an empty store (`untrained.build_classifier`).
     No label bias unless `calibration` asks for one: the commands that evaluate measure each mode's bias

@@ -5,6 +5,7 @@ the untrained methods read the untuned reader's book, each with the slot store b
 import json
 
 import numpy as np
+import pytest
 
 from research.cli import main
 from research.experiments.distributions import read_distributions
@@ -90,3 +91,41 @@ def test_a_trained_run_with_a_reader_reads_each_refusal_score_on_out_of_scope_qu
         assert read["recall"] in (0.0, 0.5, 1.0) and read["max_cost"] == 0.03
         assert read["in_scope_accuracy_answering_all"] == record["accuracy"]
         assert read["in_scope_accuracy"] <= record["accuracy"]
+
+
+def test_reader_tuning_names_the_readers_config_and_a_bad_one_writes_nothing(
+    tmp_path, causal_dir, reader_mpnet_dir, capsys, monkeypatch, training_flags, toy_dataset
+):
+    from openbook.sentence_reader import SentenceReader
+
+    tuned = []
+    tune = SentenceReader.tune
+
+    def recording(self, texts, labels, config, on_step=None):
+        tuned.append(config)
+        return tune(self, texts, labels, config, on_step)
+
+    monkeypatch.setattr(SentenceReader, "tune", recording)
+    data = toy_dataset(tmp_path / "data")
+    args = [
+        "eval", "--data", str(data), "--task", "toy", "--seeds", "1", "--template", "{text} It was {mask}",
+        "--labels", "0=bad,1=good", "--backbone", str(causal_dir), "--methods", "retroprompt",
+        "--reader", str(reader_mpnet_dir), *training_flags,
+    ]  # fmt: skip
+    tuning = "top_layers=5,adapters=4,adapters_from=svd,lr=2e-5"
+    assert main([*args, "--out", str(tmp_path / "s5"), "--reader-tuning", tuning]) == 0
+    # tuned on the training part, then on every example, both times at the named settings
+    assert tuned and {(c.top_layers, c.adapters, c.adapters_from, c.lr) for c in tuned} == {
+        (5, 4, "svd", 2e-5)
+    }
+    settings = json.loads((tmp_path / "s5" / "settings.json").read_text())
+    assert settings["reader_tuning"] == {"top_layers": 5, "adapters": 4, "adapters_from": "svd", "lr": 2e-5}
+    out = tmp_path / "bad"
+    assert (
+        main([*args, "--out", str(out), "--reader-tuning", "adapters_from=pca"]) == 2
+    )  # the config's own check
+    assert "adapters_from must be one of" in capsys.readouterr().err and not out.exists()
+    for bad, says in [("layers=5", "expected name=value"), ("lr=fast", "could not convert")]:
+        with pytest.raises(SystemExit) as parsed:  # argparse's usage error
+            main([*args, "--out", str(out), "--reader-tuning", bad])
+        assert parsed.value.code == 2 and says in capsys.readouterr().err and not out.exists()

@@ -13,6 +13,7 @@ from research.experiments.reader_rules import (
     probe5_reading,
     probe6_choice,
     probe7_choice,
+    probe8_reading,
 )
 from research.experiments.two_readers import Variant, head_readings, probe_run
 
@@ -64,6 +65,22 @@ def test_the_default_rule_asks_two_points_on_the_mean_and_no_task_a_point_below(
     two, head = read["verdicts"]["two readers"], read["verdicts"]["head-mix"]
     assert two["gain"] == pytest.approx((86 * 2 + 89.5) / 3 - 500 / 6) and two["criteria_1_and_2"]
     assert head["worst_task"] == pytest.approx(-5.0) and not head["criteria_1_and_2"]  # b: 85 against 90
+
+
+def test_probe_8_reads_two_grids_on_the_runs_both_hold_half_a_point_asked_no_task_a_point_below():
+    def run(task: str, seed: int, two: float) -> dict:
+        return {"seed": seed, **_record(task, 0.5, two, 0.5)}
+
+    kept = [run("a", 1, 0.80), run("a", 2, 0.82), run("b", 1, 0.60), run("b", 2, 0.60)]
+    candidate = [run("a", 1, 0.82), run("a", 2, 0.82), run("b", 1, 0.605), run("b", 9, 0.99)]  # b 9: unpaired
+    read = probe8_reading(candidate, kept)
+    assert read["runs"] == 3 and read["tasks"] == ["a", "b"]
+    assert read["table"]["candidate"]["a"] == pytest.approx(82.0) and read["table"]["incumbent"]["a"] == 81.0
+    assert read["gain"] == pytest.approx((82 + 82 + 60.5 - 80 - 82 - 60) / 3) and read["better_option"]
+    worse = [run("a", 1, 0.86), run("a", 2, 0.86), run("b", 1, 0.585), run("b", 2, 0.59)]  # b -1.25
+    read = probe8_reading(worse, kept)
+    assert read["gain"] >= 0.5 and read["worst_task"] == pytest.approx(-1.25) and not read["better_option"]
+    assert not probe8_reading(kept, kept)["better_option"]  # no gain
 
 
 def _probe(variant: str, task: str, knn: float, tune_s: float) -> dict:
