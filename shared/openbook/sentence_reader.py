@@ -123,12 +123,21 @@ _SHARED_LOCK = threading.Lock()
 
 def shared_encoder(config: ReaderConfig, device: str | None = None) -> SharedEncoder:
     """The process's one base for `config`'s (encoder, top_layers, max_length) on `device`: every task's
-    reader runs on it, so a hundred tasks hold one copy of the encoder and their own top layers."""
+    reader runs on it, so a hundred tasks hold one copy of the encoder and their own top layers. Tasks
+    cut at other layers of the same encoder run on another base over the same weights (`at_cut`)."""
     resolved = resolve_device(device or default_device())
     key = (config.encoder, config.top_layers, config.max_length, resolved)
     with _SHARED_LOCK:
         if key not in _SHARED:
-            _SHARED[key] = SharedEncoder.load(config, resolved)
+            same_model = [
+                base
+                for (encoder, _, max_length, on), base in _SHARED.items()
+                if (encoder, max_length, on) == (config.encoder, config.max_length, resolved)
+            ]
+            if same_model:
+                _SHARED[key] = same_model[0].at_cut(config.top_layers)
+            else:
+                _SHARED[key] = SharedEncoder.load(config, resolved)
         return _SHARED[key]
 
 

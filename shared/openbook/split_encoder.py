@@ -1,9 +1,10 @@
 """A sentence encoder cut in two: the lower layers every task of a process shares, and the top layers a
 task owns, kept packed.
 
-`SharedEncoder` is the base (one per model, device and cut, `sentence_reader.shared_encoder`): frozen,
-its lower layers run once per text and kept in a bounded cache keyed by the text (`lower`), its top
-layers replaced by a task's own for each forward (`upper`, on `top_module` or `serving_module`).
+`SharedEncoder` is the base (one per model, device and cut, `sentence_reader.shared_encoder`; the cuts of
+one model share its weights, `at_cut`): frozen, its lower layers run once per text and kept in a bounded
+cache keyed by the text (`lower`), its top layers replaced by a task's own for each forward (`upper`, on
+`top_module` or `serving_module`).
 
 Pooling is read from the model folder (modules.json, 1_Pooling/config.json, through the loaded
 sentence-transformers modules), not assumed: Transformer, Pooling in mean mode, then Normalize (or no
@@ -144,6 +145,18 @@ class SharedEncoder:
             top_layers=config.top_layers,
             max_length=config.max_length,
             **options,
+        )
+
+    def at_cut(self, top_layers: int) -> SharedEncoder:
+        """This base cut before its top `top_layers` instead: the same model (its weights in memory
+        once), its own cache of the states entering those layers."""
+        return type(self)(
+            self.model,
+            name=self.name,
+            weights_file=self.weights_file,
+            top_layers=top_layers,
+            max_length=self.max_length,
+            cache_bytes=self.cache_bytes,
         )
 
     @cached_property
