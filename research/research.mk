@@ -373,11 +373,14 @@ readers-judge-s12: setfit judged-splits-5
 
 # The 16-shot table's two readers' rows (each record's readings: the prompt alone, the reader's book alone,
 # both, and the slot store's), keeping the distributions so that the combination the judge picks is read
-# on these same runs (two-readers --combine) without training again.
+# on these same runs (two-readers --combine) without training again. The reader tuned as a job tunes it
+# since probe 8 (all 12 layers at these sizes); the grids above and the first run of this table,
+# docs/results/16shot-readers-$(TABLE_BACKBONE), tuned the top 4 layers at every size (to run them so again:
+# --reader-tuning few_examples=0, into another --out).
 table-16shot-readers: setfit
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2,trec,mpqa,sst-5 --backbone $(TABLE_BACKBONE) \
 		--methods retroprompt --reader mpnet --keep-distributions --seeds 13,21,42,87,100 --parallel $(PARALLEL) --device $(READERS_DEVICE) \
-		--out docs/results/16shot-readers-$(TABLE_BACKBONE)
+		--out docs/results/16shot-readers-2-$(TABLE_BACKBONE)
 
 # clinc150's untrained task with the reader: the untrained methods read the frozen encoder's book, each
 # record keeping the same method read with the slot store (its params' `slot`). The service's label

@@ -95,7 +95,10 @@ def test_fit_tunes_a_copy_of_the_reader_and_a_checkpoint_keeps_it(
     report = estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, on_stage=stages.append, **TRAIN)
     reader = estimator.classifier.reader
     assert stages[0] == "reader" and untrained_reader.layers is None  # the untrained one untouched
-    assert reader is not None and reader.layers is not None and reader.base is untrained_reader.base
+    assert reader is not None and reader.layers is not None
+    # 12 examples: all the encoder's layers tuned, kept at rank 32, on a base over the same weights
+    assert (reader.base.top_layers, reader.config.adapters, reader.config.adapters_from) == (5, 32, "svd")
+    assert reader.base.model is untrained_reader.base.model and untrained_reader.base.top_layers == 4
     assert estimator.classifier.knn.lam is not None  # chosen on dev: prompt-ft mixes the reader's neighbours
     assert 0 <= report.dev_metrics["accuracy_knn_alone"] <= 1  # each reader alone: the neighbours' too
     np.testing.assert_array_equal(estimator.classifier.knn_book().ids(), estimator.classifier.store.ids())
@@ -111,6 +114,26 @@ def test_fit_tunes_a_copy_of_the_reader_and_a_checkpoint_keeps_it(
     for b, a in zip(before, after, strict=True):
         assert a.label == b.label and a.probabilities == pytest.approx(b.probabilities, abs=1e-5)
         assert [n.id for n in a.neighbours] == [n.id for n in b.neighbours]
+
+
+def test_a_job_tunes_all_the_layers_where_its_examples_are_few_and_its_own_top_layers_above(
+    causal_dir: Path, reader_mpnet_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from openbook.sentence_reader import SentenceReader
+
+    tunings: list[ReaderConfig] = []
+    tune = SentenceReader.tune
+    monkeypatch.setattr(
+        SentenceReader, "tune", lambda self, *args, **kw: tunings.append(args[2]) or tune(self, *args, **kw)
+    )
+    for few, expected in [(12, (5, 32, "svd", 2e-5)), (11, (4, 0, "lora", 1e-4)), (0, (4, 0, "lora", 1e-4))]:
+        tunings.clear()  # 12 examples, 3 held out for dev: both tunings by the job's 12
+        backbone = load_backbone(BackboneConfig(name=str(causal_dir), max_length=48))
+        reader = _reader(reader_mpnet_dir, few_examples=few)
+        estimator = openbook.create_classifier(TEMPLATE, LABELS, backbone=backbone, reader=reader)
+        estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, **TRAIN)
+        assert [(c.top_layers, c.adapters, c.adapters_from, c.lr) for c in tunings] == [expected] * 2, few
+        assert estimator.classifier.reader.base.top_layers == expected[0]
 
 
 def test_a_held_out_dev_chooses_and_then_the_served_reader_learns_every_example(
@@ -153,7 +176,7 @@ def test_a_reader_on_another_base_is_refused(causal_dir: Path, reader_mpnet_dir:
     path = estimator.save(tmp_path / "ckpt")
     other = shared_encoder(_reader(reader_mpnet_dir, top_layers=1), "cpu")
     assert other is not estimator.classifier.reader.base
-    manifest = (path / "manifest.json").read_text().replace('"top_layers": 4', '"top_layers": 1')
+    manifest = (path / "manifest.json").read_text().replace('"top_layers": 5', '"top_layers": 1')
     (path / "manifest.json").write_text(manifest)
     with pytest.raises(CheckpointError, match="top layers"):
         openbook.load(path)

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from openbook.classifier import Classifier
 from openbook.data import KShotSplits, example_labels, load_kshot
-from openbook.fitting import LabelledTexts, tune_reader
+from openbook.fitting import LabelledTexts, job_reader_tuning, tune_reader
 from openbook.methods import Method, build_method, method_config
 from openbook.reader_book import as_string
 from openbook.train_config import TrainConfig
@@ -110,8 +110,10 @@ def evaluate_trained(
                 dataclasses.replace(classifier, store=classifier.empty_store(), label_bias=None, prompt=None)
             )
             reader_started = time.perf_counter()
-            if trained.reader is not None:  # tuned on the training examples first, as a service job does
-                tune_reader(trained, LabelledTexts([e.text for e in train_split], train_labels), seed)
+            if trained.reader is not None:  # tuned on the training examples first, as a service job does,
+                # as a job holding the split's train and dev examples would tune it
+                tuning = job_reader_tuning(trained.reader, len(train_split) + len(dev_split))
+                tune_reader(trained, LabelledTexts([e.text for e in train_split], train_labels), seed, tuning)
             reader_seconds = time.perf_counter() - reader_started
             result = train(
                 trained,

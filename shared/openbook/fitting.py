@@ -49,7 +49,7 @@ from openbook.prompting import TextInput
 from openbook.quality import Scored, calibrate, score_examples
 from openbook.reader_book import as_string
 from openbook.selection import DEFAULT_RULE, Evidence, SelectionRule, Split, select
-from openbook.sentence_reader import ReaderConfig
+from openbook.sentence_reader import ReaderConfig, SentenceReader, job_tuning, shared_encoder
 from openbook.store import KnowledgeStore
 from openbook.train_config import TrainConfig
 from openbook.training import DevScore, TrainResult, train
@@ -187,9 +187,10 @@ def fit_classifier(
     result and the dev scores (None with fewer than 2 dev examples). `on_step` and `on_stage` are
     `training.train`'s: an exception they raise stops training there, and comes out of here."""
     train_set, dev_set = sets.train, sets.dev
-    untuned_reader = classifier.reader
-    if classifier.reader is not None:
-        tune_reader(classifier, train_set, config.seed, on_step=on_step, on_stage=on_stage)
+    untuned_reader, tuning = classifier.reader, None
+    if untuned_reader is not None:  # one tuning for both of the job's (step 3a's too): by all its examples
+        tuning = job_reader_tuning(untuned_reader, len(sets.store.ids))
+        tune_reader(classifier, train_set, config.seed, tuning, on_step=on_step, on_stage=on_stage)
     result = train(
         classifier,
         method,
@@ -232,35 +233,52 @@ def fit_classifier(
     if untuned_reader is not None and len(sets.store.ids) > len(train_set.texts):  # step 3a: dev's too
         classifier.reader = untuned_reader
         stored = LabelledTexts(sets.store.texts, classifier.label_indices(sets.store.labels), sets.store.ids)
-        tune_reader(classifier, stored, config.seed, on_step=on_step, on_stage=on_stage, stage=READER_AGAIN)
+        tune_reader(
+            classifier, stored, config.seed, tuning, on_step=on_step, on_stage=on_stage, stage=READER_AGAIN
+        )
         dev_metrics["reader_tuned_on"] = len(stored.texts)
     serve_store(classifier, sets.store, train_set, dev_set, dev)
     return dev_metrics, result, dev_scores
+
+
+def reader_config(reader: SentenceReader) -> ReaderConfig:
+    """The settings `reader` was made or tuned with (its base's defaults where it has none)."""
+    base = reader.base
+    return reader.config or ReaderConfig(
+        encoder=base.name, top_layers=base.top_layers, max_length=base.max_length
+    )
+
+
+def job_reader_tuning(reader: SentenceReader, examples: int) -> ReaderConfig:
+    """How a job that holds `examples` examples tunes `reader` (`sentence_reader.job_tuning` on its
+    settings, `reader_config`)."""
+    return job_tuning(reader_config(reader), len(reader.base.layers), examples)
 
 
 def tune_reader(
     classifier: Classifier,
     train_set: LabelledTexts,
     seed: int,
+    tuning: ReaderConfig | None = None,
     *,
     on_step: Callable[[int, int, float], None] | None = None,
     on_stage: Callable[[str], None] | None = None,
     stage: str = "reader",
 ) -> None:
     """Step 0b: the classifier's sentence reader, a copy of its own (the untrained one's is left as it
-    was), tuned on the train examples by the contrastive loss (`SentenceReader.tune`), at its config's
-    settings (the base's defaults for an untuned one) and the training's seed. Its book is re-keyed by the
-    tuned reader when next read. Step 3a calls it again, on every example, as `stage` READER_AGAIN."""
+    was), tuned on the train examples by the contrastive loss (`SentenceReader.tune`), at `tuning` (its
+    own config's settings where None: `reader_config`) and the training's seed. Tuning other top layers
+    than the reader's base cuts at starts from the encoder's own, on the process's base of that cut. Its
+    book is re-keyed by the tuned reader when next read. Step 3a calls it again, on every example, as
+    `stage` READER_AGAIN."""
     reader = classifier.reader
     assert reader is not None
     if on_stage is not None:
         on_stage(stage)
-    base = reader.base
-    tuning = reader.config or ReaderConfig(
-        encoder=base.name, top_layers=base.top_layers, max_length=base.max_length
-    )
-    tuning = dataclasses.replace(tuning, seed=seed)
+    tuning = dataclasses.replace(tuning or reader_config(reader), seed=seed)
     report = None if on_step is None else (lambda step, loss: on_step(step + 1, tuning.steps, loss))
+    if tuning.top_layers != reader.base.top_layers:
+        reader = SentenceReader(shared_encoder(tuning, str(reader.base.device)))
     tuned = reader.copy()
     tuned.tune(
         [as_string(text) for text in train_set.texts], _label_names(classifier, train_set), tuning, report

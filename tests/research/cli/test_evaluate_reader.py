@@ -112,14 +112,16 @@ def test_reader_tuning_names_the_readers_config_and_a_bad_one_writes_nothing(
         "--labels", "0=bad,1=good", "--backbone", str(causal_dir), "--methods", "retroprompt",
         "--reader", str(reader_mpnet_dir), *training_flags,
     ]  # fmt: skip
-    tuning = "top_layers=5,adapters=4,adapters_from=svd,lr=2e-5"
+    tuning = "top_layers=5,adapters=4,adapters_from=svd,lr=2e-5,few_examples=0"  # 0: as named, however few
     assert main([*args, "--out", str(tmp_path / "s5"), "--reader-tuning", tuning]) == 0
     # tuned on the training part, then on every example, both times at the named settings
     assert tuned and {(c.top_layers, c.adapters, c.adapters_from, c.lr) for c in tuned} == {
         (5, 4, "svd", 2e-5)
     }
     settings = json.loads((tmp_path / "s5" / "settings.json").read_text())
-    assert settings["reader_tuning"] == {"top_layers": 5, "adapters": 4, "adapters_from": "svd", "lr": 2e-5}
+    assert settings["reader_tuning"] == {
+        "top_layers": 5, "adapters": 4, "adapters_from": "svd", "lr": 2e-5, "few_examples": 0
+    }  # fmt: skip
     out = tmp_path / "bad"
     assert (
         main([*args, "--out", str(out), "--reader-tuning", "adapters_from=pca"]) == 2
