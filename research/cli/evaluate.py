@@ -215,8 +215,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         pending_peers = {p: pending for p, pending in pending_peers.items() if pending}
         if not pending_seeds and not pending_runs and not pending_peers:
             continue
-        reader = args.reader and ReaderConfig(encoder=args.reader, **(args.reader_tuning or {}))
-        classifier = classifier_from_args(args, task, reader=reader or None)
+        reader = ReaderConfig(encoder=args.reader, **(args.reader_tuning or {})) if args.reader else None
+        classifier = classifier_from_args(args, task, reader=reader)
         classifier.knn = knn
 
         def save(record):
