@@ -180,3 +180,23 @@ def test_a_reader_on_another_base_is_refused(causal_dir: Path, reader_mpnet_dir:
     (path / "manifest.json").write_text(manifest)
     with pytest.raises(CheckpointError, match="top layers"):
         openbook.load(path)
+
+
+def test_fit_chooses_where_queries_stop_being_in_scope_and_a_checkpoint_keeps_it(
+    causal_dir: Path, reader_mpnet_dir: Path, tmp_path: Path
+):
+    estimator = _estimator(causal_dir, reader_mpnet_dir)
+    assert estimator.classifier.min_similarity is None  # untrained: nothing is out of scope
+    report = estimator.fit(TEXTS, GOLD, dev=0.25, seed=1, **TRAIN)
+    chosen = estimator.classifier.min_similarity
+    assert chosen is not None and report.dev_metrics["min_similarity"] == chosen
+    loaded = openbook.load(estimator.save(tmp_path / "fitted"))
+    assert loaded.classifier.min_similarity == chosen
+
+    predictions = loaded.predict(QUERIES)
+    for prediction in predictions:
+        assert prediction.out_of_scope == (prediction.neighbours[0].similarity < chosen)
+    loaded.classifier.min_similarity = 2.0  # above any cosine: every query out of scope
+    assert all(p.out_of_scope for p in loaded.predict(QUERIES))
+    loaded.classifier.min_similarity = None
+    assert not any(p.out_of_scope for p in loaded.predict(QUERIES))

@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from services.engine.task_spec import (
+    SERVING,
     KnnSettings,
     MinConfidence,
     NewLabels,
@@ -154,7 +155,12 @@ class NeighbourOut(BaseModel):
 
 class PredictionOut(BaseModel):
     label: str | None  # None when the prediction abstained
-    abstained: bool = False  # its best label's probability is below min_confidence
+    abstained: bool = False  # below min_confidence, or out of scope where the task refuses it
+    out_of_scope: bool = Field(
+        False,
+        description="its nearest stored example is less similar than the version's threshold, chosen on"
+        " dev by its job (a task with a reader); the label is null where the task refuses out of scope",
+    )
     probabilities: dict[str, float]
     p_lm: dict[str, float] = Field(description="the first reader: the cloze prompt's distribution")
     p_knn: dict[str, float] | None = Field(
@@ -187,16 +193,17 @@ class TrainingPatch(TrainingSettings):
 
 
 class TaskPatch(BaseModel):
-    """`PATCH /v1/tasks/{task}`: a task's training settings and its `min_confidence` can change."""
+    """`PATCH /v1/tasks/{task}`: a task's training settings and how it serves (`SERVING`) can change."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
     training: TrainingPatch | None = None
     min_confidence: MinConfidence = Field(None, description="null: never abstain; left out: unchanged")
+    refuse_out_of_scope: bool = Field(False, description="left out: unchanged")
 
     @model_validator(mode="after")
     def _something(self) -> TaskPatch:
-        if not self.model_fields_set & {"training", "min_confidence"}:
-            raise ValueError("nothing to change: give training, min_confidence or both")
+        if not self.model_fields_set & {"training", *SERVING}:
+            raise ValueError("nothing to change: give training, min_confidence or refuse_out_of_scope")
         return self
 
 

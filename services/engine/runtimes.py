@@ -19,13 +19,13 @@ from openbook.artifacts import CheckpointError
 from services.bus.examples_log import ExampleLog
 from services.engine.runtime import TaskRuntime
 from services.engine.specs import BrokenTask, InvalidSpec, TaskSpecs, read_spec
-from services.engine.task_spec import Task
+from services.engine.task_spec import SERVING, Task
 
 logger = logging.getLogger(__name__)
 
 
 # The parts of a spec that change without rebuilding the task's classifier (PATCH /v1/tasks/{task}).
-IN_PLACE = ("training", "min_confidence")
+IN_PLACE = ("training", *SERVING)
 
 
 class Runtimes:

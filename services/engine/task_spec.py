@@ -31,6 +31,7 @@ from pydantic import (
 from services.bus.keys import TASK_NAME_PATTERN
 from services.engine.config_models import mirrored_fields, model_of
 
+SERVING = ("min_confidence", "refuse_out_of_scope")  # how a task serves: changed in place (PATCH)
 BUDGET_KEYS = {"steps", "epochs"}  # a training run's length, given one way or the other
 BOUNDS = {"max_steps", "min_steps"}  # the budget's cap and (under epochs) its floor
 
@@ -283,6 +284,12 @@ class TaskCreate(BaseModel):
     min_confidence: MinConfidence = Field(
         None,
         description="classify abstains (label null) below this probability of its best label; null: never",
+    )
+    refuse_out_of_scope: bool = Field(
+        False,
+        description="classify refuses (label null) a query its version's job found out of scope: its nearest"
+        " stored example, in the reader's space, less similar than the threshold the job chose on dev (at"
+        " most 3 points of dev accuracy lost); every prediction says `out_of_scope` either way",
     )
 
     def as_task(self, default_backbone: str, default_reader: str) -> Task:

@@ -87,6 +87,7 @@ def save_classifier(
         "demos": None if classifier.demos is None else dataclasses.asdict(classifier.demos),
         "label_scoring": classifier.label_scoring,
         "reader": None if classifier.reader is None else classifier.reader.description(),
+        "min_similarity": classifier.min_similarity,
         "training_data_sha256": training_data_sha256,
         "dev_metrics": dev_metrics,
         **(extra or {}),
@@ -206,6 +207,7 @@ def load_classifier(
             confidence_temperature=float(manifest["confidence_temperature"]),
             label_scoring=manifest["label_scoring"],
             reader=reader,
+            min_similarity=manifest.get("min_similarity"),  # absent from checkpoints saved before it
         )
     except (KeyError, TypeError) as error:
         raise CheckpointError(f"{path}: manifest is missing or has a malformed entry: {error}") from None

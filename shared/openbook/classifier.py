@@ -73,6 +73,10 @@ class Classifier:
     lam_on_store: LambdaOnStore = field(init=False, repr=False, compare=False)
     # The book's second reader: with one, P_kNN reads the store's examples keyed by its sentence embeddings
     reader: SentenceReader | None = None
+    # A query whose nearest stored example is less similar than this (as the kNN scores it) is out of
+    # scope (`Prediction.out_of_scope`): chosen on dev where a reader keys the book (`out_of_scope.py`);
+    # None: never.
+    min_similarity: float | None = None
 
     def __post_init__(self) -> None:
         self.lam_on_store = LambdaOnStore()
@@ -342,6 +346,7 @@ class Classifier:
                     (n, lab, sim) for n, lab, sim in zip(ids, labels, similarities, strict=True) if n >= 0
                 )
         truncated = np.asarray(embeddings.truncated, dtype=bool).tolist()
+        floor = self.min_similarity
         return [
             Prediction(
                 label=names[best[i]],
@@ -350,6 +355,7 @@ class Classifier:
                 p_knn=dict(zip(names, p_knn[i], strict=True)) if found[i] else None,
                 neighbours=tuple(Neighbour(n, names[lab], sim) for n, lab, sim in found[i]),
                 truncated=truncated[i],
+                out_of_scope=floor is not None and bool(found[i]) and found[i][0][2] < floor,
             )
             for i in range(len(best))
         ]

@@ -16,10 +16,14 @@ train` (cli/train.py) and the service's trainer (services/trainer/worker.py). Th
    training examples), and temperature scaling is adopted if it lowers the
    cross-validated ECE on dev (`quality.calibrate`); those dev scores are kept
    with the checkpoint, for the version's quality report;
+2c. with a sentence reader, where a query stops being in scope: the similarity to its nearest stored
+   example below which at most 3 points of dev accuracy are lost, refusals counted as errors
+   (`min_similarity_on_dev`, `out_of_scope.py`), kept as `Classifier.min_similarity`;
 3. the store rebuilt from every example given to fit, under its id, with the trained weights (`serve_store`:
    a dev held out of them included, a dev given apart not); where a dev was held out, the sentence
    reader is first tuned again, from the untuned one, on every example (step 3a): the served reader
-   learns dev's examples too, and k, T, lambda and the calibration chosen in step 2 carry over;
+   learns dev's examples too, and k, T, lambda, the calibration and the refusal threshold chosen in
+   step 2 carry over;
 4. `save_fitted` (`Estimator.save`): `checkpoints.save_classifier`, atomically.
 
 `dev_check` scores a trained classifier on dev as it would serve (accuracy, then the
@@ -44,6 +48,7 @@ from openbook.data import Example
 from openbook.dev_split import DEV_FRACTION, Examples, split_dev
 from openbook.knn import KnnConfig, knn_search
 from openbook.methods import Method
+from openbook.out_of_scope import REFUSAL_COST, threshold_within_cost
 from openbook.predictions import Embeddings, SlotVectors
 from openbook.prompting import TextInput
 from openbook.quality import Scored, calibrate, score_examples
@@ -230,6 +235,9 @@ def fit_classifier(
     dev_scores = None
     if len(dev_set.texts) >= 2:
         dev_metrics["calibration"], dev_scores = calibrate_on_dev(classifier, dev_set, embedded=dev)
+    if classifier.reader is not None and dev is not None and len(dev_set.texts) >= 2:  # step 2c
+        classifier.min_similarity = min_similarity_on_dev(classifier, dev, dev_set.labels)
+        dev_metrics["min_similarity"] = classifier.min_similarity
     if untuned_reader is not None and len(sets.store.ids) > len(train_set.texts):  # step 3a: dev's too
         classifier.reader = untuned_reader
         stored = LabelledTexts(sets.store.texts, classifier.label_indices(sets.store.labels), sets.store.ids)
@@ -239,6 +247,17 @@ def fit_classifier(
         dev_metrics["reader_tuned_on"] = len(stored.texts)
     serve_store(classifier, sets.store, train_set, dev_set, dev)
     return dev_metrics, result, dev_scores
+
+
+def min_similarity_on_dev(classifier: Classifier, dev: Embeddings, labels: np.ndarray) -> float | None:
+    """Step 2c: the threshold on a query's similarity to its nearest stored example (the book as served)
+    whose refusals cost at most REFUSAL_COST of dev accuracy (`out_of_scope.threshold_within_cost`);
+    None with an empty store."""
+    scores = classifier.score(dev)
+    if scores.hits is None:
+        return None
+    correct = scores.probabilities.argmax(1) == np.asarray(labels)
+    return threshold_within_cost(scores.hits.similarities[:, 0], correct, REFUSAL_COST)
 
 
 def reader_config(reader: SentenceReader) -> ReaderConfig:

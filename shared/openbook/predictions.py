@@ -25,6 +25,8 @@ class Prediction:
     p_knn: dict[str, float] | None  # None when the store had nothing to offer
     neighbours: tuple[Neighbour, ...]
     truncated: bool  # the input was cut to fit the backbone's max_length
+    # its nearest stored example is less similar than the classifier's `min_similarity` (out_of_scope.py)
+    out_of_scope: bool = False
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,23 @@ def test_a_job_trains_both_readers_and_a_restarted_replica_serves_the_same(
         assert readers["book_keyed_by"] == str(reader_mpnet_dir)
         assert readers["prompt"] is not None and readers["book"] is not None
 
+        # where the version's job found queries out of scope (on dev): every prediction says, and the task
+        # refuses them once told to, in place
+        chosen = runtime.classifier.min_similarity
+        versions = api.get("/v1/tasks/reviews/versions").json()["versions"]
+        assert chosen is not None
+        assert next(v for v in versions if v["version"] == version)["dev_metrics"]["min_similarity"] == chosen
+        for prediction in trained["predictions"]:
+            assert prediction["out_of_scope"] == (prediction["neighbours"][0]["similarity"] < chosen)
+        runtime.classifier.min_similarity = 2.0  # above any cosine: every query out of scope
+        flagged = _classify(api)["predictions"]
+        assert all(p["out_of_scope"] and p["label"] is not None and not p["abstained"] for p in flagged)
+        for refuse in (True, False):
+            assert api.patch("/v1/tasks/reviews", json={"refuse_out_of_scope": refuse}).status_code == 200
+            answered = _classify(api)["predictions"]
+            assert all((p["label"] is None) == p["abstained"] == refuse for p in answered), answered
+        runtime.classifier.min_similarity = chosen
+
     # a replica started afresh: the checkpoint and the log's replay rebuild the same book, keyed by the
     # reader before the first request (which then embeds its own texts only)
     embedded: list[str] = []

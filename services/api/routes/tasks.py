@@ -20,6 +20,7 @@ from services.api.errors import declare, unprocessable
 from services.api.serving.training import train_if_due
 from services.engine.autotrain import SpecChanged
 from services.engine.specs import InvalidSpec, TaskExists
+from services.engine.task_spec import SERVING
 
 router = APIRouter(prefix="/v1/tasks")
 
@@ -80,14 +81,14 @@ async def update_task(
     metrics: MetricsDep,
 ) -> schemas.Task:
     """Change the task's training settings (the keys given replace the stored ones, the others stay)
-    and its `min_confidence`.
+    and how it serves: `min_confidence`, `refuse_out_of_scope`.
 
     What the task serves (its model version and store) is untouched; when and how it trains change, and
-    below which confidence its predictions abstain.
+    which of its predictions abstain.
     """
     name = runtime.task.name
     changes = {} if body.training is None else body.training.model_dump(exclude_unset=True)
-    serving = body.model_dump(include={"min_confidence"}, exclude_unset=True)
+    serving = body.model_dump(include=set(SERVING), exclude_unset=True)
     try:
         task = await threads.write(specs.update_training, name, changes, serving)
     except InvalidSpec as error:

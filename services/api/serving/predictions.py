@@ -13,7 +13,8 @@ from services.engine.runtime import TaskRuntime
 def prediction_out(
     prediction: Prediction, runtime: TaskRuntime, with_neighbours: bool, min_confidence: float | None
 ) -> schemas.PredictionOut:
-    abstained = abstains(prediction.probabilities[prediction.label], min_confidence)
+    refused = prediction.out_of_scope and runtime.task.refuse_out_of_scope
+    abstained = refused or abstains(prediction.probabilities[prediction.label], min_confidence)
     neighbours = None
     if with_neighbours:
         neighbours = [
@@ -26,6 +27,7 @@ def prediction_out(
     return schemas.PredictionOut.model_construct(
         label=None if abstained else prediction.label,
         abstained=abstained,
+        out_of_scope=prediction.out_of_scope,
         probabilities=prediction.probabilities,
         p_lm=prediction.p_lm,
         p_knn=prediction.p_knn,

@@ -204,8 +204,17 @@ function correction(text, prediction) {
   return el("div", { class: "correct" }, el("span", { class: "muted" }, "Correct it, as an example of:"), el("div", { class: "row" }, buttons), status);
 }
 
-// Below the task's min_confidence a prediction abstains: no label, its probabilities kept.
+// Below the task's min_confidence a prediction abstains: no label, its probabilities kept. Out of scope
+// (its nearest example less similar than the version's threshold), it is refused where the task says so.
 function verdict(prediction) {
+  const [best, p] = Object.entries(prediction.probabilities).reduce((top, entry) => (entry[1] > top[1] ? entry : top));
+  if (prediction.label === null && prediction.out_of_scope && state.task.refuse_out_of_scope) {
+    return [
+      el("strong", { class: "label abstained" }, "out of scope"),
+      " ",
+      el("span", { class: "muted" }, `no stored example is near it; its best guess was ${best} at ${p.toFixed(4)}`),
+    ];
+  }
   if (prediction.label !== null) {
     const word = state.task.labels[prediction.label];
     return [
@@ -213,7 +222,6 @@ function verdict(prediction) {
       wordSaysMore(prediction.label, word) ? el("span", { class: "muted" }, ` ${word}`) : "",
     ];
   }
-  const [best, p] = Object.entries(prediction.probabilities).reduce((top, entry) => (entry[1] > top[1] ? entry : top));
   // The same four decimals for both, so that a guess just under the threshold never reads as equal to it.
   const threshold = state.task.min_confidence;
   const below = threshold === null || threshold === undefined ? "" : ` ${threshold.toFixed(4)}`;
@@ -235,6 +243,9 @@ function card(text, prediction, index) {
       " → ",
       ...verdict(prediction),
       prediction.truncated ? el("span", { class: "badge warn", title: "the text was cut to fit the prompt length" }, "truncated") : null,
+      prediction.out_of_scope && prediction.label !== null
+        ? el("span", { class: "badge warn", title: "no stored example is as near as the version's threshold" }, "out of scope?")
+        : null,
     ),
     el("div", { class: "prediction-body" }, el("div", { class: "scroll-x" }, probabilities(prediction)), correction(text, prediction)),
     el("div", { class: "columns" }, neighbours(prediction), demonstrations(text, prediction, index)),
