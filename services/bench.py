@@ -54,6 +54,7 @@ TASK = {
     "name": "bench",
     "template": "Review: {text}\nSentiment: {mask}",
     "labels": {"0": "negative", "1": "positive"},
+    "reader": "none",  # the prompt and its slot store alone; `--reader` measures a reader's task against it
     "training": {
         "auto": False
     },  # the one job is the hot swap's: an automatic one would take the worker first

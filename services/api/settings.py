@@ -18,6 +18,7 @@ from pathlib import Path
 
 from openbook.backbone import BackboneConfig
 from openbook.devices import resolve_device
+from openbook.encoders import DEFAULT_READER
 from openbook.models import DEFAULT_BACKBONE
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -54,6 +55,9 @@ class Settings(BaseSettings):
     # below a GPU forward (about 30 ms on the H200), as batch_max_delay_ms bounds the micro-batcher's wait
     front_max_wait_ms: float = Field(20.0, ge=0)
     default_backbone: str = DEFAULT_BACKBONE
+    # The reader of a task created without one (`TaskCreate.reader`): a registered encoder or a folder the
+    # operator names (it may lie outside model_dirs, as the default backbone may); "none": no reader.
+    default_reader: str = DEFAULT_READER
     # Where a task may name its backbone by path: model directories (each with a config.json) under
     # these, besides the model cache. Other names must be registered backbones (openbook.models).
     model_dirs: list[Path] = []
@@ -107,6 +111,11 @@ class Settings(BaseSettings):
     restart_limit: int = Field(5, ge=1)
     restart_window_s: float = Field(60.0, gt=0)
     restart_backoff_s: float = Field(0.5, ge=0)
+
+    @field_validator("default_reader")
+    @classmethod
+    def _empty_reader_is_the_default(cls, value: str) -> str:
+        return value or DEFAULT_READER  # compose passes an unset name as ""
 
     @field_validator("api_key", "read_key")
     @classmethod

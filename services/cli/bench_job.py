@@ -27,6 +27,7 @@ def add_parser(benches: argparse._SubParsersAction) -> None:
     from openbook.backbone import BackboneConfig
     from openbook.cli.common import add_device_argument, add_label_scoring_argument
     from openbook.config_fields import add_field_arguments
+    from openbook.encoders import default_reader
     from openbook.methods import DEFAULT_METHOD
     from openbook.models import DEFAULT_BACKBONE
 
@@ -40,7 +41,12 @@ def add_parser(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE)
     parser.add_argument("--method", default=DEFAULT_METHOD, help="the task's method (default: %(default)s)")
     add_label_scoring_argument(parser)  # the task's, as POST /v1/tasks takes it
-    parser.add_argument("--reader", help="the task's sentence reader (e.g. mpnet; default: none)")
+    parser.add_argument(
+        "--reader",
+        default=default_reader(),
+        help="the task's sentence reader (default: $OPENBOOK_DEFAULT_READER, else mpnet, as a task that"
+        " names none gets; none: no reader)",
+    )
     parser.add_argument(
         "--budget",
         type=float,

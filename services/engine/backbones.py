@@ -13,7 +13,7 @@ from pathlib import Path
 
 from openbook.backbone import Backbone, BackboneConfig, load_backbone
 from openbook.classifier import Classifier
-from openbook.encoders import ENCODERS
+from openbook.encoders import DEFAULT_READER, ENCODERS
 from openbook.mixed import MixedForward
 from openbook.models import DEFAULT_BACKBONE, PACKAGED_MODELS, model_cache_dir
 
@@ -31,6 +31,7 @@ class Backbones:
         max_length: int,
         device: str,
         default_backbone: str = DEFAULT_BACKBONE,
+        default_reader: str = DEFAULT_READER,
         model_dirs: Sequence[Path] = (),
         batch_size: int | None = None,
         mixed_batches: bool = True,  # LoRA tasks on one backbone may share a forward (openbook.mixed)
@@ -39,6 +40,7 @@ class Backbones:
         self.max_length = max_length
         self.device = device
         self.default_backbone = default_backbone
+        self.default_reader = default_reader
         self.model_dirs = [model_cache_dir(), *model_dirs]
         # Texts per forward in a task's classifier (None: the library's default). The micro-batcher
         # already bounds a forward (OPENBOOK_BATCH_MAX_TEXTS, 1024 on CUDA); a smaller chunk here would
@@ -68,9 +70,9 @@ class Backbones:
 
     def check_reader(self, name: str) -> None:
         """Raise UnknownBackbone unless `name` is a sentence encoder this service may load without
-        reaching out: a registered one (openbook.encoders), or a sentence-transformers folder (with a
-        modules.json) under the model cache or `model_dirs`."""
-        if name in ENCODERS or self._local(name, "modules.json"):
+        reaching out: a registered one (openbook.encoders), the service's default, or a sentence-transformers
+        folder (with a modules.json) under the model cache or `model_dirs`."""
+        if name in ENCODERS or name == self.default_reader or self._local(name, "modules.json"):
             return
         where = ", ".join(str(d) for d in self.model_dirs)
         raise UnknownBackbone(

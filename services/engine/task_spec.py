@@ -9,6 +9,7 @@ from typing import Annotated, Any, Self
 from annotated_types import GroupedMetadata
 from openbook.backbone import Backbone
 from openbook.classifier import Classifier
+from openbook.encoders import DEFAULT_READER, DEFAULT_READER_ENV, NO_READER, chosen_reader
 from openbook.knn import KnnConfig
 from openbook.label_names import words_for_names
 from openbook.methods import DEFAULT_METHOD, build_method
@@ -23,6 +24,7 @@ from pydantic import (
     Field,
     StringConstraints,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
@@ -270,10 +272,11 @@ class TaskCreate(BaseModel):
     )
     reader: str | None = Field(
         None,
-        description="a sentence encoder that keys the book: P_kNN reads the examples' neighbours in its space"
-        " and a training job tunes its top layers on them (mpnet: all-mpnet-base-v2); null: the prompt's slot"
+        description="the sentence encoder that keys the book: P_kNN reads the examples' neighbours in its"
+        " space and a training job tunes it on them (mpnet: all-mpnet-base-v2); null: the service's default"
+        f' reader ({DEFAULT_READER_ENV}, else {DEFAULT_READER}); "{NO_READER}": none, the prompt\'s slot'
         " vectors key the book",
-        examples=["mpnet"],
+        examples=["mpnet", NO_READER],
     )
     knn: KnnSettings = KnnSettings()
     training: TrainingSettings = TrainingSettings()
@@ -282,10 +285,28 @@ class TaskCreate(BaseModel):
         description="classify abstains (label null) below this probability of its best label; null: never",
     )
 
+    def as_task(self, default_backbone: str, default_reader: str) -> Task:
+        """The task this spec creates: the service's backbone and reader where it names none."""
+        return Task(
+            **{
+                **self.model_dump(),
+                "backbone": self.backbone or default_backbone,
+                "reader": chosen_reader(self.reader, default_reader),
+            }
+        )
+
 
 class Task(TaskCreate):
     labels: Labels = Field(examples=[{"0": "negative", "1": "positive"}])  # as stored: label -> word
     backbone: str
+    reader: str | None = Field(
+        None, description="the sentence encoder that keys the book; null: none, the slot vectors key it"
+    )
+
+    @field_validator("reader")
+    @classmethod
+    def _none_names_no_reader(cls, value: str | None) -> str | None:
+        return None if value == NO_READER else value  # as `TaskCreate.as_task` resolves it
 
 
 def task_classifier(task: Task, backbone: Backbone) -> Classifier:

