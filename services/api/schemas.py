@@ -198,7 +198,7 @@ class TaskPatch(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
     training: TrainingPatch | None = None
     min_confidence: MinConfidence = Field(None, description="null: never abstain; left out: unchanged")
-    refuse_out_of_scope: bool = Field(False, description="left out: unchanged")
+    refuse_out_of_scope: StrictBool = Field(False, description="left out: unchanged")
 
     @model_validator(mode="after")
     def _something(self) -> TaskPatch:

@@ -22,7 +22,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     StringConstraints,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -114,6 +116,22 @@ NewLabels = Annotated[
 MinConfidence = Annotated[float | None, Field(ge=0, le=1, allow_inf_nan=False, strict=True)]
 
 
+class _Numbers(BaseModel):
+    """Settings whose numbers are JSON numbers: pydantic would read a boolean as 1 or 0 where the schema
+    asks for an integer (an integer-valued 16.0 stays one, as JSON Schema counts it)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _a_boolean_is_no_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if (
+            isinstance(value, bool)
+            and info.field_name
+            and cls.model_fields[info.field_name].annotation is not bool
+        ):
+            raise ValueError("a boolean is not a number")
+        return value
+
+
 # A task's kNN settings are the library's for an untrained classifier (openbook.untrained), which
 # `openbook classify` and `openbook.create_classifier` share: their types, defaults and help read from
 # there, but for lambda's. Not finite is not valid: JSON would store infinity as null, a spec that no
@@ -122,7 +140,8 @@ _KnnFields = model_of(
     "_KnnFields",
     {
         **mirrored_fields(
-            UNTRAINED_KNN, {"k": {"ge": 1, "le": 1024}, "temperature": {"gt": 0, "allow_inf_nan": False}}
+            UNTRAINED_KNN,
+            {"k": {"ge": 1, "le": 1024}, "temperature": {"gt": 0, "allow_inf_nan": False}},
         ),
         "lam": (
             float | None,
@@ -137,6 +156,7 @@ _KnnFields = model_of(
         ),
         **mirrored_fields(UNTRAINED_KNN, {"similarity": {}}),
     },
+    base=_Numbers,
 )
 
 
@@ -144,12 +164,13 @@ class KnnSettings(_KnnFields):  # type: ignore[misc, valid-type]  # a model made
     """A task's kNN settings."""
 
 
-class _Method(BaseModel):
+class _Method(_Numbers):
     method: str | None = Field(None, description="default: the task's method", examples=[DEFAULT_METHOD])
 
 
-# The TrainConfig fields a job may set, under the bounds the api puts on them; their types, defaults and
-# help are TrainConfig's, which `openbook.create_classifier(...).fit` and `openbook train` read too. The
+# The TrainConfig fields a job may set, under the bounds the api puts on them; their types,
+# defaults and help are TrainConfig's, which `openbook.create_classifier(...).fit` and `openbook train`
+# read too. The
 # budget: `steps`, or `epochs` (passes over the task's training examples at the time of the job), or
 # neither for the default budget; `max_steps` caps either.
 _TrainKnobs = model_of(
@@ -285,7 +306,7 @@ class TaskCreate(BaseModel):
         None,
         description="classify abstains (label null) below this probability of its best label; null: never",
     )
-    refuse_out_of_scope: bool = Field(
+    refuse_out_of_scope: StrictBool = Field(
         False,
         description="classify refuses (label null) a query its version's job found out of scope: its nearest"
         " stored example, in the reader's space, less similar than the threshold the job chose on dev (at"

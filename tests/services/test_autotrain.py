@@ -123,6 +123,9 @@ BAD_PATCHES = [
     ({"training": {"batch_size": 2000}}, ["body", "training", "batch_size"]),
     ({"training": {"auto": None}}, ["body", "training", "auto"]),
     ({"training": {"auto": 1}}, ["body", "training", "auto"]),  # a JSON boolean, as the schema says
+    ({"training": {"eval_every": True}}, ["body", "training", "eval_every"]),  # ... and numbers, numbers
+    ({"training": {"every": False}}, ["body", "training", "every"]),
+    ({"refuse_out_of_scope": 0}, ["body", "refuse_out_of_scope"]),
     ({"training": {"bogus": 1}}, ["body", "training", "bogus"]),
     ({"training": {"precision": "float16"}}, ["body", "training", "precision"]),
     ({"training": {"every": 4}, "template": "{text} {mask}"}, ["body", "template"]),
