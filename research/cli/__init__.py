@@ -2,7 +2,7 @@
 
 eval (the resumable grid of methods x seeds), methods, relabel, splits, held-out-intents, continual,
 knn-selection, first-use, bench (the library's benches), learning-curve (through the service), ipt-table,
-profile-report and two-readers. One module per command, each with `add_parser(commands)` and
+profile-report, two-readers and served. One module per command, each with `add_parser(commands)` and
 `run(args, argv)`, as the product's commands (`openbook.cli`) are; their common arguments are the library's
 (`openbook/cli/common.py`), what a results directory records is `settings.py`.
 """
@@ -28,6 +28,7 @@ from research.cli import (
     methods,
     profile_report,
     relabel,
+    served,
     splits,
     two_readers,
 )
@@ -46,6 +47,7 @@ COMMANDS = {
     "ipt-table": ipt_table,
     "profile-report": profile_report,
     "two-readers": two_readers,
+    "served": served,
 }
 
 
