@@ -124,6 +124,15 @@ def test_confidence_is_calibrated_on_dev_and_the_dev_scores_kept(
     assert afresh is not None and read.accuracy == afresh.accuracy
     assert read.log_likelihood == pytest.approx(afresh.log_likelihood, abs=1e-5)
     assert read.log_likelihood != pytest.approx(served_dev_score(report.dev_scores, 1.0).log_likelihood)
+    # and on some of dev (the gate's, where the serving version learnt the rest): those rows alone
+    some = dev_check(
+        classifier,
+        StoreExamples(toy.texts, words, np.arange(len(words))),
+        LabelledTexts([dev.texts[i] for i in (1, 3)], dev.labels[[1, 3]], np.array([7, 90])),
+    )
+    part = served_dev_score(report.dev_scores, 2.0, [90, 7])
+    assert some is not None and part.accuracy == some.accuracy
+    assert part.log_likelihood == pytest.approx(some.log_likelihood, abs=1e-5)
 
 
 def test_the_store_holds_every_example_under_its_id_dev_held_out_included(

@@ -15,6 +15,13 @@ backbone's learning curve a first version served 16 points below it. So the untr
 serving side of the first gate, scored the same way: a store of the train examples, its calibration and
 its lambda chosen on that store as the api chooses it (`untrained_score`), on the same dev examples.
 
+A serving version whose sentence reader was tuned again on every example it held (`fitting`'s step 3a)
+has learnt the labels of that job's dev examples, which stay in dev for every later job (`dev_split`): on
+them it would judge its own lessons. So the two are compared on the dev examples the serving version did
+not learn (`learnt_by`); `dev` counts them, `left_out` the rest. Before this, on the two readers' learning
+curve, the serving side scored 1.0 against a candidate's 0.94 on such a dev, and 3 of 8 later jobs were
+rejected (docs/experiments/two-readers.md, "The gate and the served reader").
+
 Verdicts: `promoted` (at least as well), `rejected` (worse: kept as a version, never published),
 `forced` (the job asked to skip the gate), `first` (nothing serves yet, and it does at least as well as
 the untrained task). With no dev example, there is nothing to compare: the scores are None, and the
@@ -23,17 +30,20 @@ candidate is promoted. A dev set that lacks a label scores on the labels it has.
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from openbook.artifacts import CheckpointError
+from openbook.artifacts import MANIFEST_NAME, CheckpointError
 from openbook.backbone import Backbone
 from openbook.checkpoints import load_classifier
 from openbook.classifier import Classifier
-from openbook.fitting import LabelledTexts, StoreExamples, dev_check
+from openbook.fitting import LabelledTexts, StoreExamples, dev_check, served_dev_score
 from openbook.labels import LabelError, fit_to_labels
 from openbook.prompting import TextInput
+from openbook.quality import Scored
 from openbook.training import DevScore
 
 from services.bus.versions import Published
@@ -53,6 +63,16 @@ def load_serving(published: Published, task: Task, device: str) -> Classifier:
     """
     classifier, _ = load_classifier(published.path, device=device)  # verifies every file's sha256
     return fit_to_labels(classifier, task.labels)
+
+
+def learnt_by(published: Published, classifier: Classifier) -> set[int]:
+    """The ids of the examples outside its train part whose labels the published version (`classifier`,
+    loaded from it) learnt: every example its store holds where its sentence reader was tuned again on them
+    all (`reader_tuned_on` in its dev metrics), else none (its prompt learnt its train part alone)."""
+    manifest = json.loads((Path(published.path) / MANIFEST_NAME).read_text())
+    if manifest.get("dev_metrics", {}).get("reader_tuned_on") is None:
+        return set()
+    return {int(i) for i in classifier.store.ids()}
 
 
 def score(
@@ -91,14 +111,29 @@ def judge(
     *,
     force: bool = False,
     untrained: DevScore | None = None,
-    candidate_score: DevScore | None = None,
+    candidate_dev: Scored | None = None,
 ) -> dict[str, Any]:
     """The gate's record: {metric, candidate, serving (dev accuracies), their log-likelihoods,
-    serving_version, dev, verdict}; for a first candidate, `untrained` (`untrained_score`) is the
-    serving side, recorded as `serving` with `serving_version` null. `candidate_score`: the candidate's
-    score as its training already took it (`fitting.served_dev_score`); scored here when not given."""
-    if candidate_score is None:
-        candidate_score = score(candidate, examples, train_ids, dev_ids)
+    serving_version, dev (the examples compared), left_out (dev examples the serving version learnt),
+    verdict}; for a first candidate, `untrained` (`untrained_score`) is the serving side, recorded as
+    `serving` with `serving_version` null. `candidate_dev`: dev as the candidate serves it, as its
+    training already scored it before calibration (`FitReport.dev_scores`), read on the examples
+    compared (`fitting.served_dev_score`); without it the candidate is scored here."""
+    rival, compared = None, dev_ids
+    if serving is not None and not force:
+        try:
+            rival = load_serving(serving, task, device)
+        except (CheckpointError, LabelError) as error:  # gone, damaged or on other labels: not comparable
+            logger.warning("task %s: the serving version cannot be scored: %s", task.name, error)
+        else:
+            learnt = learnt_by(serving, rival)
+            compared = [i for i in dev_ids if i not in learnt]
+    if not compared:
+        candidate_score = None
+    elif candidate_dev is not None:
+        candidate_score = served_dev_score(candidate_dev, candidate.confidence_temperature, compared)
+    else:
+        candidate_score = score(candidate, examples, train_ids, compared)
     serving_score = None
     if force:
         verdict = "forced"
@@ -106,10 +141,8 @@ def judge(
         serving_score = untrained
         verdict = "rejected" if loses(candidate_score, untrained) else "first"
     else:
-        try:
-            serving_score = score(load_serving(serving, task, device), examples, train_ids, dev_ids)
-        except (CheckpointError, LabelError) as error:  # gone, damaged or on other labels: not comparable
-            logger.warning("task %s: the serving version cannot be scored: %s", task.name, error)
+        if rival is not None:
+            serving_score = score(rival, examples, train_ids, compared)
         verdict = "rejected" if loses(candidate_score, serving_score) else "promoted"
     return {
         "metric": METRIC,
@@ -118,7 +151,8 @@ def judge(
         "candidate_log_likelihood": _rounded(candidate_score, "log_likelihood"),
         "serving_log_likelihood": _rounded(serving_score, "log_likelihood"),
         "serving_version": None if serving is None else serving.version,
-        "dev": len(dev_ids),
+        "dev": len(compared),
+        "left_out": len(dev_ids) - len(compared),
         "verdict": verdict,
     }
 

@@ -41,7 +41,6 @@ from openbook.backbone import BackboneConfig, load_backbone
 from openbook.config_fields import default_of
 from openbook.dev_split import split_dev
 from openbook.estimator import Estimator
-from openbook.fitting import served_dev_score
 from openbook.methods import build_method
 
 from services.bus.examples_log import ExampleLog
@@ -231,12 +230,7 @@ class Worker:
             dev_ids,
             force=job.force,
             untrained=untrained,
-            # dev as the candidate serves it, scored once, in training's calibration step
-            candidate_score=(
-                None
-                if report.dev_scores is None or not dev_ids
-                else served_dev_score(report.dev_scores, classifier.confidence_temperature)
-            ),
+            candidate_dev=report.dev_scores,  # dev as the candidate serves it, scored in calibration
         )
         record = new_record(
             version=version,

@@ -417,10 +417,12 @@ def dev_check(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) 
     return DevScore.of(scored.probabilities, scored.gold)
 
 
-def served_dev_score(dev_scores: Scored, temperature: float) -> DevScore:
+def served_dev_score(dev_scores: Scored, temperature: float, ids: Sequence[int] | None = None) -> DevScore:
     """`dev_check`'s score, from the dev scores `fit_classifier` took before calibration (T = 1) and the
-    confidence temperature it then adopted: the same distributions, without scoring dev again."""
-    return DevScore.of(with_temperature(dev_scores.probabilities, temperature), dev_scores.gold)
+    confidence temperature it then adopted: the same distributions, without scoring dev again. `ids`: the
+    dev examples to read (the promotion gate's, where the serving version learnt some); default all."""
+    rows = slice(None) if ids is None else np.isin(dev_scores.ids, np.asarray(ids, dtype=np.int64))
+    return DevScore.of(with_temperature(dev_scores.probabilities[rows], temperature), dev_scores.gold[rows])
 
 
 def dev_accuracy(classifier: Classifier, train: StoreExamples, dev: LabelledTexts) -> float | None:

@@ -170,3 +170,38 @@ def test_a_task_gets_the_services_reader_unless_it_names_one_or_none(
         for name, reader in tasks.items():  # and each serves with it
             served = api.post(f"/v1/tasks/{name}/classify", json={"texts": QUERIES})
             assert served.status_code == 200 and served.json()["reader"] == reader, served.text
+
+
+@pytest.mark.parametrize("reader", ["tuned", "none"])
+def test_the_gate_compares_on_dev_examples_the_serving_version_did_not_learn(
+    server, causal_dir: Path, reader_mpnet_dir: Path, tmp_path: Path, reader: str
+) -> None:
+    """A version whose reader was tuned again on every example (dev included) has learnt the labels of its
+    job's dev examples, which stay in dev for the next job: the gate leaves them out, and only them. A
+    version without a reader learnt its train part alone, so the gate compares on all of dev."""
+    worker = Worker(redis.Redis.from_url(server.url), tmp_path / "artifacts", max_length=48)
+    with TestClient(create_app(_settings(server, causal_dir, reader_mpnet_dir))) as api:
+        name = str(reader_mpnet_dir) if reader == "tuned" else "none"
+        assert api.post("/v1/tasks", json=_task(name)).status_code == 201
+        rounds = [
+            [(f"{text} , take {n}", label) for n in takes for text, label in TRAINING_EXAMPLES]
+            for takes in ((1, 2), (3, 4))
+        ]
+        gates, devs = [], []
+        for examples, force in zip(rounds, (True, False), strict=True):  # the first served whatever it scores
+            body = {"examples": [{"text": t, "label": label} for t, label in examples]}
+            assert api.post("/v1/tasks/reviews/examples", json=body).status_code == 201
+            job = api.post("/v1/tasks/reviews/train", json={**TRAIN, "force": force}).json()
+            assert worker.run_once(block_ms=100) == job["id"]
+            record = api.get(f"/v1/jobs/{job['id']}").json()
+            assert record["state"] == "succeeded", record
+            gates.append(record["gate"])
+            devs.append(record["metrics"]["dev"])
+    first, second = gates
+    assert devs[0] >= 1 and devs[1] > devs[0]  # the first job's dev examples are in the second's dev
+    assert first["verdict"] == "forced" and first["left_out"] == 0
+    if reader == "tuned":
+        assert second["left_out"] == devs[0] and second["dev"] == devs[1] - devs[0], second
+    else:
+        assert second["left_out"] == 0 and second["dev"] == devs[1], second
+    assert second["serving_version"] is not None and second["verdict"] in ("promoted", "rejected")
