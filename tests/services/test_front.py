@@ -201,7 +201,9 @@ def test_a_wave_of_requests_goes_whole_not_one_text_then_the_rest() -> None:
     a wave, each paying the replica's per-request cost): the wave waits for itself instead. `max_wait` is
     far above the spread so that a stalled event loop (a loaded machine) cannot split a wave by timer."""
     sizes = _closed_loop(clients=32, trip=0.02, spread=0.004, max_wait=1.0, seconds=1.0)
-    steady = sizes[3:]
+    # the last wave may be cut: the clients whose resend falls past the run's end send nothing, and the
+    # rest go after `max_wait` (in about one run in eight)
+    steady = sizes[3:-1]
     assert len(steady) >= 10 and min(steady) >= 30, sizes
 
 
