@@ -15,7 +15,7 @@ from openbook.estimator import Estimator
 from openbook.fitting import FitSets, LabelledTexts, StoreExamples, choose_knn_on_dev
 from openbook.knn import KnnConfig
 from openbook.selection import LAMBDA_GRID
-from openbook.train_config import TrainConfig
+from openbook.train_config import FEW_DEV_PER_LABEL, TrainConfig
 
 BUDGET = {"steps": 4, "batch_size": 4, "lr": 3e-3, "eval_every": 2, "patience": 10, "warmup_ratio": 0.0}
 CONFIG = TrainConfig(**BUDGET)
@@ -64,6 +64,33 @@ def test_a_knn_interp_method_is_saved_with_the_knn_setting_chosen_on_dev(
     assert loaded.knn == chosen
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["dev_metrics"] == report.dev_metrics
+
+
+@pytest.mark.parametrize("dev_size", [3, 4])
+def test_few_dev_lam_sets_lambda_only_where_dev_holds_too_few_examples_per_label_to_choose_it(
+    causal_dir: Path, tmp_path: Path, toy, fresh_classifier, dev_size: int
+) -> None:
+    classifier, method = fresh_classifier(causal_dir, "retroprompt")
+    dev = LabelledTexts(DEV.texts[:dev_size], DEV.labels[:dev_size])
+    estimator = Estimator(classifier, method)
+    report = estimator.fit(
+        toy.texts,
+        names(classifier, toy.labels),
+        dev=(dev.texts, names(classifier, dev.labels)),
+        few_dev_lam=0.35,
+        **BUDGET,
+    )
+    trained = estimator.classifier
+    assert len(trained.labels) * FEW_DEV_PER_LABEL == 4  # 3 dev examples are too few, 4 are not
+    if dev_size < 4:  # set: 0.35 is on no grid dev could choose from
+        assert trained.knn.lam == 0.35 and 0.35 not in LAMBDA_GRID and report.dev_metrics["lam_set"] == 0.35
+    else:
+        assert (trained.knn, report.dev_metrics["accuracy_with_knn"]) == choose_knn_on_dev(
+            trained, dev.texts, dev.labels
+        )
+        assert "lam_set" not in report.dev_metrics
+    with pytest.raises(ValueError, match="few_dev_lam"):
+        TrainConfig(few_dev_lam=1.5)
 
 
 def test_any_other_method_is_saved_to_predict_from_the_prompt_alone(

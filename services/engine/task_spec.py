@@ -188,6 +188,7 @@ _TrainKnobs = model_of(
             "patience": {"ge": 1},
             "precision": {},
             "keep": {},
+            "few_dev_lam": {"ge": 0, "le": 1, "allow_inf_nan": False},
         },
     ),
     base=_Method,

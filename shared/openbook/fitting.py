@@ -10,7 +10,8 @@ train` (cli/train.py) and the service's trainer (services/trainer/worker.py). Th
 1. `training.train` (the kept weights are the best on dev);
 2. how the classifier predicts: a method that interpolates with kNN (or any, with a sentence reader) gets its
    k, T and lambda chosen on dev alone (`choose_knn_on_dev`: the training examples
-   are no evidence once the prompt has been fitted to them), any other
+   are no evidence once the prompt has been fitted to them; lambda is set to `TrainConfig.few_dev_lam`
+   instead, where given, if dev holds fewer than FEW_DEV_PER_LABEL examples per label), any other
    predicts from the prompt alone (lambda = 0);
 2b. its confidence: dev is scored as it will serve (with a store of the
    training examples), and temperature scaling is adopted if it lowers the
@@ -56,7 +57,7 @@ from openbook.reader_book import as_string
 from openbook.selection import DEFAULT_RULE, Evidence, SelectionRule, Split, select
 from openbook.sentence_reader import ReaderConfig, SentenceReader, job_tuning, shared_encoder
 from openbook.store import KnowledgeStore
-from openbook.train_config import TrainConfig
+from openbook.train_config import FEW_DEV_PER_LABEL, TrainConfig
 from openbook.training import DevScore, TrainResult, train
 
 # The stage of step 3a, a job's reader tuned again on every example (a dev held out of them included).
@@ -224,8 +225,12 @@ def fit_classifier(
             dev, reader_vectors=classifier.reader.embed([as_string(t) for t in dev_set.texts])
         )
     if method.inference == "knn-interp" or classifier.reader is not None:
+        rule = DEFAULT_RULE
+        if config.few_dev_lam is not None and len(dev_set.texts) < FEW_DEV_PER_LABEL * len(classifier.labels):
+            rule = dataclasses.replace(DEFAULT_RULE, lambdas=(config.few_dev_lam,))  # set, not chosen
+            dev_metrics["lam_set"] = config.few_dev_lam
         classifier.knn, dev_metrics["accuracy_with_knn"] = choose_knn_on_dev(
-            classifier, dev_set.texts, dev_set.labels, embedded=dev
+            classifier, dev_set.texts, dev_set.labels, rule, embedded=dev
         )
         if dev is not None:  # each reader alone: the prompt's is `accuracy`, the neighbours' this
             p_knn = classifier.score(dev).p_knn

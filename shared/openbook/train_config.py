@@ -64,6 +64,11 @@ DEFAULT_MAX_STEPS = 120
 # dev examples choose the step by noise (docs/decisions.md, "The kept weights in the service's jobs").
 Keep = Literal["best", "last"]
 
+# Fewer dev examples per label than this, and a job whose `few_dev_lam` is set takes that λ rather than
+# choosing it on dev (docs/experiments/two-readers.md, "Probe 9"): on a handful of examples every λ ties on
+# accuracy and one example's likelihood decides.
+FEW_DEV_PER_LABEL = 2
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -145,6 +150,14 @@ class TrainConfig:
         },
     )
 
+    few_dev_lam: float | None = field(
+        default=None,
+        metadata={
+            "help": f"lambda where dev holds fewer than {FEW_DEV_PER_LABEL} examples per label, set rather "
+            "than chosen on them (0 to 1); none: chosen on dev however few"
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.steps is not None and self.epochs is not None:
             raise ValueError(
@@ -171,6 +184,8 @@ class TrainConfig:
         if self.precision not in get_args(Precision):
             choices = ", ".join(get_args(Precision))
             raise ValueError(f"precision must be one of {choices}, got {self.precision!r}")
+        if self.few_dev_lam is not None and not 0 <= self.few_dev_lam <= 1:
+            raise ValueError(f"few_dev_lam must be in [0, 1], got {self.few_dev_lam}")
         if self.keep not in get_args(Keep):
             raise ValueError(f"keep must be one of {', '.join(get_args(Keep))}, got {self.keep!r}")
 

@@ -121,6 +121,7 @@ BAD_PATCHES = [
     ({"training": {"steps": 4, "epochs": 2}}, ["body", "training"]),  # two budgets at once
     ({"training": {"lr": 1.5}}, ["body", "training", "lr"]),
     ({"training": {"batch_size": 2000}}, ["body", "training", "batch_size"]),
+    ({"training": {"few_dev_lam": 1.5}}, ["body", "training", "few_dev_lam"]),
     ({"training": {"auto": None}}, ["body", "training", "auto"]),
     ({"training": {"auto": 1}}, ["body", "training", "auto"]),  # a JSON boolean, as the schema says
     ({"training": {"eval_every": True}}, ["body", "training", "eval_every"]),  # ... and numbers, numbers
@@ -148,6 +149,7 @@ def test_a_patch_merges_the_keys_given_over_the_stored_ones(api: TestClient) -> 
     response = api.patch("/v1/tasks/reviews", json={"training": {"every": 9, "method": "prompt-ft"}})
     assert response.status_code == 200, response.text
     unset = {"epochs": None, "max_steps": None, "min_steps": None, "precision": "float32", "keep": "last"}
+    unset["few_dev_lam"] = None
     expected = {**AUTO_TASK["training"], **unset, "every": 9, "method": "prompt-ft"}
     assert response.json()["training"] == expected and response.json()["template"] == TASK["template"]
     assert api.get("/v1/tasks/reviews").json()["training"] == expected

@@ -111,6 +111,7 @@ TRAIN_FIELDS = (
     "reembed_every",
     "precision",
     "keep",
+    "few_dev_lam",
 )
 TRAIN_FLAGS = {"batch_size": "train-batch-size", "precision": "train-precision"}
 
