@@ -8,7 +8,7 @@
 # targets say so, and so resume; a directory records what it kept and refuses a run that keeps the other.
 KEPT_BEST := --keep best
 
-.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 readers-judge-s12 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 two-readers-probe6 two-readers-probe7 table-16shot-readers clinc150-readers clinc150-readers-trained learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench refusal-judge-splits refusal-judge clinc150-readers-refusals-s13 clinc150-served curve-few-dev
+.PHONY: eval-sst2 eval-training eval-pairs eval-methods eval-continual eval-full-sst2 table-16shot table-16shot-default learning-curve learning-curve-setfit knn-selection demos-dev budget-dev backbone-dev embeddings-dev parts-dev repro-dev lr-dev fresh-splits budget-fresh judged-splits contrastive-judge judged-splits-2 contrastive-judge-2 judged-splits-3 keep-judge judged-splits-4 layer-judge judged-splits-5 readers-judge readers-judge-2 readers-judge-s12 two-readers-probe two-readers-probe3 two-readers-probe4 two-readers-probe5 two-readers-probe6 two-readers-probe7 table-16shot-readers clinc150-readers clinc150-readers-trained learning-curve-readers clinc150 clinc150-trained clinc150-scoring-dev clinc150-vectors-trained-dev clinc150-vectors-trained clinc150-objective-dev clinc150-budget-dev precision-dev precision-dev-clinc150 curve-gate-dev curve-keep-dev curve-floor-dev ipt-table bench refusal-judge-splits refusal-judge clinc150-readers-refusals-s13 clinc150-served few-dev-judge
 
 eval-sst2: install
 	$(BIN)/python -m research eval --data $(OPENBOOK_DATA)/k-shot --task SST-2 \
@@ -98,16 +98,20 @@ learning-curve-readers: setfit
 		--orders fixed --reader mpnet --baselines knn-interp
 	$(BIN)/python -m research learning-curve --out $(READERS_CURVE_DIR) --baselines prompt-ft,setfit \
 		--baselines-from docs/learning-curve-retroprompt-$(CURVE_BACKBONE)
-# Probe 9 (docs/experiments/two-readers.md: the rule, written before this ran): the two readers' curve scored
-# on 500 held-out training examples, the jobs as they are and with lambda set where dev is too small to choose
-# it; each resumable unit by unit.
-FEW_DEV_CURVE = --data $(OPENBOOK_DATA)/full --task SST-2,trec --seeds 13,21 --rounds 2,4,8,16,32 --judge 500 \
-	--orders fixed --method $(CURVE_METHOD) --keep $(CURVE_KEEP) --reader mpnet --baselines knn-interp \
-	--backbone $(CURVE_BACKBONE) --device $(CURVE_DEVICE) --parallel $(PARALLEL)
-curve-few-dev: install
-	$(BIN)/python -m research learning-curve $(FEW_DEV_CURVE) --out docs/learning-curve-few-dev-chosen-$(CURVE_BACKBONE)
-	$(BIN)/python -m research learning-curve $(FEW_DEV_CURVE) --few-dev-lam 0.5 \
-		--out docs/learning-curve-few-dev-set-$(CURVE_BACKBONE)
+# Probe 9 (docs/experiments/two-readers.md: the rule, written before this ran): k-shot splits of 2, 4 and 8
+# examples per label (seeds FEW_DEV_SEEDS, and 500 examples apart from them as each task's judge set), each
+# seed's training split fitted as a service job fits posted examples (`research served`: dev held out by
+# hash), the version read on the judge set at the λ its job chose and at λ set; `make -j2 few-dev-judge` runs
+# two shot counts at once. Resumable (task, seed) by (task, seed).
+FEW_DEV_DATA ?= openbook-data/few-dev-k-shot
+FEW_DEV_SEEDS = 4001,4002,4003
+few-dev-judge: few-dev-judge-2 few-dev-judge-4 few-dev-judge-8
+few-dev-judge-%: setfit
+	$(BIN)/python -m research splits --data $(OPENBOOK_DATA) --task SST-2,trec,mpqa,sst-5 --seeds $(FEW_DEV_SEEDS) \
+		--shots $* --judge 500 --out $(FEW_DEV_DATA)-$*
+	$(BIN)/python -m research served --data $(FEW_DEV_DATA)-$* --task SST-2,trec,mpqa,sst-5 --shots $* \
+		--seeds $(FEW_DEV_SEEDS) --backbone $(TABLE_BACKBONE) --device $(READERS_DEVICE) --at-lam 0.25,0.5,0.75 \
+		--out docs/results/few-dev-judge-$*-$(TABLE_BACKBONE)
 learning-curve-setfit: setfit
 	$(BIN)/python -m research learning-curve $(CURVE_UNITS) --orders fixed --baselines setfit --baselines-only
 

@@ -47,6 +47,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_prompt_arguments(served)
     add_label_scoring_argument(served)
     add_training_arguments(served)
+    served.add_argument(
+        "--at-lam",
+        default="",
+        help="comma-separated λs at which to read test again, in place of the one the job chose (one fit)",
+    )
     served.add_argument("--out", required=True, help=f"directory of {RECORDS}")
 
 
@@ -71,7 +76,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             splits = load_kshot(args.data, task, seed, args.shots)
             classifier = classifier_from_args(args, task, reader=chosen_reader(args.reader))
             record = {"task": task, "seed": seed, "shots": args.shots}
-            record |= served_run(classifier, args.method, splits, train_config(args, seed))
+            at_lams = [float(lam) for lam in args.at_lam.split(",") if lam.strip()]
+            record |= served_run(classifier, args.method, splits, train_config(args, seed), at_lams=at_lams)
             record |= {
                 "command": f"{PROG} {shlex.join(argv)}",
                 "backbone": args.backbone,

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,10 +29,18 @@ from openbook.train_config import TrainConfig
 
 
 def served_run(
-    classifier: Classifier, method: str, splits: KShotSplits, config: TrainConfig, *, progress: bool = True
+    classifier: Classifier,
+    method: str,
+    splits: KShotSplits,
+    config: TrainConfig,
+    *,
+    at_lams: Sequence[float] = (),
+    progress: bool = True,
 ) -> dict[str, Any]:
     """`classifier` (untrained, its reader untuned) fitted on `splits.train` as a service job fits it,
-    under `config` (its seed included), then read on `splits.test` and `splits.out_of_scope`."""
+    under `config` (its seed included), then read on `splits.test` and `splits.out_of_scope`; and on
+    `splits.test` again at each of `at_lams` in place of the λ the job chose (`at_lam`: one fit, so the
+    readings differ by λ alone; the argmax, so the confidence temperature does not matter)."""
     assert splits.test is not None
     estimator = Estimator(classifier, build_method(method))
     options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "seed"}
@@ -57,7 +67,19 @@ def served_run(
         "reader_tuned_on": report.dev_metrics.get("reader_tuned_on"),
         "accuracy": float(correct.mean()),
         "test_examples": len(splits.test),
+        "labels": len(served.labels),
     }
+    if at_lams:
+        embedded = served.embed([e.text for e in splits.test], progress=progress)
+        gold = served.label_indices([e.label for e in splits.test])
+        record["at_lam"] = {
+            str(lam): float(
+                np.mean(
+                    served.score(embedded, knn=replace(served.knn, lam=lam)).probabilities.argmax(1) == gold
+                )
+            )
+            for lam in at_lams
+        }
     if splits.out_of_scope:
         outside = served.predict([e.text for e in splits.out_of_scope], progress=progress)
         # out_of_scope_scores thresholds a score; here each query's is 0 where the version refuses it

@@ -4,6 +4,8 @@ version read on test and on out-of-scope queries, one record per (task, seed), r
 
 import json
 
+from openbook.selection import LAMBDA_GRID
+
 from research.cli import main
 
 
@@ -21,7 +23,7 @@ def test_served_fits_as_a_job_and_reads_test_and_refusals(
     args = [
         "served", "--data", str(data), "--task", "toy", "--seeds", "1", "--shots", "16", "--out", str(out),
         "--template", "{text} It was {mask}", "--labels", "0=bad,1=good", "--backbone", str(causal_dir),
-        "--reader", str(reader_mpnet_dir), *training_flags,
+        "--reader", str(reader_mpnet_dir), *training_flags, "--at-lam", ",".join(map(str, LAMBDA_GRID)),
     ]  # fmt: skip
     assert main(args) == 0
     (record,) = json.loads((out / "served.json").read_text())
@@ -31,6 +33,9 @@ def test_served_fits_as_a_job_and_reads_test_and_refusals(
     assert record["reader_tuned_on"] == 16
     assert record["min_similarity"] is not None  # chosen on dev, before the reader was tuned again
     assert record["command"].startswith("python -m research served --data")
+    # test read again at every λ of the grid, on the same fit: at the λ the job chose, the served accuracy
+    assert list(record["at_lam"]) == [str(lam) for lam in LAMBDA_GRID] and record["labels"] == 2
+    assert record["at_lam"][str(record["lam"])] == record["accuracy"]
     refusals = record["out_of_scope"]
     assert refusals["examples"] == 2
     assert refusals["in_scope_accuracy"] <= refusals["in_scope_accuracy_answering_all"] == record["accuracy"]
