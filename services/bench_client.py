@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -38,6 +38,10 @@ def job_summary(job: dict) -> dict:
 class Scored:
     labels: list[str]  # predicted, in the order of the texts
     model_versions: list[str]  # each response's model_version, in order
+    # each reader alone, in the same order: the prompt's most likely label (p_lm), the book's (p_knn; None
+    # where the response had none: an empty store)
+    prompt_labels: list[str] = field(default_factory=list)
+    book_labels: list[str | None] = field(default_factory=list)
 
 
 class BenchClient:
@@ -90,12 +94,19 @@ class BenchClient:
         return self._call("GET", f"/v1/tasks/{task}/versions")["versions"]
 
     def classify(self, task: str, texts: Sequence[TextInput]) -> Scored:
-        labels, versions = [], []
+        labels, versions, prompt, book = [], [], [], []
         for batch in self._batches(texts):
             answer = self._call("POST", f"/v1/tasks/{task}/classify", json={"texts": list(batch)})
-            labels += [prediction["label"] for prediction in answer["predictions"]]
+            for prediction in answer["predictions"]:
+                labels.append(prediction["label"])
+                prompt.append(_most_likely(prediction["p_lm"]))
+                book.append(None if prediction.get("p_knn") is None else _most_likely(prediction["p_knn"]))
             versions.append(answer["model_version"])
-        return Scored(labels, versions)
+        return Scored(labels, versions, prompt, book)
 
     def close(self) -> None:
         self.http.close()
+
+
+def _most_likely(distribution: dict[str, float]) -> str:
+    return max(distribution, key=distribution.__getitem__)

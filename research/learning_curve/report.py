@@ -153,8 +153,8 @@ def curve_tables(records: Sequence[CurveRecord]) -> str:
             "### the service's rounds",
             "",
             "| task | order | examples per class | seconds to served (mean) | verdicts | jobs per round "
-            "| gate: candidate vs serving dev accuracy (dev examples) |",
-            "|---|---|---|---|---|---|---|",
+            "| gate: candidate vs serving dev accuracy (dev examples) | served, prompt / book alone (mean) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         tasks = list(means)
         in_order = sorted(served, key=lambda key: (tasks.index(key[0]), key[1] != "fixed", key[1], key[2]))
@@ -167,9 +167,21 @@ def curve_tables(records: Sequence[CurveRecord]) -> str:
             jobs = ", ".join(str(len(s["jobs"])) for s in rounds)
             gates = ", ".join(_gate(s) for s in rounds)
             mean_time = f"{np.mean(times):.1f}" if times else "never"
-            lines.append(f"| {task} | {order} | {shots} | {mean_time} | {verdicts} | {jobs} | {gates} |")
+            cells = [task, order, str(shots), mean_time, verdicts, jobs, gates, _alone(rounds)]
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines + untrained_table(against_untrained(records)))
+
+
+def _alone(rounds: Sequence[dict]) -> str:
+    """Each reader of the served version alone on the test sample, in %, the mean over seeds: "-" for
+    rounds recorded before it was, or a reader with nothing to read (no book before the first example)."""
+
+    def mean(reader: str) -> str:
+        accs = [s.get("alone", {}).get(reader) for s in rounds]
+        return "-" if None in accs else f"{100 * np.mean(accs):.1f}"
+
+    return f"{mean('prompt')} / {mean('book')}"
 
 
 def _verdicts(service: dict) -> str:

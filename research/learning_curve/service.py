@@ -166,7 +166,7 @@ def label_and_score(
             yield ServiceRound(
                 shots=shots,
                 ids=list(labelled),
-                accuracy=sum(p == g for p, g in zip(scored.labels, gold, strict=True)) / len(gold),
+                accuracy=_accuracy(scored.labels, gold),
                 seconds=round(time.perf_counter() - started, 3),
                 service={
                     "serving_version": serving,
@@ -175,8 +175,17 @@ def label_and_score(
                     "auto_jobs": sum(job["trigger"] == "auto" for job in jobs),
                     "seconds_to_served": None if to_served is None else round(to_served, 3),
                     "test_versions": sorted(set(scored.model_versions)),
+                    # each reader of the served version alone on the same test sample (None: no book yet)
+                    "alone": {
+                        "prompt": _accuracy(scored.prompt_labels, gold),
+                        "book": None if None in scored.book_labels else _accuracy(scored.book_labels, gold),
+                    },
                     "per_class": per_class(data.train, labelled),
                 },
             )
     finally:
         client.delete_task(task)
+
+
+def _accuracy(predicted: Sequence[str | None], gold: Sequence[str]) -> float:
+    return sum(p == g for p, g in zip(predicted, gold, strict=True)) / len(gold)

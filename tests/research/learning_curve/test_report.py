@@ -131,6 +131,30 @@ def test_every_task_lists_its_series_alike_whatever_order_the_units_were_merged_
     assert len(set(colours.values())) == 4
 
 
+def test_the_rounds_table_gives_each_reader_of_the_served_version_alone() -> None:
+    def served(prompt: float, book: float | None) -> dict:
+        return {
+            "seconds_to_served": 2.0,
+            "verdict": "first",
+            "jobs": [],
+            "alone": {"prompt": prompt, "book": book},
+        }
+
+    records = [
+        CurveRecord("SST-2", seed, "fixed", "service", 2, 4, 0.8, 1.0, service)
+        for seed, service in [(13, served(0.9, 0.6)), (21, served(0.7, 0.8))]
+    ]
+    records.append(CurveRecord("SST-2", 13, "fixed", "service", 4, 8, 0.8, 1.0, served(0.9, None)))
+    records.append(CurveRecord("SST-2", 13, "fixed", "service", 8, 16, 0.8, 1.0, {**served(0.9, 0.9)}))
+    del records[-1].service["alone"]  # a round recorded before each reader was
+    table = curve_tables(records)
+    assert (
+        "| SST-2 | fixed | 2 | 2.0 | first, first | 0, 0 | -, - | 80.0 / 70.0 |" in table
+    )  # means over seeds
+    assert "| SST-2 | fixed | 4 | 2.0 | first | 0 | - | 90.0 / - |" in table  # no book to read
+    assert "| SST-2 | fixed | 8 | 2.0 | first | 0 | - | - / - |" in table
+
+
 def test_the_rounds_table_gives_each_seeds_gate_scores() -> None:
     first = {"candidate": 1.0, "serving": None, "dev": 1, "verdict": "first"}
     lost = {"candidate": 0.5, "serving": 0.8, "dev": 10, "verdict": "rejected"}

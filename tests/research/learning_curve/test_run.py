@@ -64,6 +64,8 @@ def test_a_labeller_drives_the_service_round_by_round(causal_dir: Path, tmp_path
         # the first round's job is the task's first; a later one is judged against what serves
         expected = ("first",) if record.shots == 2 else ("promoted", "rejected")
         assert record.service["verdict"] in expected, record.service
+        alone = record.service["alone"]  # each reader of the served version alone, on the same sample
+        assert set(alone) == {"prompt", "book"} and all(0.0 <= alone[r] <= 1.0 for r in alone), alone
     first = [r for r in service if r.shots == 2]
     assert first[0].accuracy == first[1].accuracy  # both orders start from the same first round
     assert {(r.method, r.shots) for r in records if r.method != "service"} == {
