@@ -54,7 +54,8 @@ def served_run(
     )
     fit_seconds = time.perf_counter() - started
     served = estimator.classifier
-    test = served.predict([e.text for e in splits.test], progress=progress)
+    embedded = served.embed([e.text for e in splits.test], progress=progress)  # once, for every reading
+    test = served.explain(embedded)
     correct = np.array([p.label == e.label for p, e in zip(test, splits.test, strict=True)])
     record: dict[str, Any] = {
         "examples": len(splits.train),
@@ -70,7 +71,6 @@ def served_run(
         "labels": len(served.labels),
     }
     if at_lams:
-        embedded = served.embed([e.text for e in splits.test], progress=progress)
         gold = served.label_indices([e.label for e in splits.test])
         record["at_lam"] = {
             str(lam): float(
