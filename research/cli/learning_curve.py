@@ -29,7 +29,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     from openbook.config_fields import add_field_arguments
     from openbook.methods import DEFAULT_METHOD
     from openbook.models import DEFAULT_BACKBONE
-    from openbook.train_config import FEW_DEV_PER_LABEL, Keep, TrainConfig
+    from openbook.train_config import Keep, TrainConfig
 
     from research.learning_curve.schedule import ORDERS, ROUNDS
 
@@ -91,12 +91,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         choices=get_args(Keep),
         default=TrainConfig.keep,
         help="the jobs' kept weights: the last (default), or the dev checks' best",
-    )
-    parser.add_argument(
-        "--few-dev-lam",
-        type=float,
-        help=f"the jobs' lambda where dev holds fewer than {FEW_DEV_PER_LABEL} examples per label, set "
-        "rather than chosen (TrainConfig.few_dev_lam; default: chosen on dev however few)",
     )
     add_field_arguments(parser, BackboneConfig, ("max_length",))
     add_device_argument(parser)
@@ -187,7 +181,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             "lr": args.lr,
             "patience": args.patience,
             "keep": args.keep,
-            **({} if args.few_dev_lam is None else {"few_dev_lam": args.few_dev_lam}),
             **TrainConfig(
                 steps=args.steps,
                 epochs=args.epochs,
